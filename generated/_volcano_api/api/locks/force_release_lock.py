@@ -1,0 +1,246 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error import Error
+from ...models.force_release_result import ForceReleaseResult
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    key: str,
+    *,
+    x_request_id: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(x_request_id, Unset):
+        headers["X-Request-Id"] = x_request_id
+
+    _kwargs: dict[str, Any] = {
+        "method": "delete",
+        "url": "/v1/locks/{key}".format(
+            key=quote(str(key), safe=""),
+        ),
+    }
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Error | ForceReleaseResult | None:
+    if response.status_code == 200:
+        response_200 = ForceReleaseResult.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 409:
+        response_409 = Error.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
+    if response.status_code == 500:
+        response_500 = Error.from_dict(response.json())
+
+        return response_500
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Error | ForceReleaseResult]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    key: str,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | ForceReleaseResult]:
+    """Remove the current lease without its owner token.
+
+     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
+    its owner. Use it only where the protected resource enforces fencing tokens, because the
+    former holder may still be running. Removing nothing is not an error: `released` is
+    false and `fencing_token` null.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            (Not `format: uuid`: tools that parse it would change its spelling.)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | ForceReleaseResult]
+    """
+
+    kwargs = _get_kwargs(
+        key=key,
+        x_request_id=x_request_id,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    key: str,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Error | ForceReleaseResult | None:
+    """Remove the current lease without its owner token.
+
+     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
+    its owner. Use it only where the protected resource enforces fencing tokens, because the
+    former holder may still be running. Removing nothing is not an error: `released` is
+    false and `fencing_token` null.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            (Not `format: uuid`: tools that parse it would change its spelling.)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | ForceReleaseResult
+    """
+
+    return sync_detailed(
+        key=key,
+        client=client,
+        x_request_id=x_request_id,
+    ).parsed
+
+
+async def asyncio_detailed(
+    key: str,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | ForceReleaseResult]:
+    """Remove the current lease without its owner token.
+
+     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
+    its owner. Use it only where the protected resource enforces fencing tokens, because the
+    former holder may still be running. Removing nothing is not an error: `released` is
+    false and `fencing_token` null.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            (Not `format: uuid`: tools that parse it would change its spelling.)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | ForceReleaseResult]
+    """
+
+    kwargs = _get_kwargs(
+        key=key,
+        x_request_id=x_request_id,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    key: str,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Error | ForceReleaseResult | None:
+    """Remove the current lease without its owner token.
+
+     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
+    its owner. Use it only where the protected resource enforces fencing tokens, because the
+    former holder may still be running. Removing nothing is not an error: `released` is
+    false and `fencing_token` null.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            (Not `format: uuid`: tools that parse it would change its spelling.)
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | ForceReleaseResult
+    """
+
+    return (
+        await asyncio_detailed(
+            key=key,
+            client=client,
+            x_request_id=x_request_id,
+        )
+    ).parsed

@@ -1,0 +1,25 @@
+"""Contains all the data models used in inputs/outputs"""
+
+from .acquire_request import AcquireRequest
+from .error import Error
+from .error_detail import ErrorDetail
+from .force_release_result import ForceReleaseResult
+from .health import Health
+from .health_status import HealthStatus
+from .lock_lease import LockLease
+from .lock_state import LockState
+from .release_request import ReleaseRequest
+from .renew_request import RenewRequest
+
+__all__ = (
+    "AcquireRequest",
+    "Error",
+    "ErrorDetail",
+    "ForceReleaseResult",
+    "Health",
+    "HealthStatus",
+    "LockLease",
+    "LockState",
+    "ReleaseRequest",
+    "RenewRequest",
+)

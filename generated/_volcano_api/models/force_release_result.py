@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Self, TypeVar, cast
+
+from attrs import define as _attrs_define
+
+T = TypeVar("T", bound="ForceReleaseResult")
+
+
+@_attrs_define
+class ForceReleaseResult:
+    """
+    Attributes:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
+        released (bool): Whether a live lease was removed.
+        fencing_token (int | None): The removed lease's fencing token; null when nothing was released.
+    """
+
+    key: str
+    released: bool
+    fencing_token: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        key = self.key
+
+        released = self.released
+
+        fencing_token: int | None
+        fencing_token = self.fencing_token
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update(
+            {
+                "key": key,
+                "released": released,
+                "fencing_token": fencing_token,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        d = dict(src_dict)
+        key = d.pop("key")
+
+        released = d.pop("released")
+
+        def _parse_fencing_token(data: object) -> int | None:
+            if data is None:
+                return data
+            return cast(int | None, data)
+
+        fencing_token = _parse_fencing_token(d.pop("fencing_token"))
+
+        force_release_result = cls(
+            key=key,
+            released=released,
+            fencing_token=fencing_token,
+        )
+
+        return force_release_result

@@ -1,7 +1,90 @@
-"""Volcano: project-scoped leases (distributed locks) for trusted server code."""
+"""Volcano: project-scoped leases (distributed locks) for trusted server code.
+
+```python
+import volcano
+
+with volcano.Client() as client:  # VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY, VOLCANO_API_URL
+    lease = client.locks.acquire("daily-report", ttl=30)
+    try:
+        print("fencing token", lease.fencing_token)
+    finally:
+        client.locks.release("daily-report", lease)
+
+    with client.locks.with_lock("daily-report", ttl=30) as guard:
+        if guard.lost:
+            raise RuntimeError("lock ownership was lost")
+```
+
+`AsyncClient` has the same surface for asyncio. Every error is a `volcano.Error`. The
+`volcano` logger reports requests at DEBUG (operation, key, status, request id, duration) and
+lost leases at WARNING; it never logs keys or owner tokens. The package adds no handler.
+"""
 
 from __future__ import annotations
 
+from ._async_client import AsyncClient, AsyncLocks
+from ._client import Client, Locks
+from ._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ClientClosedError,
+    ConflictError,
+    Error,
+    GuardStateError,
+    InternalServerError,
+    InvalidArgumentError,
+    LeaseNotHeldError,
+    LockHeldError,
+    LockLostError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    RequestIdReusedError,
+    ServiceUnavailableError,
+    UnexpectedResponseError,
+    UnprocessableEntityError,
+)
+from ._guard import AsyncLockGuard, LockGuard
+from ._models import ForceReleaseResult, LockLease, LockState
 from ._version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncClient",
+    "AsyncLockGuard",
+    "AsyncLocks",
+    "AuthenticationError",
+    "BadRequestError",
+    "Client",
+    "ClientClosedError",
+    "ConflictError",
+    "Error",
+    "ForceReleaseResult",
+    "GuardStateError",
+    "InternalServerError",
+    "InvalidArgumentError",
+    "LeaseNotHeldError",
+    "LockGuard",
+    "LockHeldError",
+    "LockLease",
+    "LockLostError",
+    "LockState",
+    "Locks",
+    "MethodNotAllowedError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RequestIdReusedError",
+    "ServiceUnavailableError",
+    "UnexpectedResponseError",
+    "UnprocessableEntityError",
+    "__version__",
+]

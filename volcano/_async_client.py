@@ -1,0 +1,230 @@
+"""`volcano.AsyncClient`: the asyncio client and its `locks` namespace.
+
+The same surface as `Client`, awaited; both build their requests and read their answers with
+the same code, and only the sending differs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+import httpx
+
+from . import _config, _requests
+from ._clock import SYSTEM_CLOCK, Clock
+from ._exceptions import ClientClosedError, InvalidArgumentError
+from ._guard import AsyncLockGuard
+from ._retry import retry_once_async
+from ._transport import AsyncTransport
+
+if TYPE_CHECKING:
+    import uuid
+    from datetime import timedelta
+    from types import TracebackType
+
+    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._transport import Call
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A client of the Volcano locks API for asyncio code.
+
+    Every argument defaults to its environment variable. Use it as an async context manager
+    (`async with volcano.AsyncClient() as client:`), or `await client.close()` when done.
+
+    Args:
+        anon_key: The project's anon key (default: `VOLCANO_ANON_KEY`). It names the project.
+        service_key: The project's service key (default: `VOLCANO_SERVICE_KEY`), the
+            credential. Keep it on trusted servers only.
+        api_url: The API's base URL (default: `VOLCANO_API_URL`, else
+            `https://api.volcano.dev`). Requests always go there, even through `http_client`.
+        timeout: Seconds (or a `timedelta`) each request may take; default 10.
+        http_client: An `httpx.AsyncClient` to send through (for proxies, TLS settings, or
+            tests). Its base URL and timeout are not used, and `close()` leaves it open.
+
+    Raises:
+        InvalidArgumentError: A key is missing (the message names its variable), or an
+            argument is malformed.
+    """
+
+    def __init__(
+        self,
+        *,
+        anon_key: str | None = None,
+        service_key: str | None = None,
+        api_url: str | None = None,
+        timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._settings = _config.resolve(
+            anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
+        )
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise InvalidArgumentError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+            )
+        self._owns_http = http_client is None
+        self._http = httpx.AsyncClient() if http_client is None else http_client
+        self._transport = AsyncTransport(self._http, self._settings)
+        self._clock: Clock = SYSTEM_CLOCK
+        self._closed = False
+        self._guards: set[AsyncLockGuard] = set()
+        self._locks = AsyncLocks(self)
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return f"AsyncClient(api_url={self.api_url!r}, timeout={self.timeout!r}{state})"
+
+    async def __aenter__(self) -> AsyncClient:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def locks(self) -> AsyncLocks:
+        """The lock operations: acquire, renew, release, get, force_release, with_lock."""
+        return self._locks
+
+    @property
+    def api_url(self) -> str:
+        """The base URL requests go to."""
+        return self._settings.api_url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each request may take."""
+        return self._settings.timeout
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop renewing, mark active guards lost, and close the HTTP client if it is ours.
+
+        Calling it again does nothing. A closed client raises `ClientClosedError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        reason = ClientClosedError("the client was closed")
+        guards, self._guards = list(self._guards), set()
+        for guard in guards:
+            await guard._shut_down(reason)
+        if self._owns_http:
+            await self._http.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("this volcano.AsyncClient is closed")
+
+    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+        self._check_open()
+        return await self._transport.send(call, request_timeout=request_timeout)
+
+    async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
+        """Acquire with retry-once; also return when the successful attempt was sent."""
+
+        async def attempt() -> tuple[LockLease, float]:
+            sent_at = self._clock.monotonic()
+            return await self._send(call), sent_at
+
+        return await retry_once_async(attempt, self._clock.async_sleep, f"acquire {call.key}")
+
+    def _track(self, guard: AsyncLockGuard) -> bool:
+        """Keep `guard` to stop at close; a closed client marks it lost and returns False."""
+        if self._closed:
+            guard._abandon(ClientClosedError("the client was closed"))
+            return False
+        self._guards.add(guard)
+        return True
+
+    def _untrack(self, guard: AsyncLockGuard) -> None:
+        self._guards.discard(guard)
+
+
+class AsyncLocks:
+    """The lock operations of an `AsyncClient`, reached as `client.locks`.
+
+    The same methods as `Locks`, awaited, with the same arguments, results and errors.
+    """
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"<AsyncLocks of {self._client!r}>"
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        ttl: float | timedelta,
+        token: str | uuid.UUID | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> LockLease:
+        """Acquire a lease on `key` for `ttl` seconds; see `Locks.acquire`.
+
+        A transport failure or a 503 is retried once with the very same owner token, request
+        id, key, ttl and credentials; nothing else is retried.
+        """
+        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
+        lease, _ = await self._client._acquire(call)
+        return lease
+
+    async def renew(
+        self,
+        key: str,
+        lease: LockLease,
+        *,
+        ttl: float | timedelta | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> LockLease:
+        """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
+        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        return await self._client._send(call)
+
+    async def release(
+        self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
+    ) -> None:
+        """End `lease`; see `Locks.release`."""
+        await self._client._send(_requests.release(key, lease, request_id=request_id))
+
+    async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
+        """Report `key`'s state without acquiring it; see `Locks.get`."""
+        return await self._client._send(_requests.get(key, request_id=request_id))
+
+    async def force_release(
+        self, key: str, *, request_id: str | uuid.UUID | None = None
+    ) -> ForceReleaseResult:
+        """Remove `key`'s live lease, whoever holds it; see `Locks.force_release`."""
+        return await self._client._send(_requests.force_release(key, request_id=request_id))
+
+    def with_lock(
+        self,
+        key: str,
+        *,
+        ttl: float | timedelta,
+        token: str | uuid.UUID | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> AsyncLockGuard:
+        """A guard holding `key` for an `async with` block; see `Locks.with_lock`.
+
+        ```python
+        async with client.locks.with_lock("daily-report", ttl=30) as guard:
+            if guard.lost:
+                raise RuntimeError("lock ownership was lost")
+        ```
+        """
+        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
+        return AsyncLockGuard(self._client, call)

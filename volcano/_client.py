@@ -1,0 +1,292 @@
+"""`volcano.Client`: the synchronous client and its `locks` namespace."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, TypeVar
+
+import httpx
+
+from . import _config, _requests
+from ._clock import SYSTEM_CLOCK, Clock
+from ._exceptions import ClientClosedError, InvalidArgumentError
+from ._guard import LockGuard
+from ._renewer import Renewer
+from ._retry import retry_once
+from ._transport import SyncTransport
+
+if TYPE_CHECKING:
+    import uuid
+    from datetime import timedelta
+    from types import TracebackType
+
+    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._transport import Call
+
+T = TypeVar("T")
+
+
+class Client:
+    """A client of the Volcano locks API, for threads and plain synchronous code.
+
+    Every argument defaults to its environment variable. Use it as a context manager, or call
+    `close()` when done; it is safe to share between threads.
+
+    Args:
+        anon_key: The project's anon key (default: `VOLCANO_ANON_KEY`). It names the project.
+        service_key: The project's service key (default: `VOLCANO_SERVICE_KEY`), the
+            credential. Keep it on trusted servers only.
+        api_url: The API's base URL (default: `VOLCANO_API_URL`, else
+            `https://api.volcano.dev`). Requests always go there, even through `http_client`.
+        timeout: Seconds (or a `timedelta`) each request may take; default 10.
+        http_client: An `httpx.Client` to send through (for proxies, TLS settings, or tests).
+            Its base URL and timeout are not used, and `close()` leaves it open.
+
+    Raises:
+        InvalidArgumentError: A key is missing (the message names its variable), or an
+            argument is malformed.
+    """
+
+    def __init__(
+        self,
+        *,
+        anon_key: str | None = None,
+        service_key: str | None = None,
+        api_url: str | None = None,
+        timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self._settings = _config.resolve(
+            anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
+        )
+        if http_client is not None and not isinstance(http_client, httpx.Client):
+            raise InvalidArgumentError(
+                f"http_client must be an httpx.Client, got {type(http_client).__name__}"
+            )
+        self._owns_http = http_client is None
+        self._http = httpx.Client() if http_client is None else http_client
+        self._transport = SyncTransport(self._http, self._settings)
+        self._clock: Clock = SYSTEM_CLOCK
+        self._lifecycle = threading.Lock()
+        self._closed = False
+        self._renewer_instance: Renewer | None = None
+        self._locks = Locks(self)
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return f"Client(api_url={self.api_url!r}, timeout={self.timeout!r}{state})"
+
+    def __enter__(self) -> Client:
+        self._check_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def locks(self) -> Locks:
+        """The lock operations: acquire, renew, release, get, force_release, with_lock."""
+        return self._locks
+
+    @property
+    def api_url(self) -> str:
+        """The base URL requests go to."""
+        return self._settings.api_url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each request may take."""
+        return self._settings.timeout
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop renewing, mark active guards lost, and close the HTTP client if it is ours.
+
+        Calling it again does nothing. A closed client raises `ClientClosedError`.
+        """
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+            renewer = self._renewer_instance
+        if renewer is not None:
+            renewer.stop(ClientClosedError("the client was closed"))
+        if self._owns_http:
+            self._http.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("this volcano.Client is closed")
+
+    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+        self._check_open()
+        return self._transport.send(call, request_timeout=request_timeout)
+
+    def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
+        """Acquire with retry-once; also return when the successful attempt was sent."""
+
+        def attempt() -> tuple[LockLease, float]:
+            sent_at = self._clock.monotonic()
+            return self._send(call), sent_at
+
+        return retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
+
+    def _renewer(self) -> Renewer:
+        """The client's renewer, made on first use; once closed, it refuses new guards."""
+        with self._lifecycle:
+            if self._renewer_instance is None:
+                self._renewer_instance = Renewer(self._clock)
+                if self._closed:
+                    self._renewer_instance.stop(ClientClosedError("the client was closed"))
+            return self._renewer_instance
+
+
+class Locks:
+    """The lock operations of a `Client`, reached as `client.locks`.
+
+    Every method checks its arguments before sending and raises `InvalidArgumentError`
+    naming a bad one; `ClientClosedError` once the client is closed; `APIConnectionError`
+    (or `APITimeoutError`) when no answer arrived; and an `APIStatusError` subclass for an
+    error answer. Every method accepts `request_id=`, a UUID string (any letter case, kept
+    exactly as spelled) or `uuid.UUID`; a fresh one is made when it is left out.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"<Locks of {self._client!r}>"
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl: float | timedelta,
+        token: str | uuid.UUID | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> LockLease:
+        """Acquire a lease on `key` for `ttl` seconds.
+
+        A transport failure or a 503 is retried once with the very same owner token, request
+        id, key, ttl and credentials; nothing else is retried. To recover after the retry also
+        failed, pass the same `token` and `request_id` again: the server then returns the
+        lease it granted, if it granted one.
+
+        Args:
+            key: The lock's name: 1 to 255 characters, a letter or digit, then letters,
+                digits, `.`, `_`, `:` or `-`.
+            ttl: The lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            token: The owner token (a UUID); a fresh one by default. Keep it private.
+            request_id: The request id (a UUID); a fresh one by default.
+
+        Returns:
+            The new lease. Acquiring again with the live holder's own token returns that
+            lease, its expiry moved to now + ttl.
+
+        Raises:
+            LockHeldError: Another owner holds a live lease (`retry_after` says how long).
+        """
+        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
+        lease, _ = self._client._acquire(call)
+        return lease
+
+    def renew(
+        self,
+        key: str,
+        lease: LockLease,
+        *,
+        ttl: float | timedelta | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> LockLease:
+        """Extend `lease` to `ttl` seconds from now; it is not retried.
+
+        Args:
+            key: The lock's name; it must be the lease's key.
+            lease: The lease to extend.
+            ttl: The new time to live (seconds or `timedelta`); default: the lease's own.
+            request_id: The request id (a UUID); a fresh one by default.
+
+        Returns:
+            A new lease with the same fencing token and a later expiry; `lease` is unchanged.
+            Keep the new one.
+
+        Raises:
+            LeaseNotHeldError: The lease expired, was released, force-released or taken over.
+        """
+        return self._client._send(_requests.renew(key, lease, ttl=ttl, request_id=request_id))
+
+    def release(
+        self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
+    ) -> None:
+        """End `lease`; it is not retried.
+
+        Args:
+            key: The lock's name; it must be the lease's key.
+            lease: The lease to end.
+            request_id: The request id (a UUID); a fresh one by default.
+
+        Raises:
+            LeaseNotHeldError: The lease expired, was released, force-released or taken over.
+        """
+        self._client._send(_requests.release(key, lease, request_id=request_id))
+
+    def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
+        """Report whether `key` is held, until when, and its fencing token, without acquiring.
+
+        Args:
+            key: The lock's name.
+            request_id: The request id (a UUID); a fresh one by default.
+        """
+        return self._client._send(_requests.get(key, request_id=request_id))
+
+    def force_release(
+        self, key: str, *, request_id: str | uuid.UUID | None = None
+    ) -> ForceReleaseResult:
+        """Remove `key`'s live lease, whoever holds it: administrative recovery only.
+
+        The former holder may still be running, so use it only where the protected resource
+        enforces fencing tokens. Removing nothing is not an error (`released` is False).
+
+        Args:
+            key: The lock's name.
+            request_id: The request id (a UUID); a fresh one by default.
+        """
+        return self._client._send(_requests.force_release(key, request_id=request_id))
+
+    def with_lock(
+        self,
+        key: str,
+        *,
+        ttl: float | timedelta,
+        token: str | uuid.UUID | None = None,
+        request_id: str | uuid.UUID | None = None,
+    ) -> LockGuard:
+        """A guard that holds `key` for a `with` block, renewing the lease in the background.
+
+        ```python
+        with client.locks.with_lock("daily-report", ttl=30) as guard:
+            if guard.lost:
+                raise RuntimeError("lock ownership was lost")
+        ```
+
+        Entering acquires like `acquire` (same retry-once, with `token` and `request_id`);
+        renewals and the release use fresh request ids. Arguments are checked here, before
+        entering. Exiting does not raise when the lease was lost: check `guard.lost`.
+
+        Args:
+            key: The lock's name.
+            ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            token: The owner token for the acquisition (a UUID); a fresh one by default.
+            request_id: The acquisition's request id (a UUID); a fresh one by default.
+        """
+        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
+        return LockGuard(self._client, call)

@@ -1,0 +1,37 @@
+"""Time as the SDK sees it, in one object so tests can substitute a fake (no test sleeps).
+
+Every decision about a lease's life uses `monotonic()`: wall-clock jumps cannot make a guard
+believe it still holds a lease it may have lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
+
+
+class Clock:
+    """The real clock: `time.monotonic`, `time.sleep`, `asyncio.sleep`, `Condition.wait`."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Block this thread for `seconds`."""
+        time.sleep(seconds)
+
+    async def async_sleep(self, seconds: float) -> None:
+        """Suspend this task for `seconds`."""
+        await asyncio.sleep(seconds)
+
+    def wait(self, condition: threading.Condition, timeout: float | None) -> None:
+        """Wait on `condition` (held by the caller) until notified or `timeout` seconds pass."""
+        condition.wait(timeout)
+
+
+SYSTEM_CLOCK = Clock()

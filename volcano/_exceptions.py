@@ -1,0 +1,264 @@
+"""Every error the SDK raises, under one root.
+
+```
+Error
+├── InvalidArgumentError (also a ValueError)   an argument refused before anything was sent
+├── ClientClosedError                           the client was closed
+├── GuardStateError (also a RuntimeError)       a with_lock guard used out of order
+├── LockLostError                               a guard's lease ran out without a renewal
+├── APIConnectionError                          no HTTP answer: connect, read, write, protocol
+│   └── APITimeoutError                         no answer within the timeout
+└── APIStatusError                              an HTTP answer other than success
+    ├── BadRequestError                 400
+    ├── AuthenticationError             401
+    ├── PermissionDeniedError           403
+    ├── NotFoundError                   404
+    ├── MethodNotAllowedError           405
+    ├── ConflictError                   409  (any other code)
+    │   ├── LockHeldError               409 lock_held
+    │   ├── LeaseNotHeldError           409 lease_not_held
+    │   └── RequestIdReusedError        409 request_id_reused
+    ├── PayloadTooLargeError            413
+    ├── UnprocessableEntityError        422
+    ├── RateLimitError                  429
+    ├── InternalServerError             500 and every other 5xx but 503
+    ├── ServiceUnavailableError         503
+    └── UnexpectedResponseError         an undocumented status, or a body that breaks the spec
+```
+
+Status errors are chosen by status code (`status_error`); a body that is not a Volcano error
+object still gets its status's class, with `code` None. No error's text holds a key or an
+owner token.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class Error(Exception):
+    """The root of every error the volcano package raises."""
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument was refused before any request was sent; the message names it."""
+
+
+class ClientClosedError(Error):
+    """The client was closed: it sends nothing more, and its guards are lost."""
+
+
+class GuardStateError(Error, RuntimeError):
+    """A with_lock guard was used out of order: entered twice, or read before it was entered."""
+
+
+class LockLostError(Error):
+    """A with_lock guard's lease reached its deadline without a successful renewal.
+
+    Its `__cause__` is the last renewal error, when there was one.
+    """
+
+
+class APIConnectionError(Error):
+    """No HTTP answer arrived: the connection failed, broke, or spoke bad HTTP.
+
+    The operation may still have happened on the server. Repeat an acquisition with the same
+    owner token and request id to learn its outcome.
+
+    Attributes:
+        request_id: The X-Request-Id that was sent.
+    """
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        if self.request_id is None:
+            return self.message
+        return f"{self.message} (request_id={self.request_id})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, request_id={self.request_id!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.message,), {"request_id": self.request_id}))
+
+
+class APITimeoutError(APIConnectionError):
+    """No answer arrived within the timeout."""
+
+
+class APIStatusError(Error):
+    """The server (or something in between) answered with a status other than success.
+
+    Attributes:
+        status_code: The HTTP status.
+        code: The Volcano error code (`lock_held`, ...), or None when the body was not a
+            Volcano error object.
+        message: The server's explanation, or a description of what arrived.
+        request_id: The request id from the error body, else the X-Request-Id response header.
+        retry_after: The Retry-After header in seconds, or None when absent or unreadable.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        code: str | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+        self.request_id = request_id
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        head = f"{self.status_code} {self.code}" if self.code else str(self.status_code)
+        tail = "" if self.request_id is None else f" (request_id={self.request_id})"
+        return f"{head}: {self.message}{tail}"
+
+    def __repr__(self) -> str:
+        head = f"{self.status_code} {self.code}" if self.code else str(self.status_code)
+        return f"{type(self).__name__}({head}: {self.message}, request_id={self.request_id!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "status_code": self.status_code,
+            "code": self.code,
+            "request_id": self.request_id,
+            "retry_after": self.retry_after,
+        }
+        return (_rebuild, (type(self), (self.message,), fields))
+
+
+class BadRequestError(APIStatusError):
+    """400: the request was malformed (not JSON, or a malformed header)."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: the anon key or service key is missing, unknown, or from two projects."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: the credential may not do this (the anon key sent as the service key)."""
+
+
+class NotFoundError(APIStatusError):
+    """404: no such route on this server."""
+
+
+class MethodNotAllowedError(APIStatusError):
+    """405: the route does not take this method."""
+
+
+class ConflictError(APIStatusError):
+    """409: the request conflicts with the lock's state or an earlier request."""
+
+
+class LockHeldError(ConflictError):
+    """409 lock_held: another owner holds a live lease; `retry_after` says for how long."""
+
+
+class LeaseNotHeldError(ConflictError):
+    """409 lease_not_held: the lease expired, was released, force-released or taken over."""
+
+
+class RequestIdReusedError(ConflictError):
+    """409 request_id_reused: this request id was already used for a different request."""
+
+
+class PayloadTooLargeError(APIStatusError):
+    """413: the request body is larger than the server accepts."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422: the request parsed but broke the schema."""
+
+
+class RateLimitError(APIStatusError):
+    """429: too many requests for this project; `retry_after` says when to try again."""
+
+
+class InternalServerError(APIStatusError):
+    """500, or any other 5xx but 503: the operation may or may not have happened."""
+
+
+class ServiceUnavailableError(APIStatusError):
+    """503: the server cannot reach its storage right now; `retry_after` says when to retry."""
+
+
+class UnexpectedResponseError(APIStatusError):
+    """An undocumented status, or a response body that does not match the spec."""
+
+
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    405: MethodNotAllowedError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+    500: InternalServerError,
+    503: ServiceUnavailableError,
+}
+
+_CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
+    "lock_held": LockHeldError,
+    "lease_not_held": LeaseNotHeldError,
+    "request_id_reused": RequestIdReusedError,
+}
+
+
+def status_error(
+    status_code: int,
+    *,
+    code: str | None,
+    message: str,
+    request_id: str | None,
+    retry_after: float | None = None,
+) -> APIStatusError:
+    """Build the error for an unsuccessful answer, choosing its class by status and code."""
+    cls = _status_class(status_code, code)
+    return cls(
+        message,
+        status_code=status_code,
+        code=code,
+        request_id=request_id,
+        retry_after=retry_after,
+    )
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Read a Retry-After header given in seconds; None when absent or not a number."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _status_class(status_code: int, code: str | None) -> type[APIStatusError]:
+    if status_code == 409 and code in _CONFLICT_BY_CODE:
+        return _CONFLICT_BY_CODE[code]
+    if status_code in _BY_STATUS:
+        return _BY_STATUS[status_code]
+    if 500 <= status_code <= 599:
+        return InternalServerError
+    return UnexpectedResponseError
+
+
+def _rebuild(cls: type[Error], args: tuple[Any, ...], fields: dict[str, Any]) -> Error:
+    # Exceptions pickle through their args only; these carry keyword fields too.
+    return cls(*args, **fields)

@@ -1,0 +1,408 @@
+"""The with_lock guards: hold a lease for a block, renewing it in the background.
+
+```python
+with client.locks.with_lock("daily-report", ttl=30) as guard:
+    for item in work:
+        if guard.lost:
+            raise RuntimeError("lock ownership was lost")
+        write(item, fence=guard.lease.fencing_token)
+```
+
+Entering acquires (retrying once, like `acquire`). While the block runs, the lease is renewed
+before it can expire; `guard.lease` is the latest lease and `guard.lost` turns True when a
+renewal is refused (409, or another 4xx) or none succeeded before the lease's deadline by the
+client's monotonic clock. Leaving the block stops renewal and releases the latest lease unless
+it was lost. Exiting never raises because the lease was lost, and a failed release is logged,
+never raised, so an exception from the block is never masked: **the block must check
+`guard.lost`** (or `wait_lost`) and stop its protected work, and the protected resource should
+check fencing tokens, because renewal cannot stop code that is already running.
+
+A guard is single use: it cannot be entered twice or re-entered after it exits. After exit,
+`lease`, `lost` and `lost_reason` keep telling what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+import attrs
+
+from . import _requests
+from ._exceptions import Error, GuardStateError, LockLostError
+from ._renewal import Timeline
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._async_client import AsyncClient
+    from ._client import Client
+    from ._clock import Clock
+    from ._models import LockLease
+    from ._transport import Call
+
+logger = logging.getLogger("volcano")
+
+
+class _Phase(enum.Enum):
+    NEW = "not entered"
+    ENTERING = "entering"
+    ACTIVE = "active"
+    EXITING = "exiting"
+    EXITED = "exited"
+
+
+@attrs.frozen
+class _Attempt:
+    """One renewal attempt: the request, its timeout, and when it is sent."""
+
+    call: Call[LockLease]
+    request_timeout: float
+    sent_at: float
+
+
+class _GuardState:
+    """The state both guards share: phase, timeline, and the answers to lease/lost/lost_reason."""
+
+    def __init__(self, acquisition: Call[LockLease], clock: Clock, timeout: float) -> None:
+        self._acquisition = acquisition
+        self._clock = clock
+        self._timeout = timeout
+        self._phase_lock = threading.Lock()
+        self._phase = _Phase.NEW
+        self._timeline: Timeline | None = None
+        self._lost_at_exit = False
+
+    def __repr__(self) -> str:
+        status = self._phase.value
+        if self._timeline is not None and self._timeline.lost_reason is not None:
+            status += ", lost"
+        return f"<{type(self).__name__} key={self.key!r} {status}>"
+
+    @property
+    def key(self) -> str:
+        """The lock's key."""
+        return self._acquisition.key
+
+    @property
+    def lease(self) -> LockLease:
+        """The latest lease: the one acquired, or the latest renewal of it.
+
+        Raises:
+            GuardStateError: The guard has not been entered.
+        """
+        return self._entered_timeline().lease
+
+    @property
+    def lost(self) -> bool:
+        """Whether ownership was lost: a renewal was refused, or the lease's deadline passed.
+
+        It turns True as soon as the deadline passes by the monotonic clock, even if the
+        renewal is still waiting for an answer. After exit it tells whether ownership was lost
+        before the guard left.
+
+        Raises:
+            GuardStateError: The guard has not been entered.
+        """
+        timeline = self._entered_timeline()
+        if self._phase is _Phase.EXITED:
+            return self._lost_at_exit
+        return timeline.lost(self._clock.monotonic())
+
+    @property
+    def lost_reason(self) -> Error | None:
+        """The error that ended ownership, or None while held (and before entry).
+
+        A refused renewal gives the server's error (`LeaseNotHeldError` for a 409); a deadline
+        reached without a successful renewal gives `LockLostError`, caused by the last renewal
+        error; a closed client gives `ClientClosedError`.
+        """
+        if self._timeline is None:
+            return None
+        if self._phase is not _Phase.EXITED:
+            self._timeline.lost(self._clock.monotonic())
+        return self._timeline.lost_reason
+
+    def _wake(self) -> None:
+        """Wake everything waiting for a change of state (loss or exit)."""
+        raise NotImplementedError
+
+    def _entered_timeline(self) -> Timeline:
+        if self._timeline is None:
+            raise GuardStateError(
+                f"the guard on {self.key!r} has not been entered; "
+                "use it as `with client.locks.with_lock(...) as guard:`"
+            )
+        return self._timeline
+
+    def _begin_entering(self) -> None:
+        with self._phase_lock:
+            if self._phase is _Phase.NEW:
+                self._phase = _Phase.ENTERING
+                return
+            phase = self._phase
+        if phase is _Phase.EXITED:
+            raise GuardStateError(
+                f"the guard on {self.key!r} has been used; call with_lock() again for a new lease"
+            )
+        raise GuardStateError(
+            f"the guard on {self.key!r} is already entered; a guard is not re-entrant"
+        )
+
+    def _entering_failed(self) -> None:
+        with self._phase_lock:
+            self._phase = _Phase.EXITED
+
+    def _activate(self, lease: LockLease, sent_at: float) -> Timeline:
+        timeline = Timeline(lease, sent_at, timeout=self._timeout, on_lost=self._wake)
+        with self._phase_lock:
+            self._timeline = timeline
+            self._phase = _Phase.ACTIVE
+        return timeline
+
+    def _begin_exiting(self) -> Timeline:
+        with self._phase_lock:
+            if self._phase is not _Phase.ACTIVE or self._timeline is None:
+                raise GuardStateError(f"the guard on {self.key!r} is {self._phase.value}")
+            self._phase = _Phase.EXITING
+            return self._timeline
+
+    def _finish_exit(self, lost: bool) -> None:
+        with self._phase_lock:
+            self._lost_at_exit = lost
+            self._phase = _Phase.EXITED
+        self._wake()
+
+    def _abandon(self, reason: Error) -> None:
+        """Mark the lease lost because renewal stopped for `reason`."""
+        if self._timeline is not None:
+            self._timeline.lose(reason)
+
+    def _next_renewal(self) -> _Attempt | None:
+        """The renewal attempt due now, or None when it is too late for one."""
+        timeline = self._entered_timeline()
+        now = self._clock.monotonic()
+        request_timeout = timeline.begin_attempt(now)
+        if request_timeout is None:
+            return None
+        return _Attempt(_requests.renewal(timeline.lease), request_timeout, now)
+
+    def _renewal_failed(self, error: Error) -> float | None:
+        return self._entered_timeline().failed(error, self._clock.monotonic())
+
+    def _renewal_succeeded(self, lease: LockLease, attempt: _Attempt) -> float | None:
+        return self._entered_timeline().succeeded(lease, attempt.sent_at)
+
+    def _poll_lost(self, end: float | None) -> tuple[bool, float | None]:
+        """(lost, None) once the answer is known; else (False, seconds to wait and ask again)."""
+        timeline = self._entered_timeline()
+        if self._phase is _Phase.EXITED:
+            return self._lost_at_exit, None
+        now = self._clock.monotonic()
+        if timeline.lost(now):
+            return True, None
+        pause = timeline.deadline - now
+        if end is not None:
+            if now >= end:
+                return False, None
+            pause = min(pause, end - now)
+        return False, pause
+
+    def _deadline_for_wait(self, timeout: float | None) -> float | None:
+        if timeout is None:
+            return None
+        return self._clock.monotonic() + max(0.0, timeout)
+
+    def _log_release_failure(self, error: BaseException) -> None:
+        logger.warning(
+            "releasing the lease on %s failed: %s (request_id=%s)",
+            self.key,
+            error,
+            getattr(error, "request_id", None),
+            exc_info=not isinstance(error, Error),
+        )
+
+
+class LockGuard(_GuardState):
+    """A lease held for a `with` block and renewed by the client's renewal thread.
+
+    Made by `Client.locks.with_lock`; see the module documentation of `volcano` for the
+    rules. Entering acquires the lease (raising what `acquire` raises), exiting releases it.
+    """
+
+    def __init__(self, client: Client, acquisition: Call[LockLease]) -> None:
+        super().__init__(acquisition, client._clock, client.timeout)
+        self._client = client
+        self._changed = threading.Event()
+
+    def __enter__(self) -> LockGuard:
+        self._begin_entering()
+        try:
+            lease, sent_at = self._client._acquire(self._acquisition)
+        except BaseException:
+            self._entering_failed()
+            raise
+        timeline = self._activate(lease, sent_at)
+        self._client._renewer().add(self, timeline.next_attempt_at)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        timeline = self._begin_exiting()
+        self._client._renewer().remove(self)
+        lost = timeline.lost(self._clock.monotonic())
+        if not lost:
+            self._release(timeline.lease)
+        self._finish_exit(lost)
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Block until ownership is lost or `timeout` seconds pass (None: no limit).
+
+        Returns:
+            True if ownership was lost within the timeout; False otherwise, or when the guard
+            exited without losing it.
+
+        Raises:
+            GuardStateError: The guard has not been entered.
+        """
+        end = self._deadline_for_wait(timeout)
+        while True:
+            lost, pause = self._poll_lost(end)
+            if pause is None:
+                return lost
+            self._changed.wait(pause)
+
+    def _wake(self) -> None:
+        self._changed.set()
+
+    def _renew_due(self) -> float | None:
+        """Make the renewal attempt that is due; return when the next one is due, or None."""
+        attempt = self._next_renewal()
+        if attempt is None:
+            return None
+        try:
+            lease = self._client._send(attempt.call, request_timeout=attempt.request_timeout)
+        except Error as exc:
+            return self._renewal_failed(exc)
+        return self._renewal_succeeded(lease, attempt)
+
+    def _release(self, lease: LockLease) -> None:
+        try:
+            self._client._send(_requests.release(lease.key, lease, request_id=None))
+        except Exception as exc:  # noqa: BLE001 - logged; raising would mask the block's error
+            self._log_release_failure(exc)
+
+
+class AsyncLockGuard(_GuardState):
+    """A lease held for an `async with` block and renewed by an asyncio task.
+
+    Made by `AsyncClient.locks.with_lock`; see the module documentation of `volcano` for the
+    rules. Entering acquires the lease (raising what `acquire` raises), exiting releases it.
+    """
+
+    def __init__(self, client: AsyncClient, acquisition: Call[LockLease]) -> None:
+        super().__init__(acquisition, client._clock, client.timeout)
+        self._client = client
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncLockGuard:
+        self._begin_entering()
+        self._changed = asyncio.Event()
+        try:
+            lease, sent_at = await self._client._acquire(self._acquisition)
+        except BaseException:
+            self._entering_failed()
+            raise
+        self._activate(lease, sent_at)
+        if self._client._track(self):  # else the client is closed and the guard already lost
+            self._task = asyncio.get_running_loop().create_task(
+                self._renew_loop(), name=f"volcano-renew-{self.key}"
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        timeline = self._begin_exiting()
+        await self._stop_renewing()
+        self._client._untrack(self)
+        lost = timeline.lost(self._clock.monotonic())
+        if not lost:
+            await self._release(timeline.lease)
+        self._finish_exit(lost)
+
+    async def wait_lost(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the contract's name
+        """Wait until ownership is lost or `timeout` seconds pass (None: no limit).
+
+        Returns:
+            True if ownership was lost within the timeout; False otherwise, or when the guard
+            exited without losing it.
+
+        Raises:
+            GuardStateError: The guard has not been entered.
+        """
+        end = self._deadline_for_wait(timeout)
+        while True:
+            lost, pause = self._poll_lost(end)
+            if pause is None or self._changed is None:
+                return lost
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), pause)
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _shut_down(self, reason: Error) -> None:
+        """Mark the lease lost for `reason` and stop renewing it (the client is closing)."""
+        self._abandon(reason)
+        await self._stop_renewing()
+
+    async def _stop_renewing(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+
+    async def _renew_loop(self) -> None:
+        try:
+            due: float | None = self._entered_timeline().next_attempt_at
+            while due is not None:
+                await self._clock.async_sleep(max(0.0, due - self._clock.monotonic()))
+                due = await self._renew_due()
+        except Exception as exc:
+            logger.exception("renewing the lease on %s failed unexpectedly", self.key)
+            reason = LockLostError(f"renewing the lease on {self.key!r} failed unexpectedly")
+            reason.__cause__ = exc
+            self._abandon(reason)
+        finally:
+            if self._phase is _Phase.ACTIVE:  # stopped by something other than exit or close
+                self._abandon(LockLostError(f"renewal of the lease on {self.key!r} stopped"))
+
+    async def _renew_due(self) -> float | None:
+        attempt = self._next_renewal()
+        if attempt is None:
+            return None
+        try:
+            lease = await self._client._send(attempt.call, request_timeout=attempt.request_timeout)
+        except Error as exc:
+            return self._renewal_failed(exc)
+        return self._renewal_succeeded(lease, attempt)
+
+    async def _release(self, lease: LockLease) -> None:
+        try:
+            await self._client._send(_requests.release(lease.key, lease, request_id=None))
+        except Exception as exc:  # noqa: BLE001 - logged; raising would mask the block's error
+            self._log_release_failure(exc)

@@ -1,0 +1,82 @@
+"""The immutable values the lock methods return.
+
+They are frozen attrs classes: assigning to a field raises `attrs.exceptions.FrozenInstanceError`
+(an `AttributeError`). `expires_at` is always a timezone-aware UTC `datetime`. A lease's owner
+token is its proof of ownership, so `repr()` shows `owner_token=<redacted>`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import attrs
+
+from ._exceptions import InvalidArgumentError
+
+
+def _redacted(_: object) -> str:
+    return "<redacted>"
+
+
+def _utc(value: datetime) -> datetime:
+    if value.utcoffset() is None:
+        raise InvalidArgumentError(f"expires_at must be timezone-aware, got {value!r}")
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+@attrs.frozen
+class LockLease:
+    """A lease as granted by acquire or renew. Keep it to renew or release the lease.
+
+    Attributes:
+        key: The lock's name.
+        owner_token: The UUID string that proves ownership, spelled exactly as sent. Keep it
+            private; it is redacted from `repr()`.
+        fencing_token: The lease's fencing token. Give it to the protected resource, which
+            should reject writes carrying a lower token than the highest it has seen.
+        expires_at: When the lease ends by the server's clock (timezone-aware, UTC).
+        ttl_seconds: The time to live the lease was granted, in seconds.
+    """
+
+    key: str
+    owner_token: str = attrs.field(repr=_redacted)
+    fencing_token: int
+    expires_at: datetime = attrs.field(converter=_utc)
+    ttl_seconds: float
+
+
+@attrs.frozen
+class LockState:
+    """A key's availability, as reported by get. It never contains the owner token.
+
+    Attributes:
+        key: The lock's name.
+        held: Whether a live lease exists.
+        expires_at: When the live lease ends (timezone-aware, UTC); None when not held.
+        fencing_token: The live lease's fencing token when held, else the last one issued
+            for the key, else None.
+    """
+
+    key: str
+    held: bool
+    expires_at: datetime | None = attrs.field(converter=_utc_or_none)
+    fencing_token: int | None
+
+
+@attrs.frozen
+class ForceReleaseResult:
+    """What force_release removed.
+
+    Attributes:
+        key: The lock's name.
+        released: Whether a live lease was removed.
+        fencing_token: The removed lease's fencing token; None when nothing was released.
+    """
+
+    key: str
+    released: bool
+    fencing_token: int | None

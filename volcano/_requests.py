@@ -1,0 +1,70 @@
+"""Validated requests for every lock operation, shared by Client and AsyncClient.
+
+Arguments are checked here, before anything is sent; an owner token or request id left out
+becomes a fresh UUID, and one supplied is kept exactly as spelled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _transport, _validate
+
+if TYPE_CHECKING:
+    import uuid
+
+    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._transport import Call
+
+
+def acquire(
+    key: object, *, ttl: object, token: str | uuid.UUID | None, request_id: str | uuid.UUID | None
+) -> Call[LockLease]:
+    """The acquire request for these arguments."""
+    return _transport.acquire_call(
+        _validate.key(key),
+        owner_token=_validate.new_uuid() if token is None else _validate.owner_token(token),
+        ttl=_validate.ttl(ttl),
+        request_id=_request_id(request_id),
+    )
+
+
+def renew(
+    key: object, lease: object, *, ttl: object, request_id: str | uuid.UUID | None
+) -> Call[LockLease]:
+    """The renew request for these arguments; `ttl` None means the lease's own ttl."""
+    checked_key = _validate.key(key)
+    checked_lease = _validate.lease_for(checked_key, lease)
+    return _transport.renew_call(
+        checked_key,
+        checked_lease,
+        ttl=_validate.ttl(checked_lease.ttl_seconds if ttl is None else ttl),
+        request_id=_request_id(request_id),
+    )
+
+
+def renewal(lease: LockLease) -> Call[LockLease]:
+    """A guard's renewal of `lease`: its own ttl, a fresh request id."""
+    return renew(lease.key, lease, ttl=None, request_id=None)
+
+
+def release(key: object, lease: object, *, request_id: str | uuid.UUID | None) -> Call[None]:
+    """The release request for these arguments."""
+    checked_key = _validate.key(key)
+    return _transport.release_call(
+        checked_key, _validate.lease_for(checked_key, lease), request_id=_request_id(request_id)
+    )
+
+
+def get(key: object, *, request_id: str | uuid.UUID | None) -> Call[LockState]:
+    """The get request for these arguments."""
+    return _transport.get_call(_validate.key(key), request_id=_request_id(request_id))
+
+
+def force_release(key: object, *, request_id: str | uuid.UUID | None) -> Call[ForceReleaseResult]:
+    """The force release request for these arguments."""
+    return _transport.force_release_call(_validate.key(key), request_id=_request_id(request_id))
+
+
+def _request_id(value: str | uuid.UUID | None) -> str:
+    return _validate.new_uuid() if value is None else _validate.request_id(value)

@@ -1,0 +1,79 @@
+"""Retry-once for acquisition: the decision, and thin sync and async shells around it.
+
+An acquisition is retried exactly once, after a transport failure (timeout included) or a 503,
+by repeating the very same request: same owner token, request id, key, ttl and credentials, so
+that the server recovers the lease if the first attempt took effect. Nothing else is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, TypeVar
+
+from ._exceptions import APIConnectionError, Error, ServiceUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger("volcano")
+
+T = TypeVar("T")
+
+AFTER_TRANSPORT_FAILURE = 0.05
+"""Seconds to wait before retrying after a transport failure."""
+AFTER_UNAVAILABLE = 0.1
+"""Seconds to wait before retrying after a 503 without Retry-After."""
+RETRY_AFTER_CAP = 2.0
+"""The longest a 503's Retry-After makes the retry wait."""
+
+
+def retry_delay(error: Error) -> float | None:
+    """Seconds to wait before the one retry after `error`, or None when it is not retried."""
+    if isinstance(error, APIConnectionError):
+        return AFTER_TRANSPORT_FAILURE
+    if isinstance(error, ServiceUnavailableError):
+        if error.retry_after is None:
+            return AFTER_UNAVAILABLE
+        return min(error.retry_after, RETRY_AFTER_CAP)
+    return None
+
+
+def retry_once(attempt: Callable[[], T], sleep: Callable[[float], None], what: str) -> T:
+    """Run `attempt`; after a retryable failure wait and run it once more.
+
+    The retry's failure propagates with the first failure as its `__context__`.
+    """
+    try:
+        return attempt()
+    except Error as first:
+        delay = retry_delay(first)
+        if delay is None:
+            raise
+        _log_retry(what, first, delay)
+        sleep(delay)
+        return attempt()
+
+
+async def retry_once_async(
+    attempt: Callable[[], Awaitable[T]], sleep: Callable[[float], Awaitable[None]], what: str
+) -> T:
+    """The async twin of `retry_once`."""
+    try:
+        return await attempt()
+    except Error as first:
+        delay = retry_delay(first)
+        if delay is None:
+            raise
+        _log_retry(what, first, delay)
+        await sleep(delay)
+        return await attempt()
+
+
+def _log_retry(what: str, error: Error, delay: float) -> None:
+    logger.info(
+        "%s failed (%s), retrying once in %.2fs (request_id=%s)",
+        what,
+        type(error).__name__,
+        delay,
+        getattr(error, "request_id", None),
+    )

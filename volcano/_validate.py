@@ -1,0 +1,120 @@
+"""Checks on caller arguments, made before anything is sent; shared by both clients.
+
+Each check returns the value as it will be sent or raises `InvalidArgumentError` naming the
+argument. Owner tokens are secrets, so their checks describe a bad value without echoing it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from datetime import timedelta
+
+from ._exceptions import InvalidArgumentError
+from ._models import LockLease
+
+KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+KEY_MAX_LENGTH = 255
+UUID_PATTERN = re.compile(
+    r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+)
+TTL_MIN_SECONDS = 0.1
+TTL_MAX_SECONDS = 86400.0
+TIMEOUT_MAX_SECONDS = 3600.0
+
+Seconds = int | float | timedelta
+"""A duration in seconds (int or float) or a `timedelta`."""
+
+
+def key(value: object) -> str:
+    """Return a valid lock key: 1 to 255 characters, a letter or digit, then [A-Za-z0-9._:-]."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"key must be a str, got {type(value).__name__}")
+    if not 1 <= len(value) <= KEY_MAX_LENGTH or not KEY_PATTERN.fullmatch(value):
+        raise InvalidArgumentError(
+            f"key must be 1 to {KEY_MAX_LENGTH} characters: a letter or digit, then letters, "
+            f"digits, '.', '_', ':' or '-'; got {_shorten(value)}"
+        )
+    return value
+
+
+def ttl(value: object) -> int | float:
+    """Return a lease time to live in seconds (0.1 to 86400) as a JSON number."""
+    seconds = _seconds("ttl", value)
+    if not TTL_MIN_SECONDS <= seconds <= TTL_MAX_SECONDS:
+        raise InvalidArgumentError(
+            f"ttl must be from {TTL_MIN_SECONDS} to {TTL_MAX_SECONDS:g} seconds, got {seconds!r}"
+        )
+    return seconds
+
+
+def timeout(value: object) -> float:
+    """Return a request timeout in seconds: more than 0, at most an hour."""
+    seconds = float(_seconds("timeout", value))
+    if not 0 < seconds <= TIMEOUT_MAX_SECONDS:
+        raise InvalidArgumentError(
+            f"timeout must be more than 0 and at most {TIMEOUT_MAX_SECONDS:g} seconds, "
+            f"got {seconds!r}"
+        )
+    return seconds
+
+
+def owner_token(value: object) -> str:
+    """Return an owner token (a UUID string in any case, or a `uuid.UUID`) exactly as spelled."""
+    return _uuid_string("token", value, secret=True)
+
+
+def request_id(value: object) -> str:
+    """Return a request id (a UUID string in any case, or a `uuid.UUID`) exactly as spelled."""
+    return _uuid_string("request_id", value, secret=False)
+
+
+def new_uuid() -> str:
+    """A fresh random UUID string, for an owner token or a request id."""
+    return str(uuid.uuid4())
+
+
+def lease_for(key_value: str, lease: object) -> LockLease:
+    """Return `lease` when it is a LockLease for `key_value`; renew and release act on no other."""
+    if not isinstance(lease, LockLease):
+        raise InvalidArgumentError(f"lease must be a volcano.LockLease, got {type(lease).__name__}")
+    if lease.key != key_value:
+        raise InvalidArgumentError(
+            f"lease is for key {lease.key!r}, not {key_value!r}: pass the key it was acquired for"
+        )
+    return lease
+
+
+def _seconds(name: str, value: object) -> int | float:
+    if isinstance(value, timedelta):
+        seconds: int | float = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        # int() / float() turn subclasses (numpy scalars, IntEnum) into plain JSON numbers.
+        seconds = int(value) if isinstance(value, int) else float(value)
+    else:
+        raise InvalidArgumentError(
+            f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}"
+        )
+    if not math.isfinite(seconds):
+        raise InvalidArgumentError(f"{name} must be finite, got {seconds!r}")
+    return seconds
+
+
+def _uuid_string(name: str, value: object, *, secret: bool) -> str:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            f"{name} must be a UUID string or uuid.UUID, got {type(value).__name__}"
+        )
+    if not UUID_PATTERN.fullmatch(value):
+        shown = f"a str of length {len(value)}" if secret else _shorten(value)
+        raise InvalidArgumentError(
+            f"{name} must be a UUID in 8-4-4-4-12 hexadecimal form (any letter case), got {shown}"
+        )
+    return value
+
+
+def _shorten(value: str, limit: int = 80) -> str:
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"

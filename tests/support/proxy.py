@@ -1,0 +1,1266 @@
+"""FaultProxy: a real HTTP/1.1 proxy that injects faults between a real client and a real server.
+
+    with FaultProxy(upstream=("127.0.0.1", server_port)) as proxy:
+        proxy.on("POST", r"/acquire$").drop_response()  # server commits, client hears nothing
+        client = volcano.Client(api_url=proxy.url, ...)
+        ...
+        [first, retry] = proxy.wait_for_requests(2)
+        assert retry.raw == first.raw  # byte-identical retry
+
+The proxy listens on 127.0.0.1 (a free port by default) and runs an asyncio event loop in its own
+thread. Each client connection gets its own upstream connection, opened on the first request that
+is forwarded and reopened if the upstream closes it while idle. Requests are parsed one at a time
+(keep-alive, pipelining and `Connection: close` work as in HTTP/1.1), recorded in `proxy.requests`,
+and matched against the rules in order; the first rule that matches and is not used up decides
+what happens (see the action factories below); with no match the request is forwarded. Bytes are
+forwarded exactly as received, both ways, Host header included.
+
+Partition: `proxy.partition()` cuts all traffic. Requests on existing connections and on new ones
+are read, recorded with action "partition", and never forwarded nor answered; a response that
+arrives from the upstream while partitioned is withheld. New TCP connections are accepted and held
+(`new_connections="hold"`, the default: the client times out, as across a real partition) or
+accepted and immediately reset (`new_connections="reset"`: the client gets a transport error at
+once, never a ConnectError since the TCP handshake completes). `proxy.heal()` lets traffic pass
+again and closes every held connection without a response (blackholed ones included); by then
+their clients have usually timed out.
+
+Limitations: messages are buffered whole (fine for test-sized bodies); `Expect: 100-continue`
+is not honoured (the proxy waits for the body); a `101 Switching Protocols` response and upstream
+failures (refused connection, a close before the end of the response, a malformed response) close
+the client connection with a TCP reset and set `RecordedRequest.error`; malformed requests get a
+400 from the proxy and are noted in `proxy.errors`, not in `proxy.requests`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import re
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+from tests.support._http11 import (
+    ProtocolError,
+    build_response,
+    find_header,
+    find_headers,
+    read_body,
+    read_head,
+    request_framing,
+    response_framing,
+    wants_close,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Self
+
+__all__ = [
+    "Action",
+    "Blackhole",
+    "Delay",
+    "DelayResponse",
+    "DropResponse",
+    "ErrorResponse",
+    "FaultProxy",
+    "Forward",
+    "Match",
+    "RecordedRequest",
+    "RecordedResponse",
+    "ResetBeforeForward",
+    "Respond",
+    "Rule",
+    "RuleBuilder",
+    "blackhole",
+    "default_error_code",
+    "delay",
+    "delay_response",
+    "drop_response",
+    "error_body",
+    "error_response",
+    "forward",
+    "html_error",
+    "request_id_for",
+    "reset_before_forward",
+    "respond",
+]
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal["pending", "responded", "closed", "held"]
+HeaderList = list[tuple[str, str]]
+
+_STREAM_LIMIT = 1 << 20  # longest head or chunk-size line the proxy accepts
+_CLOSE_TIMEOUT = 5.0
+_LOOP_CALL_TIMEOUT = 10.0
+_UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+
+
+# --------------------------------------------------------------------------------------------
+# What the proxy records
+
+
+@dataclass(frozen=True, eq=False)
+class RecordedResponse:
+    """A response as the upstream sent it."""
+
+    version: str
+    status: int
+    reason: str
+    headers: HeaderList
+    body: bytes
+    """The payload, with any chunked framing removed."""
+    head: bytes = field(repr=False)
+    raw_body: bytes = field(repr=False)
+    interim: bytes = field(default=b"", repr=False)
+    """Any 1xx responses that came before this one, exactly as received."""
+    closes: bool = field(default=False, repr=False)
+    """Whether the upstream closes the connection after this response."""
+
+    @property
+    def raw(self) -> bytes:
+        """Every byte the upstream sent for this request (interim responses included)."""
+        return self.interim + self.head + self.raw_body
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name` (any letter case), or None."""
+        return find_header(self.headers, name)
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+@dataclass(eq=False)
+class RecordedRequest:
+    """One request as the proxy received it, and what the proxy did with it.
+
+    Attributes past `raw_body` change while the proxy handles the request; `done` is set once
+    it has finished (response sent, connection closed, or a held connection released).
+    """
+
+    seq: int
+    """Position in `FaultProxy.requests`, from 0."""
+    connection_id: int
+    """Which client connection it came on (connections are numbered from 1 as accepted)."""
+    method: str
+    target: str
+    """The request-target exactly as received (path and query)."""
+    version: str
+    headers: HeaderList
+    """Header fields in the order received, names spelled as received."""
+    body: bytes
+    """The payload, with any chunked framing removed."""
+    head: bytes = field(repr=False)
+    """The request line and header section exactly as received, CRLFCRLF included."""
+    raw_body: bytes = field(repr=False)
+    """The body exactly as received (chunk framing included)."""
+    received_at: float = field(default_factory=time.monotonic, repr=False)
+    action: str = "pending"
+    """Name of the action applied: forward, drop_response, reset_before_forward, respond,
+    error_response, html_error, delay, delay_response, blackhole, or partition."""
+    rule: Rule | None = field(default=None, repr=False)
+    """The rule that chose the action, or None (default forward, or partition)."""
+    upstream_response: RecordedResponse | None = field(default=None, repr=False)
+    client_status: int | None = None
+    """Status of the response the client was sent (the upstream's or the proxy's own), if any."""
+    outcome: Outcome = "pending"
+    """responded: a response was written to the client; closed: the connection was closed
+    without one; held: blackholed right now; pending: still being handled."""
+    partitioned: bool = False
+    """Whether a partition held this request or its response."""
+    error: str | None = None
+    """What went wrong with the upstream or the client connection, if anything."""
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def path(self) -> str:
+        """The path part of the request-target, without the query."""
+        return urlsplit(self.target).path if "://" in self.target else self.target.split("?")[0]
+
+    @property
+    def query(self) -> str:
+        """The query part of the request-target (after '?'), or ''."""
+        return self.target.partition("?")[2]
+
+    @property
+    def raw(self) -> bytes:
+        """Every byte of the request exactly as received (and forwarded)."""
+        return self.head + self.raw_body
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The header fields as bytes, exactly as received."""
+        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
+
+    @property
+    def upstream_status(self) -> int | None:
+        """Status of the upstream's response, or None if there was none."""
+        return self.upstream_response.status if self.upstream_response else None
+
+    @property
+    def wants_close(self) -> bool:
+        """Whether the client asked to close the connection after this request."""
+        return wants_close(self.version, self.headers)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name` (any letter case), or None."""
+        return find_header(self.headers, name)
+
+    def header_values(self, name: str) -> list[str]:
+        """Every value of header `name` (any letter case), in order."""
+        return find_headers(self.headers, name)
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+# --------------------------------------------------------------------------------------------
+# The contract's error shape
+
+
+def request_id_for(request: RecordedRequest) -> str:
+    """The request's X-Request-Id, spelled as sent, if it is a UUID (any case); else a new uuid4."""
+    sent = request.header("X-Request-Id")
+    if sent is not None and _UUID.fullmatch(sent):
+        return sent
+    return str(uuid.uuid4())
+
+
+def error_body(code: str, message: str, request_id: str) -> bytes:
+    """The contract's error body: {"error": {"code", "message", "request_id"}} as JSON bytes."""
+    error = {"code": code, "message": message, "request_id": request_id}
+    return json.dumps({"error": error}).encode()
+
+
+_DEFAULT_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "lock_held",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "rate_limited",
+    500: "internal",
+    503: "unavailable",
+}
+
+
+def default_error_code(status: int) -> str:
+    """The contract's error code for a status (409 -> lock_held); 'internal' if none is listed."""
+    return _DEFAULT_CODES.get(status, "internal")
+
+
+# --------------------------------------------------------------------------------------------
+# Actions: what to do with a request
+
+
+class Action:
+    """What the proxy does with a request. Build one with the factories: forward(), respond()..."""
+
+    name: ClassVar[str] = "action"
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        """Handle `rec`; return whether the client connection stays open for another request."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Forward(Action):
+    """Forward the request and the response unchanged."""
+
+    name: ClassVar[str] = "forward"
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        response = await proxy._exchange(conn, rec)
+        if response is None:
+            return await proxy._reset_client(conn, rec)
+        return await proxy._deliver(conn, rec, response.raw, response.status, close=response.closes)
+
+
+@dataclass(frozen=True)
+class DropResponse(Action):
+    """Forward the request, read the whole response, then close the client connection silently."""
+
+    name: ClassVar[str] = "drop_response"
+    rst: bool = False
+    """Close with a TCP reset instead of a FIN."""
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        await proxy._exchange(conn, rec)
+        if proxy.partitioned:
+            return await proxy._hold(conn, rec, partition=True)
+        return await proxy._close_client(conn, rec, rst=self.rst)
+
+
+@dataclass(frozen=True)
+class ResetBeforeForward(Action):
+    """Close the client connection without forwarding the request."""
+
+    name: ClassVar[str] = "reset_before_forward"
+    rst: bool = True
+    """Close with a TCP reset (the default) or, if False, with a FIN."""
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        return await proxy._close_client(conn, rec, rst=self.rst)
+
+
+BodySource = bytes | Callable[[RecordedRequest], bytes]
+HeaderSource = Sequence[tuple[str, str]] | Callable[[RecordedRequest], Sequence[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class Respond(Action):
+    """Answer from the proxy without forwarding; body and headers may depend on the request."""
+
+    name: ClassVar[str] = "respond"
+    status: int
+    body: BodySource = b""
+    headers: HeaderSource = ()
+    close: bool = False
+    """Close the connection after the response (adds Connection: close)."""
+
+    def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
+        """The headers and body to send for `rec`."""
+        body = self.body(rec) if callable(self.body) else self.body
+        headers = self.headers(rec) if callable(self.headers) else self.headers
+        return list(headers), body
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        headers, body = self.render(rec)
+        close = self.close or rec.wants_close
+        data = build_response(
+            self.status, headers, body, close=close, head_only=rec.method == "HEAD"
+        )
+        return await proxy._deliver(conn, rec, data, self.status, close=close)
+
+
+@dataclass(frozen=True)
+class ErrorResponse(Respond):
+    """Answer with the contract's JSON error body and X-Request-Id header, without forwarding."""
+
+    name: ClassVar[str] = "error_response"
+    code: str = ""
+    message: str = ""
+    retry_after: int | None = None
+
+    def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
+        """The contract's error for `rec`, echoing its X-Request-Id when that is a UUID."""
+        request_id = request_id_for(rec)
+        headers: HeaderList = [
+            ("Content-Type", "application/json"),
+            ("X-Request-Id", request_id),
+        ]
+        if self.retry_after is not None:
+            headers.append(("Retry-After", str(self.retry_after)))
+        extra, _ = super().render(rec)
+        return headers + extra, error_body(self.code, self.message, request_id)
+
+
+@dataclass(frozen=True)
+class HtmlError(Respond):
+    """A non-JSON HTML error page, as a load balancer in front of the server would send."""
+
+    name: ClassVar[str] = "html_error"
+
+
+@dataclass(frozen=True)
+class Delay(Action):
+    """Hold the request for `seconds`, then apply `then` (forward by default).
+
+    The request is forwarded even if the client went away meanwhile (it was on the wire); the
+    response then goes nowhere. A partition that starts during the delay holds the request.
+    """
+
+    name: ClassVar[str] = "delay"
+    seconds: float
+    then: Action = field(default_factory=Forward)
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        await asyncio.sleep(self.seconds)
+        if proxy.partitioned:
+            return await proxy._hold(conn, rec, partition=True)
+        return await self.then._run(proxy, conn, rec)
+
+
+@dataclass(frozen=True)
+class DelayResponse(Action):
+    """Forward at once, then hold the upstream's response for `seconds` before sending it."""
+
+    name: ClassVar[str] = "delay_response"
+    seconds: float
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        response = await proxy._exchange(conn, rec)
+        if response is None:
+            return await proxy._reset_client(conn, rec)
+        await asyncio.sleep(self.seconds)
+        return await proxy._deliver(conn, rec, response.raw, response.status, close=response.closes)
+
+
+@dataclass(frozen=True)
+class Blackhole(Action):
+    """Read the request, never forward nor answer it; hold the connection until heal() or stop."""
+
+    name: ClassVar[str] = "blackhole"
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        return await proxy._hold(conn, rec, partition=False)
+
+
+@dataclass(frozen=True)
+class _PartitionHold(Action):
+    name: ClassVar[str] = "partition"
+
+    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
+        return await proxy._hold(conn, rec, partition=True)
+
+
+def forward() -> Forward:
+    """Forward unchanged (what happens when no rule matches)."""
+    return Forward()
+
+
+def drop_response(*, rst: bool = False) -> DropResponse:
+    """Forward, let the upstream answer in full (it has committed), send the client nothing.
+
+    The client connection is closed with a FIN (httpx: RemoteProtocolError), or with a TCP
+    reset if `rst` (httpx: ReadError).
+    """
+    return DropResponse(rst=rst)
+
+
+def reset_before_forward(*, rst: bool = True) -> ResetBeforeForward:
+    """Close the client connection without forwarding: the request never reaches the upstream.
+
+    A TCP reset by default (httpx: ReadError); `rst=False` closes with a FIN instead.
+    """
+    return ResetBeforeForward(rst=rst)
+
+
+def respond(
+    status: int, body: BodySource = b"", headers: HeaderSource = (), *, close: bool = False
+) -> Respond:
+    """Answer from the proxy without forwarding; Content-Length is added for you.
+
+    Args:
+        status: the status code.
+        body: the body, or a function of the RecordedRequest returning it.
+        headers: (name, value) pairs, or a function of the RecordedRequest returning them.
+        close: close the connection after answering (adds Connection: close).
+    """
+    return Respond(status=status, body=body, headers=headers, close=close)
+
+
+def error_response(
+    status: int,
+    code: str | None = None,
+    message: str | None = None,
+    *,
+    retry_after: int | Literal["auto"] | None = "auto",
+    headers: HeaderSource = (),
+    close: bool = False,
+) -> ErrorResponse:
+    """Answer with the contract's JSON error, without forwarding.
+
+    The body is {"error": {"code", "message", "request_id"}} and the X-Request-Id response header
+    echoes the request's X-Request-Id when it is a UUID, else a fresh uuid4.
+
+    Args:
+        status: the status code.
+        code: the error code; default_error_code(status) if None (503 -> unavailable).
+        message: the message; a generic one if None.
+        retry_after: Retry-After seconds; "auto" sends 1 for 429, 503 and lock_held, None omits it.
+        headers: extra response headers (or a function of the request returning them).
+        close: close the connection after answering.
+    """
+    code = code or default_error_code(status)
+    if retry_after == "auto":
+        retry_after = 1 if status in (429, 503) or code == "lock_held" else None
+    message = message or f"injected by FaultProxy: {status} {code}"
+    return ErrorResponse(
+        status=status,
+        headers=headers,
+        close=close,
+        code=code,
+        message=message,
+        retry_after=retry_after,
+    )
+
+
+def html_error(status: int = 503, *, retry_after: int | None = None) -> HtmlError:
+    """Answer with a small HTML error page (not JSON), like a load balancer, without forwarding."""
+    title = f"{status} Service Temporarily Unavailable" if status == 503 else f"{status} Error"
+    page = f"<html><head><title>{title}</title></head><body><h1>{title}</h1></body></html>\n"
+    headers: HeaderList = [("Content-Type", "text/html")]
+    if retry_after is not None:
+        headers.append(("Retry-After", str(retry_after)))
+    return HtmlError(status=status, body=page.encode(), headers=headers)
+
+
+def delay(seconds: float, *, then: Action | None = None) -> Delay:
+    """Hold the request `seconds` before forwarding it (or applying `then`): a slow link.
+
+    The upstream sees the request only after the delay, even if the client gave up meanwhile.
+    """
+    return Delay(seconds=seconds, then=then or Forward())
+
+
+def delay_response(seconds: float) -> DelayResponse:
+    """Forward at once and hold the response `seconds`: a slow server that has already committed."""
+    return DelayResponse(seconds=seconds)
+
+
+def blackhole() -> Blackhole:
+    """Read the request, then neither forward nor answer it, holding the connection open."""
+    return Blackhole()
+
+
+# --------------------------------------------------------------------------------------------
+# Rules: which requests an action applies to
+
+
+@dataclass(frozen=True)
+class Match:
+    """Selects requests: all of the given criteria must hold; no criteria selects every request.
+
+    Attributes:
+        method: the method, any letter case.
+        path: a regular expression searched (re.search) in the path, query excluded.
+        where: a predicate on the RecordedRequest (runs on the proxy's thread).
+    """
+
+    method: str | None = None
+    path: str | re.Pattern[str] | None = None
+    where: Callable[[RecordedRequest], bool] | None = None
+
+    def __call__(self, request: RecordedRequest) -> bool:
+        """Whether `request` is selected."""
+        if self.method is not None and request.method.upper() != self.method.upper():
+            return False
+        if self.path is not None and not re.search(self.path, request.path):
+            return False
+        return self.where is None or bool(self.where(request))
+
+
+@dataclass(eq=False)
+class Rule:
+    """A match, an action, and how many matching requests it may still apply to."""
+
+    match: Callable[[RecordedRequest], bool]
+    action: Action
+    times: int | None = 1
+    """How many requests it applies to in all; None for no limit."""
+    hits: int = 0
+    """How many requests it has applied to."""
+
+    @property
+    def remaining(self) -> int | None:
+        """How many more requests it may apply to; None for no limit."""
+        return None if self.times is None else self.times - self.hits
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether it is used up."""
+        return self.times is not None and self.hits >= self.times
+
+
+class RuleBuilder:
+    """Fluent rules: `proxy.on("POST", r"/acquire$").error_response(503, times=2)`."""
+
+    def __init__(self, proxy: FaultProxy, match: Match) -> None:
+        self._proxy = proxy
+        self._match = match
+
+    def then(self, action: Action, *, times: int | None = 1) -> Rule:
+        """Add a rule applying `action` to the next `times` matching requests (None: all)."""
+        return self._proxy.add_rule(self._match, action, times=times)
+
+    def forward(self, *, times: int | None = 1) -> Rule:
+        """See forward()."""
+        return self.then(forward(), times=times)
+
+    def drop_response(self, *, rst: bool = False, times: int | None = 1) -> Rule:
+        """See drop_response()."""
+        return self.then(drop_response(rst=rst), times=times)
+
+    def reset_before_forward(self, *, rst: bool = True, times: int | None = 1) -> Rule:
+        """See reset_before_forward()."""
+        return self.then(reset_before_forward(rst=rst), times=times)
+
+    def respond(
+        self,
+        status: int,
+        body: BodySource = b"",
+        headers: HeaderSource = (),
+        *,
+        close: bool = False,
+        times: int | None = 1,
+    ) -> Rule:
+        """See respond()."""
+        return self.then(respond(status, body, headers, close=close), times=times)
+
+    def error_response(
+        self,
+        status: int,
+        code: str | None = None,
+        message: str | None = None,
+        *,
+        retry_after: int | Literal["auto"] | None = "auto",
+        times: int | None = 1,
+    ) -> Rule:
+        """See error_response()."""
+        action = error_response(status, code, message, retry_after=retry_after)
+        return self.then(action, times=times)
+
+    def html_error(
+        self, status: int = 503, *, retry_after: int | None = None, times: int | None = 1
+    ) -> Rule:
+        """See html_error()."""
+        return self.then(html_error(status, retry_after=retry_after), times=times)
+
+    def delay(self, seconds: float, *, then: Action | None = None, times: int | None = 1) -> Rule:
+        """See delay()."""
+        return self.then(delay(seconds, then=then), times=times)
+
+    def delay_response(self, seconds: float, *, times: int | None = 1) -> Rule:
+        """See delay_response()."""
+        return self.then(delay_response(seconds), times=times)
+
+    def blackhole(self, *, times: int | None = 1) -> Rule:
+        """See blackhole()."""
+        return self.then(blackhole(), times=times)
+
+
+# --------------------------------------------------------------------------------------------
+# The proxy
+
+
+class _Connection:
+    """One client connection and the upstream connection that serves it."""
+
+    def __init__(
+        self, conn_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.id = conn_id
+        self.reader = reader
+        self.writer = writer
+        self.up_reader: asyncio.StreamReader | None = None
+        self.up_writer: asyncio.StreamWriter | None = None
+
+    @property
+    def upstream_usable(self) -> bool:
+        """Whether the upstream connection is open and has not been closed by the upstream."""
+        return (
+            self.up_reader is not None
+            and self.up_writer is not None
+            and not self.up_writer.is_closing()
+            and not self.up_reader.at_eof()
+            and self.up_reader.exception() is None
+        )
+
+    async def close_upstream(self, *, rst: bool = False) -> None:
+        if self.up_writer is not None:
+            writer, self.up_writer, self.up_reader = self.up_writer, None, None
+            await _close_stream(writer, rst=rst)
+
+    async def close(self, *, rst: bool = False) -> None:
+        try:
+            await _close_stream(self.writer, rst=rst)
+        finally:
+            await self.close_upstream()
+
+
+async def _close_stream(writer: asyncio.StreamWriter, *, rst: bool = False) -> None:
+    """Close a stream (with a TCP reset if `rst`) and wait until its socket is closed."""
+    if rst and not writer.is_closing():
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+    else:
+        writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT)
+    except (OSError, TimeoutError):
+        writer.transport.abort()
+    except asyncio.CancelledError:  # the proxy is stopping: never leave the socket open
+        writer.transport.abort()
+        raise
+
+
+async def _discard_until_eof(reader: asyncio.StreamReader) -> None:
+    with contextlib.suppress(OSError):
+        while await reader.read(65536):
+            pass
+
+
+async def _read_response(reader: asyncio.StreamReader, method: str) -> RecordedResponse:
+    """Read one final response (after any 1xx ones) to a request with `method`."""
+    interim = b""
+    while True:
+        head = await read_head(reader)
+        if head is None:
+            raise ProtocolError("upstream closed the connection without a response")
+        version, _, rest = head.start_line.partition(" ")
+        status_text, _, reason = rest.partition(" ")
+        if not version.startswith("HTTP/1.") or not status_text.isdigit():
+            raise ProtocolError(f"malformed status line {head.start_line!r}")
+        status = int(status_text)
+        if status == 101:
+            raise ProtocolError("101 Switching Protocols is not supported")
+        if 100 <= status < 200:
+            interim += head.raw
+            continue
+        framing = response_framing(method, status, head.headers)
+        raw_body, body = await read_body(reader, framing)
+        return RecordedResponse(
+            version=version,
+            status=status,
+            reason=reason,
+            headers=head.headers,
+            body=body,
+            head=head.raw,
+            raw_body=raw_body,
+            interim=interim,
+            closes=framing[0] == "until_close" or wants_close(version, head.headers),
+        )
+
+
+_UPSTREAM_ERRORS = (OSError, TimeoutError, ProtocolError, asyncio.IncompleteReadError)
+
+
+class FaultProxy:
+    """A fault-injecting HTTP/1.1 proxy on 127.0.0.1, running in a background thread.
+
+    Use it as a context manager (or call start() and stop()); everything it opened is closed
+    when it stops. All public methods are thread-safe.
+
+    Args:
+        upstream: where to forward: (host, port), "host:port" or "http://host:port".
+        host: the address to listen on.
+        port: the port to listen on; 0 picks a free one.
+        connect_timeout: seconds to wait for a connection to the upstream.
+    """
+
+    def __init__(
+        self,
+        upstream: tuple[str, int] | str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.upstream: tuple[str, int] = _parse_upstream(upstream)
+        self.host = host
+        self._requested_port = port
+        self._port: int | None = None
+        self.connect_timeout = connect_timeout
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._rules: list[Rule] = []
+        self._records: list[RecordedRequest] = []
+        self._errors: list[str] = []
+        self._partitioned = False
+        self._new_connections: Literal["hold", "reset"] = "hold"
+        self._connections_accepted = 0
+        self._conn_ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stop_requested: asyncio.Event | None = None
+        self._release: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    # ---- lifecycle
+
+    def start(self) -> Self:
+        """Start listening and serving in a background thread; returns self.
+
+        Raises:
+            RuntimeError: already started.
+            OSError: the address could not be bound.
+        """
+        if self._thread is not None:
+            raise RuntimeError("FaultProxy already started")
+        self._thread = threading.Thread(target=self._run, name="FaultProxy", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+        return self
+
+    def stop(self) -> None:
+        """Stop: close the listening socket and every connection, then end the thread.
+
+        Held and delayed requests are abandoned (their clients see the connection close).
+        Calling it again does nothing.
+
+        Raises:
+            RuntimeError: called from the proxy's own thread (a rule predicate), or the thread
+                did not end.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        if threading.current_thread() is thread:
+            raise RuntimeError("FaultProxy.stop() called from the proxy's own thread")
+        loop, stop_requested = self._loop, self._stop_requested
+        if loop is not None and stop_requested is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already closed
+                loop.call_soon_threadsafe(stop_requested.set)
+        thread.join(_LOOP_CALL_TIMEOUT + _CLOSE_TIMEOUT)
+        if thread.is_alive():
+            raise RuntimeError("FaultProxy thread did not stop")
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.url if self._port is not None else "not started"
+        upstream_host, upstream_port = self.upstream
+        return f"<FaultProxy {where} -> {upstream_host}:{upstream_port}>"
+
+    @property
+    def port(self) -> int:
+        """The port the proxy listens on."""
+        if self._port is None:
+            raise RuntimeError("FaultProxy not started")
+        return self._port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the proxy listens on."""
+        return (self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        """The proxy's base URL, e.g. http://127.0.0.1:41234 (no trailing slash)."""
+        return f"http://{self.host}:{self.port}"
+
+    # ---- rules
+
+    def add_rule(
+        self,
+        match: Match | Callable[[RecordedRequest], bool] | None,
+        action: Action,
+        times: int | None = 1,
+    ) -> Rule:
+        """Apply `action` to the next `times` requests selected by `match` (None: every request).
+
+        Rules are tried in the order added; the first that matches and is not used up applies.
+
+        Args:
+            match: a Match, a predicate on the RecordedRequest, or None for all requests.
+            action: what to do, e.g. drop_response().
+            times: how many matching requests it applies to; None for no limit.
+
+        Returns:
+            The rule, whose `hits` count how many requests it applied to.
+        """
+        if times is not None and times < 1:
+            raise ValueError(f"times must be at least 1 or None, not {times}")
+        rule = Rule(match=match if match is not None else Match(), action=action, times=times)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def on(
+        self,
+        method: str | None = None,
+        path: str | re.Pattern[str] | None = None,
+        *,
+        where: Callable[[RecordedRequest], bool] | None = None,
+    ) -> RuleBuilder:
+        """Start a rule for requests matching method, path regex (re.search) and predicate."""
+        return RuleBuilder(self, Match(method=method, path=path, where=where))
+
+    @property
+    def rules(self) -> list[Rule]:
+        """A copy of the rule list, in evaluation order."""
+        with self._lock:
+            return list(self._rules)
+
+    def remove_rule(self, rule: Rule) -> None:
+        """Remove one rule (no error if it is not there)."""
+        with self._lock, contextlib.suppress(ValueError):
+            self._rules.remove(rule)
+
+    def clear_rules(self) -> None:
+        """Remove every rule: requests are forwarded again (unless partitioned)."""
+        with self._lock:
+            self._rules.clear()
+
+    # ---- partition
+
+    def partition(self, *, new_connections: Literal["hold", "reset"] = "hold") -> None:
+        """Cut all traffic until heal(); takes effect for every request read from now on.
+
+        Args:
+            new_connections: "hold" accepts new TCP connections and holds their requests;
+                "reset" accepts them and resets them at once.
+        """
+        if new_connections not in ("hold", "reset"):
+            raise ValueError(f"new_connections must be 'hold' or 'reset', not {new_connections!r}")
+        with self._lock:
+            self._partitioned = True
+            self._new_connections = new_connections
+
+    def heal(self) -> None:
+        """End the partition, and close every held connection (see release_held())."""
+        with self._lock:
+            self._partitioned = False
+        self.release_held()
+
+    def release_held(self) -> None:
+        """Close, without a response, every connection held by a partition or a blackhole."""
+        self._call_in_loop(self._release_held)
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether a partition is on."""
+        with self._lock:
+            return self._partitioned
+
+    # ---- recording
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of the requests received so far, in order of arrival."""
+        with self._lock:
+            return list(self._records)
+
+    @property
+    def errors(self) -> list[str]:
+        """Problems the proxy met outside any recorded request (malformed requests, bugs)."""
+        with self._lock:
+            return list(self._errors)
+
+    @property
+    def connections_accepted(self) -> int:
+        """How many client connections were accepted."""
+        with self._lock:
+            return self._connections_accepted
+
+    def clear_requests(self) -> None:
+        """Forget the requests recorded so far (new ones are numbered from 0 again)."""
+        with self._lock:
+            self._records.clear()
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        """Wait until at least `n` requests have been received; return them all.
+
+        Raises:
+            TimeoutError: fewer than `n` arrived within `timeout` seconds.
+        """
+        return self.wait_until(lambda records: len(records) >= n, timeout, f"{n} requests")
+
+    def wait_until(
+        self,
+        predicate: Callable[[list[RecordedRequest]], bool],
+        timeout: float = 10.0,
+        what: str = "the condition",
+    ) -> list[RecordedRequest]:
+        """Wait until `predicate(requests)` holds; re-checked whenever a request changes state.
+
+        Raises:
+            TimeoutError: it did not hold within `timeout` seconds.
+        """
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(list(self._records)), timeout):
+                raise TimeoutError(
+                    f"FaultProxy: {what} not reached within {timeout}s; "
+                    f"requests so far: {self._records!r}"
+                )
+            return list(self._records)
+
+    # ---- the event loop thread
+
+    def _run(self) -> None:
+        try:
+            with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
+                self._loop = runner.get_loop()
+                runner.run(self._serve())
+        except BaseException as exc:
+            if not self._ready.is_set():
+                self._start_error = exc  # start() raises it in the caller's thread
+            else:
+                logger.exception("FaultProxy: event loop crashed")
+                self._note_error(f"event loop crashed: {exc!r}")
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop_requested = asyncio.Event()
+        self._release = asyncio.Event()
+        server = await asyncio.start_server(
+            self._on_client, self.host, self._requested_port, limit=_STREAM_LIMIT
+        )
+        try:
+            self._port = server.sockets[0].getsockname()[1]
+            self._ready.set()
+            await self._stop_requested.wait()
+        finally:
+            self._closing = True
+            server.close()
+            await server.wait_closed()
+            for _ in range(3):  # let connections accepted just before close() register
+                await asyncio.sleep(0)
+            while self._tasks:
+                tasks = list(self._tasks)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _release_held(self) -> None:
+        release, self._release = self._release, asyncio.Event()
+        if release is not None:
+            release.set()
+
+    def _call_in_loop(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the proxy's loop and wait for it (no-op if the loop is not running)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        if threading.current_thread() is thread:
+            fn()
+            return
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                finished.set()
+
+        try:
+            loop.call_soon_threadsafe(run)
+        except RuntimeError:  # the loop has closed meanwhile
+            return
+        finished.wait(_LOOP_CALL_TIMEOUT)
+
+    def _note_error(self, message: str) -> None:
+        logger.warning("FaultProxy: %s", message)
+        with self._lock:
+            self._errors.append(message)
+
+    def _update(self, rec: RecordedRequest, **changes: Any) -> None:
+        with self._changed:
+            for name, value in changes.items():
+                setattr(rec, name, value)
+            self._changed.notify_all()
+
+    # ---- one client connection
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        conn = _Connection(next(self._conn_ids), reader, writer)
+        rst = False
+        try:
+            with self._lock:
+                self._connections_accepted += 1
+                rst = self._partitioned and self._new_connections == "reset"
+            if not rst and not self._closing:
+                await self._serve_connection(conn)
+        except Exception:
+            logger.exception("FaultProxy: connection %d failed", conn.id)
+            self._note_error(f"connection {conn.id}: internal error (see the log)")
+        finally:
+            await conn.close(rst=rst)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _serve_connection(self, conn: _Connection) -> None:
+        while True:
+            rec = await self._read_request(conn)
+            if rec is None:
+                return
+            action = self._choose_action(rec)
+            try:
+                keep_open = await action._run(self, conn, rec)
+            finally:
+                if rec.outcome in ("pending", "held"):
+                    self._update(rec, outcome="closed")
+                rec.done.set()
+            if not keep_open:
+                return
+
+    async def _read_request(self, conn: _Connection) -> RecordedRequest | None:
+        """Read the next request, or None when the client closed or sent garbage."""
+        try:
+            head = await read_head(conn.reader)
+            if head is None:
+                return None
+            method, target, version = _parse_request_line(head.start_line)
+            raw_body, body = await read_body(conn.reader, request_framing(head.headers))
+        except ProtocolError as exc:
+            self._note_error(f"connection {conn.id}: bad request: {exc}")
+            with contextlib.suppress(OSError):
+                conn.writer.write(build_response(400, [], str(exc).encode(), close=True))
+                await conn.writer.drain()
+            return None
+        except (OSError, asyncio.IncompleteReadError):
+            return None
+        return RecordedRequest(
+            seq=-1,
+            connection_id=conn.id,
+            method=method,
+            target=target,
+            version=version,
+            headers=head.headers,
+            body=body,
+            head=head.raw,
+            raw_body=raw_body,
+        )
+
+    def _choose_action(self, rec: RecordedRequest) -> Action:
+        """Record `rec` and pick what to do with it: partition, the first live rule, or forward."""
+        with self._changed:
+            rec.seq = len(self._records)
+            action: Action = Forward()
+            if self._partitioned:
+                action = _PartitionHold()
+            else:
+                for rule in self._rules:
+                    if not rule.exhausted and self._matches(rule, rec):
+                        rule.hits += 1
+                        rec.rule, action = rule, rule.action
+                        break
+            rec.action = action.name
+            self._records.append(rec)
+            self._changed.notify_all()
+        logger.debug("FaultProxy: %s %s -> %s", rec.method, rec.target, rec.action)
+        return action
+
+    def _matches(self, rule: Rule, rec: RecordedRequest) -> bool:
+        try:
+            return bool(rule.match(rec))
+        except Exception:
+            logger.exception("FaultProxy: rule match raised")
+            self._note_error(f"match of {rule!r} raised on {rec.method} {rec.target}")
+            return False
+
+    # ---- building blocks of the actions
+
+    async def _exchange(self, conn: _Connection, rec: RecordedRequest) -> RecordedResponse | None:
+        """Send `rec` upstream and read the response; None (and rec.error) on failure."""
+        try:
+            reader, writer = await self._upstream_streams(conn)
+            writer.write(rec.raw)
+            await writer.drain()
+            response = await _read_response(reader, rec.method)
+        except _UPSTREAM_ERRORS as exc:
+            self._update(rec, error=f"upstream: {exc!r}")
+            await conn.close_upstream(rst=True)
+            return None
+        self._update(rec, upstream_response=response)
+        if response.closes or rec.wants_close:
+            await conn.close_upstream()
+        return response
+
+    async def _upstream_streams(
+        self, conn: _Connection
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connection's upstream streams, (re)connecting if there are none or they closed."""
+        if conn.up_reader is not None and conn.up_writer is not None and conn.upstream_usable:
+            return conn.up_reader, conn.up_writer
+        await conn.close_upstream()
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(*self.upstream, limit=_STREAM_LIMIT), self.connect_timeout
+        )
+        conn.up_reader, conn.up_writer = reader, writer
+        return reader, writer
+
+    async def _deliver(
+        self, conn: _Connection, rec: RecordedRequest, data: bytes, status: int, *, close: bool
+    ) -> bool:
+        """Send a response to the client, unless partitioned; return whether to keep the conn."""
+        if self.partitioned:
+            return await self._hold(conn, rec, partition=True)
+        # Recorded first, so a client that has its response also sees it in the record.
+        self._update(rec, outcome="responded", client_status=status)
+        try:
+            conn.writer.write(data)
+            await conn.writer.drain()
+        except OSError as exc:
+            self._update(rec, outcome="closed", client_status=None, error=f"client: {exc!r}")
+            return False
+        return not (close or rec.wants_close)
+
+    async def _close_client(self, conn: _Connection, rec: RecordedRequest, *, rst: bool) -> bool:
+        self._update(rec, outcome="closed")
+        await _close_stream(conn.writer, rst=rst)
+        return False
+
+    async def _reset_client(self, conn: _Connection, rec: RecordedRequest) -> bool:
+        """The upstream failed: reset the client connection, as a dying server would."""
+        return await self._close_client(conn, rec, rst=True)
+
+    async def _hold(self, conn: _Connection, rec: RecordedRequest, *, partition: bool) -> bool:
+        """Hold the connection, passing nothing, until the client leaves or release_held()."""
+        # Taken before any await, so a heal() racing with this call still releases it.
+        release = self._release
+        assert release is not None
+        self._update(rec, outcome="held", partitioned=rec.partitioned or partition)
+        waiters = [
+            asyncio.ensure_future(_discard_until_eof(conn.reader)),
+            asyncio.ensure_future(release.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        self._update(rec, outcome="closed")
+        return False
+
+
+def _parse_request_line(line: str) -> tuple[str, str, str]:
+    parts = line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0] or not parts[1]:
+        raise ProtocolError(f"malformed request line {line!r}")
+    method, target, version = parts
+    return method, target, version
+
+
+def _parse_upstream(upstream: tuple[str, int] | str) -> tuple[str, int]:
+    if isinstance(upstream, tuple):
+        host, port = upstream
+        return str(host), int(port)
+    if "://" in upstream:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream must be an http:// URL, not {upstream!r}")
+        return parts.hostname, parts.port or 80
+    host, colon, port_text = upstream.rpartition(":")
+    if not colon or not port_text.isdigit():
+        raise ValueError(f"upstream must be 'host:port', not {upstream!r}")
+    return host.strip("[]"), int(port_text)

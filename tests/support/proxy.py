@@ -1089,11 +1089,16 @@ class FaultProxy:
                 rst = self._partitioned and self._new_connections == "reset"
             if not rst and not self._closing:
                 await self._serve_connection(conn)
+        except asyncio.CancelledError:
+            # stop() cancels handlers; ending quietly keeps asyncio's streams code (3.11)
+            # from logging every cancelled handler as an error.
+            pass
         except Exception:
             logger.exception("FaultProxy: connection %d failed", conn.id)
             self._note_error(f"connection {conn.id}: internal error (see the log)")
         finally:
-            await conn.close(rst=rst)
+            with contextlib.suppress(asyncio.CancelledError):  # same reason
+                await conn.close(rst=rst)
             if task is not None:
                 self._tasks.discard(task)
 

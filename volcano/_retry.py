@@ -41,7 +41,8 @@ def retry_delay(error: Error) -> float | None:
 def retry_once(attempt: Callable[[], T], sleep: Callable[[float], None], what: str) -> T:
     """Run `attempt`; after a retryable failure wait and run it once more.
 
-    The retry's failure propagates with the first failure as its `__context__`.
+    The retry's failure propagates; the first failure is in its `__context__` chain and named
+    in a note.
     """
     try:
         return attempt()
@@ -51,7 +52,11 @@ def retry_once(attempt: Callable[[], T], sleep: Callable[[float], None], what: s
             raise
         _log_retry(what, first, delay)
         sleep(delay)
-        return attempt()
+        try:
+            return attempt()
+        except Error as second:
+            _note_first(second, first)
+            raise
 
 
 async def retry_once_async(
@@ -66,7 +71,11 @@ async def retry_once_async(
             raise
         _log_retry(what, first, delay)
         await sleep(delay)
-        return await attempt()
+        try:
+            return await attempt()
+        except Error as second:
+            _note_first(second, first)
+            raise
 
 
 def _log_retry(what: str, error: Error, delay: float) -> None:
@@ -77,3 +86,7 @@ def _log_retry(what: str, error: Error, delay: float) -> None:
         delay,
         getattr(error, "request_id", None),
     )
+
+
+def _note_first(second: Error, first: Error) -> None:
+    second.add_note(f"this was the one retry; the first attempt failed with {first!r}")

@@ -1,0 +1,70 @@
+"""Fixtures for the SDK's unit tests (helpers in support.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+import volcano
+from tests.unit.sdk.support import ANON_KEY, API_URL, SERVICE_KEY, FakeApi, FakeClock
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+def clock(api: FakeApi) -> FakeClock:
+    fake = FakeClock()
+    api.clock = fake
+    return fake
+
+
+@pytest.fixture
+def make_client(api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcano.Client]]:
+    made: list[volcano.Client] = []
+
+    def make(**overrides: Any) -> volcano.Client:
+        options: dict[str, Any] = {
+            "anon_key": ANON_KEY,
+            "service_key": SERVICE_KEY,
+            "api_url": API_URL,
+            "http_client": httpx.Client(transport=httpx.MockTransport(api)),
+        }
+        options.update(overrides)
+        client = volcano.Client(**options)
+        client._clock = clock
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def client(make_client: Callable[..., volcano.Client]) -> volcano.Client:
+    return make_client()
+
+
+@pytest.fixture
+async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.AsyncClient]:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(api))
+    client = volcano.AsyncClient(
+        anon_key=ANON_KEY, service_key=SERVICE_KEY, api_url=API_URL, http_client=http
+    )
+    client._clock = clock
+    yield client
+    await client.close()
+    await http.aclose()

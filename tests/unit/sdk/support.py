@@ -1,0 +1,224 @@
+"""Helpers for the SDK's unit tests: a scripted Volcano API behind httpx.MockTransport, and a
+fake clock that lets tests move time (and step the renewal thread) without sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+ANON_KEY = "anon-3b1f0c8e1e6a4d6b9a7f"
+SERVICE_KEY = "service-9d2e7c4a0b5f4e1c8d3a"
+API_URL = "https://volcano.test"
+# Upper case on purpose: the SDK must keep caller-supplied spelling byte for byte.
+TOKEN = "0F8FAD5B-D9CB-469F-A165-70867728950E"
+REQUEST_ID = "7C9E6679-7425-40DE-944B-E07FC1F90AE7"
+SERVER_REQUEST_ID = "11111111-2222-4333-8444-555555555555"
+EXPIRES = datetime(2026, 11, 29, 21, 15, 30, 250000, tzinfo=UTC)
+
+Responder = Callable[[httpx.Request], Any]
+
+
+class FakeApi:
+    """A scripted Volcano API: answers queued responders first, then a well-behaved default.
+
+    The default answers every operation as a correct server would for a single holder (it
+    echoes the key, owner token and ttl, keeps fencing token 7, and moves expiry forward on
+    each renew); tests queue failures in front of it with `then()`.
+    """
+
+    anon_key = ANON_KEY
+    service_key = SERVICE_KEY
+    fencing_token = 7
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.times: list[float] = []
+        self.clock: FakeClock | None = None
+        self._script: collections.deque[Responder] = collections.deque()
+        self._renewals = 0
+
+    def __call__(self, request: httpx.Request) -> Any:
+        self.requests.append(request)
+        self.times.append(self.clock.now if self.clock else 0.0)
+        responder = self._script.popleft() if self._script else self.default
+        return responder(request)
+
+    def then(self, *responders: Responder) -> FakeApi:
+        """Answer the next requests with these responders, in order."""
+        self._script.extend(responders)
+        return self
+
+    def of(self, operation: str) -> list[httpx.Request]:
+        """The recorded requests of one operation (acquire, renew, release, get, force)."""
+        return [r for r in self.requests if operation_of(r) == operation]
+
+    # -- the well-behaved default -------------------------------------------------------
+
+    def default(self, request: httpx.Request) -> httpx.Response:
+        operation = operation_of(request)
+        key = key_of(request)
+        body = json.loads(request.content) if request.content else {}
+        if operation == "acquire":
+            return self.lease_response(request, key, body["owner_token"], body["ttl_seconds"])
+        if operation == "renew":
+            self._renewals += 1
+            expires = EXPIRES + timedelta(seconds=self._renewals)
+            return self.lease_response(
+                request, key, body["owner_token"], body["ttl_seconds"], expires=expires
+            )
+        if operation == "release":
+            return httpx.Response(204, headers=echo(request))
+        if operation == "get":
+            state = {
+                "key": key,
+                "held": True,
+                "expires_at": "2026-11-29T21:15:30.250000Z",
+                "fencing_token": self.fencing_token,
+            }
+            return httpx.Response(200, json=state, headers=echo(request))
+        result = {"key": key, "released": True, "fencing_token": self.fencing_token}
+        return httpx.Response(200, json=result, headers=echo(request))
+
+    def lease_response(
+        self,
+        request: httpx.Request,
+        key: str,
+        owner_token: str,
+        ttl: float,
+        *,
+        expires: datetime = EXPIRES,
+    ) -> httpx.Response:
+        lease = {
+            "key": key,
+            "owner_token": owner_token,
+            "fencing_token": self.fencing_token,
+            "expires_at": expires.isoformat().replace("+00:00", "Z"),
+            "ttl_seconds": ttl,
+        }
+        return httpx.Response(200, json=lease, headers=echo(request))
+
+
+def operation_of(request: httpx.Request) -> str:
+    path = request.url.path
+    if request.method == "DELETE":
+        return "force"
+    if request.method == "GET":
+        return "get"
+    return path.rsplit("/", 1)[-1]
+
+
+def key_of(request: httpx.Request) -> str:
+    parts = request.url.path.split("/")  # [..., 'v1', 'locks', key, operation?]
+    return parts[parts.index("locks") + 1]
+
+
+def echo(request: httpx.Request) -> dict[str, str]:
+    return {"X-Request-Id": request.headers.get("X-Request-Id", SERVER_REQUEST_ID)}
+
+
+def error(
+    status: int,
+    code: str | None = None,
+    *,
+    message: str = "explained",
+    request_id: str = SERVER_REQUEST_ID,
+    retry_after: str | None = None,
+) -> Responder:
+    """A responder answering with a Volcano error body (or, with code None, `{}`)."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        headers = {"X-Request-Id": request_id}
+        if retry_after is not None:
+            headers["Retry-After"] = retry_after
+        body: dict[str, Any] = {}
+        if code is not None:
+            body = {"error": {"code": code, "message": message, "request_id": request_id}}
+        return httpx.Response(status, json=body, headers=headers)
+
+    return respond
+
+
+def raw(status: int, content: bytes, headers: dict[str, str] | None = None) -> Responder:
+    """A responder answering with exactly these bytes (a proxy's page, say)."""
+    return lambda request: httpx.Response(status, content=content, headers=headers or {})
+
+
+def body(status: int, payload: Any) -> Responder:
+    """A responder answering with this JSON payload."""
+    return lambda request: httpx.Response(status, json=payload)
+
+
+def fail(exc: Exception) -> Responder:
+    """A responder raising `exc` as the transport would."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    return respond
+
+
+class FakeClock:
+    """A clock that moves only when told; it also steps a Client's renewal thread.
+
+    The renewal thread waits through `wait()`, which blocks until notified instead of for a
+    real time. `advance()` moves the time, wakes the thread, and returns once the thread has
+    done everything due and waits again, so a test knows exactly which renewals ran.
+    """
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+        self.sleeps: list[float] = []
+        self.waits = 0
+        self._condition: threading.Condition | None = None
+        self._renewer_waiting = threading.Event()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    async def async_sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+    def wait(self, condition: threading.Condition, timeout: float | None) -> None:
+        self._condition = condition
+        self.waits += 1
+        self._renewer_waiting.set()
+        condition.notify_all()
+        condition.wait()
+
+    def advance(self, seconds: float) -> None:
+        """Move time on, and return once the renewal thread has caught up with it."""
+        condition = self._renewer_condition()
+        with condition:
+            self.now += seconds
+            seen = self.waits
+            condition.notify_all()
+            for _ in range(400):  # a guard against hanging, not a timing assertion
+                if self.waits != seen:
+                    return
+                condition.wait(0.05)
+        raise AssertionError("the renewal thread did not go back to waiting")
+
+    def nudge(self, seconds: float) -> None:
+        """Move time on and wake the renewal thread, without waiting for it."""
+        condition = self._renewer_condition()
+        with condition:
+            self.now += seconds
+            condition.notify_all()
+
+    def _renewer_condition(self) -> threading.Condition:
+        assert self._renewer_waiting.wait(20), "the renewal thread never started waiting"
+        assert self._condition is not None
+        return self._condition

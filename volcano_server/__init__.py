@@ -1,5 +1,30 @@
-"""The Volcano reference lock server: openapi.yaml served over SQLite or PostgreSQL."""
+"""The Volcano reference lock server: openapi.yaml served over SQLite or PostgreSQL.
+
+    from volcano_server import ServerConfig, create_app
+    app = create_app(ServerConfig(database_url="sqlite:///volcano.db"))   # an ASGI app
+
+`volcano-server` (see `volcano_server.cli`) is the command that runs it under uvicorn.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._app import create_app
+    from ._config import ServerConfig
+
+__all__ = ["ServerConfig", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so `volcano-server keys create` works without the web stack.
+    if name == "create_app":
+        from ._app import create_app
+
+        return create_app
+    if name == "ServerConfig":
+        from ._config import ServerConfig
+
+        return ServerConfig
+    raise AttributeError(f"module 'volcano_server' has no attribute {name!r}")

@@ -1,0 +1,289 @@
+"""The server as a process: its command line, SIGTERM, kill -9, two processes on one database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.conformance import check_response
+from tests.support.server import Project, ServerProcess, create_project
+
+from .conftest import Locks, new_id
+
+pytestmark = pytest.mark.slow
+
+
+def cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "volcano_server", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+
+
+def http(server: ServerProcess, project: Project) -> httpx.Client:
+    return httpx.Client(
+        base_url=server.url,
+        headers=project.headers(),
+        event_hooks={"response": [check_response]},
+        timeout=30,
+    )
+
+
+class TestCommandLine:
+    def test_keys_create_prints_two_variables(self, tmp_path: Path) -> None:
+        """keys create prints exactly VOLCANO_ANON_KEY=... and VOLCANO_SERVICE_KEY=..."""
+        result = cli(
+            "keys", "create", "--project", "demo", "--db", f"sqlite:///{tmp_path / 'k.db'}"
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert [line.split("=", 1)[0] for line in lines] == [
+            "VOLCANO_ANON_KEY",
+            "VOLCANO_SERVICE_KEY",
+        ]
+        anon, service = (line.split("=", 1)[1] for line in lines)
+        assert anon.startswith("vk_anon_")
+        assert service.startswith("vk_service_")
+        assert anon not in result.stderr
+        assert service not in result.stderr
+
+    def test_keys_are_stored_only_as_hashes(self, tmp_path: Path) -> None:
+        """The database file never contains a key in plain text."""
+        db = tmp_path / "k.db"
+        result = cli("keys", "create", "--project", "demo", "--db", f"sqlite:///{db}")
+        data = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+        for line in result.stdout.splitlines():
+            assert line.split("=", 1)[1].encode() not in data
+
+    def test_database_url_from_environment(self, tmp_path: Path) -> None:
+        """VOLCANO_DATABASE_URL is used when --db is absent."""
+        env = {**os.environ, "VOLCANO_DATABASE_URL": f"sqlite:///{tmp_path / 'env.db'}"}
+        assert cli("keys", "create", "--project", "p", env=env).returncode == 0
+        assert (tmp_path / "env.db").exists()
+
+    def test_default_database_is_in_working_directory(self, tmp_path: Path) -> None:
+        """Without --db or the variable, the database is ./volcano.db."""
+        env = {k: v for k, v in os.environ.items() if k != "VOLCANO_DATABASE_URL"}
+        assert cli("migrate", cwd=tmp_path, env=env).returncode == 0
+        assert (tmp_path / "volcano.db").exists()
+
+    @pytest.mark.parametrize(
+        ("args", "status", "phrase"),
+        [
+            ((), 2, "choose a command"),
+            (("keys",), 2, "choose a command"),
+            (("keys", "create"), 2, "--project"),
+            (("keys", "create", "--project", ""), 2, "project names"),
+            (("serve", "--port", "http"), 2, "a port is 0 to 65535"),
+            (("serve", "--port", "70000"), 2, "a port is 0 to 65535"),
+            (("serve", "--retention", "-5"), 2, "positive number"),
+            (("serve", "--db", "mysql://localhost/x"), 1, "unsupported database URL"),
+            (("serve", "--db", "sqlite:///:memory:"), 1, "needs a database file"),
+            (("serve", "--db", "sqlite:////nonexistent/dir/v.db"), 1, "cannot open the database"),
+            (("serve", "--retention", "60"), 1, "at least 600"),
+            (("serve", "--bogus"), 2, "unrecognized arguments"),
+        ],
+    )
+    def test_bad_invocations_fail_in_one_clear_line(
+        self, tmp_path: Path, args: tuple[str, ...], status: int, phrase: str
+    ) -> None:
+        """Bad flags and unusable databases: a short message on stderr, never a traceback."""
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode == status
+        assert phrase in result.stderr
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+    def test_password_in_database_url_is_never_printed(self, tmp_path: Path) -> None:
+        """A failing database URL is shown with its password masked."""
+        result = cli("serve", "--db", "mysql://user:hunter2@localhost/x", cwd=tmp_path)
+        assert result.returncode == 1
+        assert "hunter2" not in result.stderr
+
+
+class TestServeProcess:
+    def test_serves_logs_one_line_and_stops_on_sigterm(self, tmp_path: Path) -> None:
+        """serve announces where it listens in one line, serves, and stops cleanly on SIGTERM."""
+        db = f"sqlite:///{tmp_path / 's.db'}"
+        server = ServerProcess(db).start()
+        try:
+            listening = [line for line in server.log.splitlines() if "listening on" in line]
+            assert len(listening) == 1
+            assert server.url in listening[0]
+            assert httpx.get(f"{server.url}/healthz").status_code == 200
+        finally:
+            code = server.terminate()
+        # uvicorn shuts down gracefully, then re-raises SIGTERM so a supervisor sees why it ended.
+        assert code in (0, -signal.SIGTERM)
+        assert "volcano-server stopped" in server.log
+        assert "Traceback" not in server.log
+
+    def test_port_in_use_fails_cleanly(self, tmp_path: Path) -> None:
+        """A port already taken is reported and the process exits non-zero."""
+        db = f"sqlite:///{tmp_path / 's.db'}"
+        with ServerProcess(db) as first:
+            result = cli("serve", "--port", str(first.port), "--db", db)
+        assert result.returncode != 0
+        assert "address already in use" in result.stderr.lower()
+        assert "Traceback" not in result.stderr
+
+
+class TestSecrets:
+    def test_logs_never_contain_keys_or_owner_tokens(self, tmp_path: Path) -> None:
+        """At debug level, through successes and every kind of error, no secret is logged."""
+        db = f"sqlite:///{tmp_path / 's.db'}"
+        project = create_project(db, "secrets")
+        owner = "0F8FAD5B-D9CB-469F-A165-70867728950E"
+        with ServerProcess(db, "--log-level", "debug") as server, http(server, project) as client:
+            locks = Locks(client)
+            lease = locks.acquire("secret", owner).json()
+            locks.acquire("secret", new_id())
+            locks.renew("secret", owner, lease["fencing_token"])
+            locks.renew("secret", owner, 99)
+            locks.release("secret", owner, lease["fencing_token"])
+            client.post("/v1/locks/secret/acquire", json={"owner_token": owner, "ttl_seconds": -1})
+            client.post(
+                "/v1/locks/secret/acquire",
+                content=b"{bad",
+                headers={"Content-Type": "application/json"},
+            )
+            client.get("/v1/locks/secret", headers={"Authorization": f"Bearer {project.anon_key}"})
+            client.get("/v1/locks/secret", headers={"apikey": project.service_key})
+            log = server.log
+        assert (
+            "POST /v1/locks/secret/acquire 200" in log
+        )  # the access log is on, so this test can fail
+        for secret in (project.anon_key, project.service_key, owner, owner.lower()):
+            assert secret not in log
+
+
+class TestCrashes:
+    def test_kill_9_keeps_acknowledged_leases_and_rising_tokens(self, tmp_path: Path) -> None:
+        """Leases acknowledged before kill -9 are still held after restart; tokens keep rising."""
+        db = f"sqlite:///{tmp_path / 'crash.db'}"
+        project = create_project(db, "crash")
+        server = ServerProcess(db, "--no-access-log").start()
+        acknowledged: dict[str, int] = {}
+        highest = 0
+        stop, busy = threading.Event(), threading.Event()
+
+        def churn() -> None:
+            nonlocal highest
+            with http(server, project) as client:
+                locks = Locks(client)
+                while not stop.is_set():
+                    owner = new_id()
+                    try:
+                        lease = locks.acquire("churn", owner).json()
+                        highest = max(highest, lease["fencing_token"])
+                        if highest >= 50:
+                            busy.set()
+                        locks.release("churn", owner, lease["fencing_token"])
+                    except httpx.TransportError:
+                        return
+
+        with http(server, project) as client:
+            for n in range(20):
+                acknowledged[f"held-{n}"] = (
+                    Locks(client).acquire(f"held-{n}", new_id(), ttl=3600).json()["fencing_token"]
+                )
+        worker = threading.Thread(target=churn)
+        worker.start()
+        assert busy.wait(timeout=60), "the churn made no progress"
+        server.kill()
+        stop.set()
+        worker.join(timeout=30)
+
+        server.start()
+        try:
+            with http(server, project) as client:
+                locks = Locks(client)
+                for key, fence in acknowledged.items():
+                    state = locks.get(key).json()
+                    assert (state["held"], state["fencing_token"]) == (True, fence), key
+                locks.force_release("churn")  # the lease in flight at the kill, if any
+                last = locks.get("churn").json()["fencing_token"]
+                assert last >= highest
+                assert locks.acquire("churn", new_id()).json()["fencing_token"] == last + 1
+        finally:
+            server.kill()
+
+
+class TestTwoProcesses:
+    def test_two_servers_on_one_file_never_double_grant(self, tmp_path: Path) -> None:
+        """Two server processes on one SQLite file, eight clients racing each round: one winner
+        per round, and fencing tokens rise by exactly one per round."""
+        db = f"sqlite:///{tmp_path / 'race.db'}"
+        project = create_project(db, "race")
+        rounds, racers = 40, 8
+        with ServerProcess(db, "--no-access-log") as a, ServerProcess(db, "--no-access-log") as b:
+            clients = [http(a if n % 2 else b, project) for n in range(racers)]
+            try:
+                tokens = []
+                for _ in range(rounds):
+                    owners = [new_id() for _ in range(racers)]
+                    barrier = threading.Barrier(racers)
+                    results: list[httpx.Response | None] = [None] * racers
+
+                    def race(
+                        n: int,
+                        owners: list[str] = owners,
+                        barrier: threading.Barrier = barrier,
+                        results: list[httpx.Response | None] = results,
+                    ) -> None:
+                        barrier.wait()
+                        results[n] = Locks(clients[n]).acquire("contended", owners[n], ttl=30)
+
+                    threads = [threading.Thread(target=race, args=(n,)) for n in range(racers)]
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
+                        thread.join()
+                    winners = [
+                        n for n, r in enumerate(results) if r is not None and r.status_code == 200
+                    ]
+                    assert len(winners) == 1, [r.status_code if r else None for r in results]
+                    assert all(r is not None and r.status_code in (200, 409) for r in results)
+                    lease = results[winners[0]].json()  # type: ignore[union-attr]
+                    tokens.append(lease["fencing_token"])
+                    released = Locks(clients[(winners[0] + 1) % racers]).release(
+                        "contended", owners[winners[0]], lease["fencing_token"]
+                    )
+                    assert released.status_code == 204
+                assert tokens == list(range(1, rounds + 1))
+            finally:
+                for client in clients:
+                    client.close()
+
+    def test_lease_taken_on_one_server_is_seen_by_the_other(self, tmp_path: Path) -> None:
+        """Acquire through one process, renew and release through the other."""
+        db = f"sqlite:///{tmp_path / 'pair.db'}"
+        project = create_project(db, "pair")
+        key, owner = f"pair-{uuid.uuid4().hex[:6]}", new_id()
+        with (
+            ServerProcess(db) as a,
+            ServerProcess(db) as b,
+            http(a, project) as ca,
+            http(b, project) as cb,
+        ):
+            lease = Locks(ca).acquire(key, owner).json()
+            assert Locks(cb).get(key).json()["held"] is True
+            assert Locks(cb).acquire(key, new_id()).status_code == 409
+            assert Locks(cb).renew(key, owner, lease["fencing_token"]).status_code == 200
+            assert Locks(cb).release(key, owner, lease["fencing_token"]).status_code == 204
+            assert Locks(ca).get(key).json()["held"] is False

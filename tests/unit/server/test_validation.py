@@ -1,0 +1,193 @@
+"""The server's request validators, built from openapi.yaml, agree with a JSON Schema validator
+(jsonschema-rs, which follows ECMA-262 regex semantics as JSON Schema requires)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.conformance import SchemaViolation, validate_schema
+from volcano_server._schema import SchemaError, ValidationFailure, compile_schema
+from volcano_server._spec import load_spec
+
+SPEC = load_spec()
+
+UUIDISH = st.one_of(
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.uuids().map(lambda u: str(u) + "\n"),
+    st.text(alphabet="0123456789abcdefABCDEF-xz\n ", min_size=30, max_size=40),
+)
+EDGES = st.sampled_from(
+    [
+        0,
+        0.05,
+        0.0999,
+        0.1,
+        1,
+        1.0,
+        1.5,
+        5.5,
+        86400,
+        86400.0001,
+        2**53 - 1,
+        2**53,
+        -1,
+        True,
+        False,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1e308,
+    ]
+)
+NUMBERS = st.one_of(
+    EDGES,
+    st.integers(min_value=-5, max_value=2**54),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+VALUES = st.one_of(
+    NUMBERS, UUIDISH, st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2)
+)
+VALID = {
+    "owner_token": st.uuids().map(str),
+    "fencing_token": st.integers(min_value=1, max_value=2**53 - 1),
+    "ttl_seconds": st.floats(min_value=0.1, max_value=86400),
+}
+
+
+FIELDS = {
+    "acquireLock": ("owner_token", "ttl_seconds"),
+    "renewLock": ("owner_token", "fencing_token", "ttl_seconds"),
+    "releaseLock": ("owner_token", "fencing_token"),
+}
+
+
+@st.composite
+def bodies(draw: st.DrawFn, operation_id: str) -> Any:
+    """A valid body with one field replaced (often by an edge value), dropped or added."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(VALUES)
+    fields = FIELDS[operation_id]
+    body = {name: draw(VALID[name]) for name in fields}
+    mutation = draw(st.sampled_from(["none", "replace", "replace", "drop", "add"]))
+    name = draw(st.sampled_from(fields))
+    if mutation == "replace":
+        body[name] = draw(st.one_of(EDGES, VALUES))
+    elif mutation == "drop":
+        del body[name]
+    elif mutation == "add":
+        body[draw(st.sampled_from(["extra", "OWNER_TOKEN", "", *VALID]))] = draw(VALUES)
+    return body
+
+
+KEYS = st.one_of(
+    st.text(max_size=300),
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,20}", fullmatch=True),
+    st.integers(250, 260).map(lambda n: "k" * n),
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,10}", fullmatch=True).map(lambda k: k + "\n"),
+)
+
+
+def accepts(operation_id: str, body: Any) -> bool:
+    validate = SPEC.operation(operation_id).body
+    assert validate is not None
+    try:
+        validate(body, "")
+    except ValidationFailure:
+        return False
+    return True
+
+
+def reference_accepts(operation_id: str, body: Any) -> bool:
+    schema = {
+        "acquireLock": "AcquireRequest",
+        "renewLock": "RenewRequest",
+        "releaseLock": "ReleaseRequest",
+    }[operation_id]
+    try:
+        validate_schema(body, f"/components/schemas/{schema}")
+    except SchemaViolation:
+        return False
+    return True
+
+
+class TestAgainstJsonSchema:
+    @pytest.mark.parametrize("operation_id", ["acquireLock", "renewLock", "releaseLock"])
+    @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+    @given(data=st.data())
+    def test_same_verdict_as_jsonschema(self, operation_id: str, data: st.DataObject) -> None:
+        """For any JSON value, the compiled validator accepts exactly what jsonschema accepts."""
+        body = data.draw(bodies(operation_id))
+        assert accepts(operation_id, body) == reference_accepts(operation_id, body)
+
+    @settings(max_examples=300, deadline=None)
+    @given(key=KEYS)
+    def test_path_key_same_verdict_as_jsonschema(self, key: str) -> None:
+        """The path key validator agrees with jsonschema on the LockKey schema."""
+        try:
+            SPEC.operation("getLock").path_params["key"](key, "key")
+            ours = True
+        except ValidationFailure:
+            ours = False
+        try:
+            validate_schema(key, "/components/schemas/LockKey")
+            theirs = True
+        except SchemaViolation:
+            theirs = False
+        assert ours == theirs
+
+
+class TestMessages:
+    def test_normalises_numbers(self) -> None:
+        """Integral floats become ints for integer fields; ttls become floats."""
+        body = SPEC.operation("renewLock").body
+        assert body is not None
+        checked = body(
+            {
+                "owner_token": "0F8FAD5B-D9CB-469F-A165-70867728950E",
+                "fencing_token": 3.0,
+                "ttl_seconds": 2,
+            },
+            "",
+        )
+        assert checked["fencing_token"] == 3
+        assert isinstance(checked["fencing_token"], int)
+        assert isinstance(checked["ttl_seconds"], float)
+
+    def test_trailing_newline_never_matches(self) -> None:
+        """Patterns match whole strings: "key\\n" is not a key."""
+        with pytest.raises(ValidationFailure, match="must match"):
+            SPEC.operation("getLock").path_params["key"]("key\n", "key")
+
+
+class TestCompilerRefusesWhatItCannotEnforce:
+    @pytest.mark.parametrize(
+        "schema",
+        [
+            {"type": "object", "properties": {}},  # additionalProperties not false
+            {"type": "string", "format": "x", "pattern": "[a-z]"},  # unanchored pattern
+            {"type": "string", "multipleOf": 2},
+            {"oneOf": [{"type": "string"}]},
+            {"type": ["string", "null"]},
+        ],
+    )
+    def test_unknown_constructs_fail_at_start_up(self, schema: dict[str, Any]) -> None:
+        """A schema rule the server could not enforce stops the server from starting."""
+        with pytest.raises(SchemaError):
+            compile_schema(schema, lambda ref: {})
+
+    def test_every_operation_of_the_spec_is_compiled(self) -> None:
+        """Routes and validators exist for every operation in openapi.yaml."""
+        assert {op.operation_id for op in SPEC.operations} == {
+            "acquireLock",
+            "renewLock",
+            "releaseLock",
+            "getLock",
+            "forceReleaseLock",
+            "getHealth",
+        }
+        assert all("x-request-id" in op.headers for op in SPEC.operations if op.authenticated)

@@ -1,0 +1,324 @@
+"""Request handling: judge a request in the contract's order, run its operation, answer.
+
+Order of judgement: routing (404/405, in `_routing`) -> credentials (401/403) -> headers (400)
+-> rate limit (429) -> body (400/413) -> schema, path key included (422) -> the operation
+(200/204/409, or 503 when storage is unavailable). Every answer carries `X-Request-Id`.
+
+The body is read (up to the size limit) on the event loop first, and judged later, in order;
+everything after that runs in one worker thread, so a request costs one thread hop and a slow or
+locked database never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+from starlette.datastructures import Headers
+from starlette.types import Message, Receive, Scope, Send
+
+from ._auth import Authenticator
+from ._errors import ApiError
+from ._ratelimit import RateLimiter
+from ._routing import raw_segments
+from ._schema import ValidationFailure, Validator
+from ._service import Answer, Caller, LockService
+from ._spec import Operation
+from ._wire import dumps, error_body
+from .storage import StorageUnavailable
+
+__all__ = ["HANDLED_OPERATIONS", "Api"]
+
+log = logging.getLogger("volcano_server")
+access_log = logging.getLogger("volcano_server.access")
+
+_JSON = (b"content-type", b"application/json")
+_NO_STORE = (b"cache-control", b"no-store")
+_HEALTH = Answer(200, dumps({"status": "ok"}))
+
+# operationId -> how it runs on the service, given the caller, path parameters and body.
+_Run = Callable[[LockService, Caller, dict[str, Any], dict[str, Any]], Answer]
+_OPERATIONS: dict[str, _Run] = {
+    "acquireLock": lambda s, c, p, b: s.acquire(c, p["key"], b["owner_token"], b["ttl_seconds"]),
+    "renewLock": lambda s, c, p, b: s.renew(
+        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"]
+    ),
+    "releaseLock": lambda s, c, p, b: s.release(c, p["key"], b["owner_token"], b["fencing_token"]),
+    "getLock": lambda s, c, p, _b: s.get(c, p["key"]),
+    "forceReleaseLock": lambda s, c, p, _b: s.force_release(c, p["key"]),
+}
+HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
+
+
+class _ClientGone(Exception):
+    """The client disconnected before sending its whole body."""
+
+
+@attrs.frozen
+class _Request:
+    """What the event loop gathered about a request, still unjudged."""
+
+    operation: Operation
+    params: dict[str, str]
+    headers: Headers
+    request_id: str
+    replayable: bool
+    malformed_id: str | None  # why the client's X-Request-Id was refused
+    body: bytes | None  # None when over the size limit
+
+
+class Api:
+    """The endpoints of the spec's operations."""
+
+    def __init__(
+        self,
+        service: LockService,
+        authenticator: Authenticator,
+        request_id: Validator,
+        *,
+        max_body_bytes: int,
+        rate_limiter: RateLimiter | None,
+        access_log_enabled: bool,
+        worker_threads: int = 32,
+    ) -> None:
+        self._service = service
+        self._auth = authenticator
+        self._request_id = request_id
+        self._max_body = max_body_bytes
+        self._limiter = rate_limiter
+        self._access_log = access_log_enabled
+        self._threads = anyio.CapacityLimiter(worker_threads)
+
+    async def endpoint(
+        self,
+        operation: Operation,
+        params: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Judge and run one request of `operation`."""
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        request_id, replayable, malformed = self._identify(
+            headers, declared="x-request-id" in operation.headers
+        )
+        try:
+            if not operation.authenticated:
+                answer = _HEALTH
+            else:
+                body = (
+                    await self._read_body(headers, receive) if operation.body is not None else b""
+                )
+                request = _Request(
+                    operation, params, headers, request_id, replayable, malformed, body
+                )
+                answer = await self._in_worker(self._judge_and_run, request)
+        except ApiError as error:
+            answer = _error_answer(error, request_id)
+        except _ClientGone:
+            return
+        except Exception:
+            log.exception("internal error in %s request_id=%s", operation.operation_id, request_id)
+            answer = _error_answer(ApiError.internal(), request_id)
+        await _send(send, answer, request_id)
+        if self._access_log:
+            _log_access(scope, answer, request_id, started)
+
+    async def not_allowed(
+        self, allow: tuple[str, ...], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """405 with the path's methods in `Allow`."""
+        await self._refuse(ApiError.method_not_allowed(scope["method"], allow), scope, send)
+
+    async def not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """404 for a path no operation has."""
+        await self._refuse(ApiError.not_found("/".join(raw_segments(scope))), scope, send)
+
+    async def _refuse(self, error: ApiError, scope: Scope, send: Send) -> None:
+        request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
+        answer = _error_answer(error, request_id)
+        await _send(send, answer, request_id, allow=error.allow)
+        if self._access_log:
+            _log_access(scope, answer, request_id, None)
+
+    def _identify(self, headers: Headers, *, declared: bool) -> tuple[str, bool, str | None]:
+        """(request id, sent by the client, why the client's one is refused).
+
+        Where the operation does not declare X-Request-Id, a bad one is ignored, not refused.
+        """
+        sent = headers.getlist("x-request-id")
+        if not sent:
+            return str(uuid.uuid4()), False, None
+        if len(sent) > 1:
+            return (
+                str(uuid.uuid4()),
+                False,
+                "send at most one X-Request-Id header" if declared else None,
+            )
+        try:
+            self._request_id(sent[0], "X-Request-Id")
+        except ValidationFailure as failure:
+            return str(uuid.uuid4()), False, str(failure) if declared else None
+        return sent[0], True, None
+
+    async def _in_worker(self, fn: Callable[..., Answer], *args: Any) -> Answer:
+        try:
+            return await anyio.to_thread.run_sync(partial(fn, *args), limiter=self._threads)
+        except StorageUnavailable as exc:
+            log.warning("storage unavailable: %s", exc)
+            raise ApiError.unavailable("storage is unavailable, retry later") from exc
+
+    async def _read_body(self, headers: Headers, receive: Receive) -> bytes | None:
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_body:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message: Message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _judge_and_run(self, request: _Request) -> Answer:
+        """Everything after routing, in the contract's order (runs in a worker thread)."""
+        headers = request.headers
+        principal = self._auth.authenticate(headers.get("apikey"), headers.get("authorization"))
+        if request.malformed_id is not None:
+            raise ApiError.invalid_request(request.malformed_id)
+        if self._limiter is not None:
+            wait = self._limiter.check(principal.project_id)
+            if wait is not None:
+                raise ApiError.rate_limited(wait)
+        body: dict[str, Any] = {}
+        if request.operation.body is not None:
+            if request.body is None:
+                raise ApiError.payload_too_large(self._max_body)
+            body = _json_object(headers.get("content-type", ""), request.body)
+        params, body = _validated(request.operation, request.params, body)
+        caller = Caller(
+            principal.project_id, principal.credential, request.request_id, request.replayable
+        )
+        return _OPERATIONS[request.operation.operation_id](self._service, caller, params, body)
+
+
+def _json_object(content_type: str, raw: bytes) -> dict[str, Any]:
+    media_type, _, parameters = content_type.partition(";")
+    if media_type.strip().lower() != "application/json":
+        raise ApiError.invalid_request(
+            f"Content-Type must be application/json, got {media_type.strip() or 'none'}"
+        )
+    charset = parameters.replace(" ", "").replace('"', "").lower()
+    if charset and charset != "charset=utf-8":
+        raise ApiError.invalid_request(f"JSON bodies must be UTF-8, got {parameters.strip()}")
+    value = _parse_json(raw)
+    if not isinstance(value, dict):
+        raise ApiError.invalid_request(
+            f"request body must be a JSON object, got {_json_kind(value)}"
+        )
+    return value
+
+
+def _validated(
+    operation: Operation, params: dict[str, str], body: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        checked = {
+            name: validate(params[name], name) for name, validate in operation.path_params.items()
+        }
+        if operation.body is not None:
+            body = operation.body(body, "")
+    except ValidationFailure as failure:
+        raise ApiError.validation(str(failure)) from None
+    return checked, body
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        names = [name for name, _ in pairs]
+        duplicate = next(name for index, name in enumerate(names) if name in names[:index])
+        raise ValueError(f"duplicate field {duplicate!r}")
+    return result
+
+
+def _parse_json(raw: bytes) -> Any:
+    if not raw:
+        raise ApiError.invalid_request("request body is empty; send a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError.invalid_request(
+            f"request body is not UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ApiError.invalid_request(
+            "request body is not valid JSON: nested too deeply"
+        ) from None
+    except ValueError as exc:
+        raise ApiError.invalid_request(f"request body is not valid JSON: {exc}") from None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "null" if value is None else "a number"
+
+
+def _error_answer(error: ApiError, request_id: str) -> Answer:
+    return Answer(
+        error.status, error_body(error.code, error.message, request_id), error.retry_after
+    )
+
+
+async def _send(send: Send, answer: Answer, request_id: str, allow: tuple[str, ...] = ()) -> None:
+    headers = [(b"x-request-id", request_id.encode("latin-1")), _NO_STORE]
+    if answer.body:
+        headers += [_JSON, (b"content-length", str(len(answer.body)).encode())]
+    if answer.replayed:
+        headers.append((b"idempotent-replayed", b"true"))
+    if answer.retry_after is not None:
+        headers.append((b"retry-after", str(answer.retry_after).encode()))
+    if allow:
+        headers.append((b"allow", ", ".join(allow).encode()))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+def _log_access(scope: Scope, answer: Answer, request_id: str, started: float | None) -> None:
+    took = f" {1000 * (time.perf_counter() - started):.1f}ms" if started is not None else ""
+    replayed = " replayed" if answer.replayed else ""
+    access_log.info(
+        "%s %s %d%s%s request_id=%s",
+        scope["method"],
+        scope["path"],
+        answer.status,
+        took,
+        replayed,
+        request_id,
+    )

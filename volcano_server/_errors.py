@@ -1,0 +1,78 @@
+"""The error answers of the API: `{"error": {"code", "message", "request_id"}}` with a status."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["ApiError"]
+
+
+@attrs.frozen
+class ApiError(Exception):
+    """An error answer. Raise it anywhere in request handling; the app renders it."""
+
+    status: int
+    code: str
+    message: str
+    retry_after: int | None = None
+    allow: tuple[str, ...] = ()
+
+    @classmethod
+    def invalid_request(cls, message: str) -> ApiError:
+        """400: the body is not a JSON object in application/json, or a header is malformed."""
+        return cls(400, "invalid_request", message)
+
+    @classmethod
+    def unauthorized(cls, message: str) -> ApiError:
+        """401: missing or unknown keys, or keys of two different projects."""
+        return cls(401, "unauthorized", message)
+
+    @classmethod
+    def forbidden(cls, message: str) -> ApiError:
+        """403: a known key used where it is not allowed."""
+        return cls(403, "forbidden", message)
+
+    @classmethod
+    def not_found(cls, path: str) -> ApiError:
+        """404: no route."""
+        return cls(404, "not_found", f"no such path: {path}")
+
+    @classmethod
+    def method_not_allowed(cls, method: str, allow: tuple[str, ...]) -> ApiError:
+        """405, with the methods the path allows."""
+        return cls(
+            405,
+            "method_not_allowed",
+            f"{method} is not allowed here (allowed: {', '.join(allow)})",
+            allow=allow,
+        )
+
+    @classmethod
+    def payload_too_large(cls, limit: int) -> ApiError:
+        """413: the body is over the limit."""
+        return cls(413, "payload_too_large", f"request body is larger than {limit} bytes")
+
+    @classmethod
+    def validation(cls, message: str) -> ApiError:
+        """422: parses but breaks the schema."""
+        return cls(422, "validation_error", message)
+
+    @classmethod
+    def rate_limited(cls, retry_after: int) -> ApiError:
+        """429: over the project's request rate."""
+        return cls(
+            429, "rate_limited", "too many requests for this project", retry_after=retry_after
+        )
+
+    @classmethod
+    def unavailable(cls, message: str, retry_after: int = 1) -> ApiError:
+        """503: storage cannot be reached or locked right now."""
+        return cls(503, "unavailable", message, retry_after=retry_after)
+
+    @classmethod
+    def internal(cls) -> ApiError:
+        """500: an unexpected fault (details go to the log, never to the client)."""
+        return cls(500, "internal", "internal server error")
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"

@@ -1,0 +1,202 @@
+"""Compile the JSON Schema subset that openapi.yaml uses for requests into fast validators.
+
+The server validates requests with validators built from the spec at start-up, so the spec and
+the server cannot drift apart. A schema keyword this compiler does not understand is an error at
+start-up, not a silently skipped rule. The semantics follow JSON Schema 2020-12 (the dialect of
+OpenAPI 3.1): an integer is any number with a zero fractional part, booleans are not numbers,
+and `pattern` must match the whole string here because every pattern in the spec is anchored
+with `^...$` (matched with `re.fullmatch`, so a trailing newline never slips through `$`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["SchemaError", "ValidationFailure", "Validator", "compile_schema"]
+
+# A validator returns the value normalised (integers as int, numbers as float) or raises.
+Validator = Callable[[Any, str], Any]
+
+_IGNORED = frozenset({"description", "examples", "example", "title", "format", "$comment"})
+_KNOWN = _IGNORED | {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "enum",
+}
+
+
+class SchemaError(Exception):
+    """The spec uses a schema construct this compiler does not support."""
+
+
+class ValidationFailure(Exception):
+    """A value breaks the schema; `str()` names the field and the rule."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where = where
+        self.problem = problem
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+def compile_schema(
+    schema: Mapping[str, Any], resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    """Build a validator for `schema`, following `$ref`s through `resolve`."""
+    while "$ref" in schema:
+        extra = set(schema) - {"$ref", "description"}
+        if extra:
+            raise SchemaError(f"$ref with sibling keywords {sorted(extra)} is not supported")
+        schema = resolve(schema["$ref"])
+    unknown = set(schema) - _KNOWN
+    if unknown:
+        raise SchemaError(f"unsupported schema keywords {sorted(unknown)}")
+    kind = schema.get("type")
+    if not isinstance(kind, str):
+        raise SchemaError(f"request schemas need a single 'type', got {kind!r}")
+    compilers: dict[
+        str, Callable[[Mapping[str, Any], Callable[[str], Mapping[str, Any]]], Validator]
+    ] = {
+        "object": _compile_object,
+        "string": _compile_string,
+        "number": _compile_number,
+        "integer": _compile_number,
+        "boolean": _compile_boolean,
+    }
+    if kind not in compilers:
+        raise SchemaError(f"unsupported type {kind!r}")
+    validator = compilers[kind](schema, resolve)
+    if "enum" in schema:
+        return _with_enum(validator, list(schema["enum"]))
+    return validator
+
+
+def _where(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return repr(shown)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _compile_object(
+    schema: Mapping[str, Any], resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    if schema.get("additionalProperties", True) is not False:
+        raise SchemaError("request objects must say additionalProperties: false")
+    fields = {
+        name: compile_schema(sub, resolve) for name, sub in schema.get("properties", {}).items()
+    }
+    required = list(schema.get("required", []))
+    missing_props = [name for name in required if name not in fields]
+    if missing_props:
+        raise SchemaError(f"required fields without properties: {missing_props}")
+    allowed = ", ".join(fields)
+
+    def validate_object(value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValidationFailure(path, f"must be an object, got {_describe(value)}")
+        for name in value:
+            if name not in fields:
+                raise ValidationFailure(
+                    _where(path, str(name)), f"unknown field (allowed: {allowed})"
+                )
+        for name in required:
+            if name not in value:
+                raise ValidationFailure(_where(path, name), "is required")
+        return {name: fields[name](item, _where(path, name)) for name, item in value.items()}
+
+    return validate_object
+
+
+def _compile_string(
+    schema: Mapping[str, Any], _resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    min_length = int(schema.get("minLength", 0))
+    max_length = schema.get("maxLength")
+    pattern_text = schema.get("pattern")
+    if pattern_text is not None and not (
+        pattern_text.startswith("^") and pattern_text.endswith("$")
+    ):
+        raise SchemaError(f"pattern {pattern_text!r} must be anchored with ^...$")
+    # fullmatch, and $ only at the very end: "^a$" must not accept "a\n".
+    pattern = re.compile(pattern_text[1:-1]) if pattern_text is not None else None
+
+    def validate_string(value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            raise ValidationFailure(path, f"must be a string, got {_describe(value)}")
+        if len(value) < min_length:
+            raise ValidationFailure(path, f"must be at least {min_length} characters long")
+        if max_length is not None and len(value) > max_length:
+            raise ValidationFailure(path, f"must be at most {max_length} characters long")
+        if pattern is not None and pattern.fullmatch(value) is None:
+            raise ValidationFailure(path, f"must match {pattern_text}, got {_describe(value)}")
+        return value
+
+    return validate_string
+
+
+def _compile_number(
+    schema: Mapping[str, Any], _resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    integer = schema["type"] == "integer"
+    minimum = schema.get("minimum")
+    maximum = schema.get("maximum")
+    noun = "an integer" if integer else "a number"
+
+    def validate_number(value: Any, path: str) -> int | float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationFailure(path, f"must be {noun}, got {_describe(value)}")
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValidationFailure(path, f"must be a finite number, got {value!r}")
+            if integer:
+                if not value.is_integer():
+                    raise ValidationFailure(path, f"must be an integer, got {value!r}")
+                value = int(value)
+        if minimum is not None and value < minimum:
+            raise ValidationFailure(path, f"must be at least {minimum}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise ValidationFailure(path, f"must be at most {maximum}, got {value!r}")
+        return value if integer else float(value)
+
+    return validate_number
+
+
+def _compile_boolean(
+    _schema: Mapping[str, Any], _resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    def validate_boolean(value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise ValidationFailure(path, f"must be true or false, got {_describe(value)}")
+        return value
+
+    return validate_boolean
+
+
+def _with_enum(validator: Validator, allowed: list[Any]) -> Validator:
+    def validate_enum(value: Any, path: str) -> Any:
+        value = validator(value, path)
+        if value not in allowed:
+            raise ValidationFailure(path, f"must be one of {allowed}, got {_describe(value)}")
+        return value
+
+    return validate_enum

@@ -1,0 +1,131 @@
+"""openapi.yaml, loaded once: the routes, parameters and request schemas the server serves.
+
+The server's routes and request validators are derived from this file at start-up, so what the
+spec says and what the server enforces cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import Any
+
+import attrs
+import yaml
+
+from ._schema import SchemaError, Validator, compile_schema
+
+__all__ = ["Operation", "Spec", "load_spec"]
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+
+@attrs.frozen
+class Operation:
+    """One operation of the spec, with validators for what a request may carry."""
+
+    operation_id: str
+    method: str
+    path: str
+    path_params: Mapping[str, Validator]
+    headers: Mapping[str, Validator]  # lower-cased header name -> validator
+    body: Validator | None
+    authenticated: bool
+
+
+@attrs.frozen
+class Spec:
+    """The loaded spec: its raw text (served at /openapi.yaml) and its operations."""
+
+    text: bytes
+    document: Mapping[str, Any]
+    operations: tuple[Operation, ...]
+    request_id: Validator  # components/schemas/RequestId, for every answer's X-Request-Id
+
+    def operation(self, operation_id: str) -> Operation:
+        """The operation with this operationId."""
+        for operation in self.operations:
+            if operation.operation_id == operation_id:
+                return operation
+        raise KeyError(operation_id)
+
+
+def load_spec(text: bytes | None = None) -> Spec:
+    """Load and compile openapi.yaml (the copy shipped with the server unless `text` is given)."""
+    if text is None:
+        text = resources.files("volcano_server").joinpath("openapi.yaml").read_bytes()
+    document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    if not isinstance(document, dict):
+        raise SchemaError("openapi.yaml is not a mapping")
+    resolve = _resolver(document)
+    return Spec(
+        text=text,
+        document=document,
+        operations=tuple(_operations(document, resolve)),
+        request_id=compile_schema({"$ref": "#/components/schemas/RequestId"}, resolve),
+    )
+
+
+def _resolver(document: Mapping[str, Any]) -> Callable[[str], Mapping[str, Any]]:
+    def resolve(ref: str) -> Mapping[str, Any]:
+        if not ref.startswith("#/"):
+            raise SchemaError(f"only local $refs are supported, got {ref!r}")
+        node: Any = document
+        for part in ref[2:].split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        if not isinstance(node, Mapping):
+            raise SchemaError(f"{ref} is not an object")
+        return node
+
+    return resolve
+
+
+def _operations(
+    document: Mapping[str, Any], resolve: Callable[[str], Mapping[str, Any]]
+) -> list[Operation]:
+    def deref(node: Mapping[str, Any]) -> Mapping[str, Any]:
+        while "$ref" in node:
+            node = resolve(node["$ref"])
+        return node
+
+    default_security = document.get("security", [])
+    operations = []
+    for path, item in document["paths"].items():
+        shared = [deref(p) for p in item.get("parameters", [])]
+        for method in _METHODS:
+            if method not in item:
+                continue
+            op = item[method]
+            params = {(p["in"], p["name"]): p for p in shared}
+            params.update({(p["in"], p["name"]): p for p in map(deref, op.get("parameters", []))})
+            body = None
+            if "requestBody" in op:
+                content = deref(op["requestBody"])["content"]
+                if set(content) != {"application/json"}:
+                    raise SchemaError(
+                        f"{op['operationId']}: only application/json bodies are supported"
+                    )
+                body = compile_schema(content["application/json"]["schema"], resolve)
+            operations.append(
+                Operation(
+                    operation_id=op["operationId"],
+                    method=method.upper(),
+                    path=path,
+                    path_params={
+                        name: compile_schema(p["schema"], resolve)
+                        for (where, name), p in params.items()
+                        if where == "path"
+                    },
+                    headers={
+                        name.lower(): compile_schema(p["schema"], resolve)
+                        for (where, name), p in params.items()
+                        if where == "header"
+                    },
+                    body=body,
+                    authenticated=bool(op.get("security", default_security)),
+                )
+            )
+            unsupported = {where for where, _ in params} - {"path", "header"}
+            if unsupported:
+                raise SchemaError(f"{op['operationId']}: unsupported parameters in {unsupported}")
+    return operations

@@ -1,0 +1,31 @@
+"""JSON bodies as the spec spells them: leases, states, errors, RFC 3339 UTC timestamps."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+__all__ = ["dumps", "error_body", "rfc3339_us"]
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON; NaN and infinities can never be emitted."""
+    return _encoder.encode(value).encode()
+
+
+def rfc3339_us(us: int) -> str:
+    """Microseconds since the epoch as `2026-11-29T21:15:30.250000Z`, exactly (no floats)."""
+    seconds, micros = divmod(us, 1_000_000)
+    t = time.gmtime(seconds)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{micros:06d}Z"
+    )
+
+
+def error_body(code: str, message: str, request_id: str) -> bytes:
+    """The one error shape of the API."""
+    return dumps({"error": {"code": code, "message": message, "request_id": request_id}})

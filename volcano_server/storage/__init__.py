@@ -1,0 +1,86 @@
+"""Lock storage backends behind one interface: SQLite (default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ._base import (
+    KeyKind,
+    KeyRecord,
+    LockRow,
+    ProjectKeys,
+    ReadTx,
+    Storage,
+    StorageUnavailable,
+    StoredOutcome,
+    WriteTx,
+)
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "KeyKind",
+    "KeyRecord",
+    "LockRow",
+    "ProjectKeys",
+    "ReadTx",
+    "Storage",
+    "StorageUnavailable",
+    "StoredOutcome",
+    "UnsupportedDatabaseURL",
+    "WriteTx",
+    "open_storage",
+    "redact_url",
+]
+
+DEFAULT_DATABASE_URL = "sqlite:///volcano.db"
+
+
+class UnsupportedDatabaseURL(ValueError):
+    """The database URL names no backend this server has."""
+
+
+def open_storage(url: str, *, sqlite_synchronous: str = "full") -> Storage:
+    """Open (creating or migrating the schema as needed) the database at `url`.
+
+    `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, or `postgresql://...`.
+    """
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        from ._sqlite import SQLiteStorage
+
+        if sqlite_synchronous not in ("full", "normal"):
+            raise UnsupportedDatabaseURL(
+                f"sqlite synchronous must be full or normal, got {sqlite_synchronous!r}"
+            )
+        return SQLiteStorage(_sqlite_path(url), synchronous=sqlite_synchronous)  # type: ignore[arg-type]
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from ._postgres import PostgresStorage  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise UnsupportedDatabaseURL(
+                'PostgreSQL support is not installed: pip install "volcano[postgres]"'
+            ) from exc
+        storage: Storage = PostgresStorage(url)
+        return storage
+    raise UnsupportedDatabaseURL(
+        f"unsupported database URL {redact_url(url)!r}: use sqlite:///PATH or postgresql://..."
+    )
+
+
+def _sqlite_path(url: str) -> Path:
+    if not url.lower().startswith("sqlite:///"):
+        raise UnsupportedDatabaseURL(f"SQLite URLs look like sqlite:///PATH, got {url!r}")
+    path = unquote(url[len("sqlite:///") :])
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise UnsupportedDatabaseURL(f"SQLite needs a database file path, got {url!r}")
+    return Path(path)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, fit for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

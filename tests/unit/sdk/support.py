@@ -59,6 +59,14 @@ class FakeApi:
         """The recorded requests of one operation (acquire, renew, release, get, force)."""
         return [r for r in self.requests if operation_of(r) == operation]
 
+    def times_of(self, operation: str) -> list[float]:
+        """When (by the fake clock) each request of one operation arrived."""
+        return [
+            t
+            for t, r in zip(self.times, self.requests, strict=True)
+            if operation_of(r) == operation
+        ]
+
     # -- the well-behaved default -------------------------------------------------------
 
     def default(self, request: httpx.Request) -> httpx.Response:

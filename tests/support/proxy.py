@@ -12,8 +12,24 @@ thread. Each client connection gets its own upstream connection, opened on the f
 is forwarded and reopened if the upstream closes it while idle. Requests are parsed one at a time
 (keep-alive, pipelining and `Connection: close` work as in HTTP/1.1), recorded in `proxy.requests`,
 and matched against the rules in order; the first rule that matches and is not used up decides
-what happens (see the action factories below); with no match the request is forwarded. Bytes are
-forwarded exactly as received, both ways, Host header included.
+what happens; with no match the request is forwarded. Bytes are forwarded exactly as received,
+both ways, Host header included.
+
+Actions (factories in _actions.py; each is also a method of `proxy.on(...)`):
+
+    forward()                        pass through unchanged (what happens without a rule)
+    drop_response(rst=False)         forward, read the whole response, close without a word
+    reset_before_forward(rst=True)   close the client connection, never forward
+    respond(status, body, headers)   answer from the proxy, never forward
+    error_response(503)              ... with the contract's JSON error, X-Request-Id echoed
+    html_error(503)                  ... with an HTML page, as a load balancer would
+    delay(seconds, then=forward())   hold the request, then forward it (or apply `then`)
+    delay_response(seconds)          forward at once, hold the response
+    blackhole()                      read the request, never forward nor answer
+
+Rules: `proxy.add_rule(match, action, times=1)` or `proxy.on(method, path_regex, where=...)`;
+`times=None` applies forever. A custom action subclasses `Action` and implements
+`run(exchange)` with the moves of `Exchange` (forward, reply, disconnect, hold).
 
 Partition: `proxy.partition()` cuts all traffic. Requests on existing connections and on new ones
 are read, recorded with action "partition", and never forwarded nor answered; a response that
@@ -36,32 +52,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import re
 import socket
 import struct
 import threading
-import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from tests.support._actions import (
+    Action,
+    Blackhole,
+    Delay,
+    DelayResponse,
+    DropResponse,
+    ErrorResponse,
+    Exchange,
+    Forward,
+    HtmlError,
+    PartitionHold,
+    ResetBeforeForward,
+    Respond,
+    blackhole,
+    default_error_code,
+    delay,
+    delay_response,
+    drop_response,
+    error_body,
+    error_response,
+    forward,
+    html_error,
+    request_id_for,
+    reset_before_forward,
+    respond,
+)
 from tests.support._http11 import (
     ProtocolError,
     build_response,
-    find_header,
-    find_headers,
     read_body,
     read_head,
     request_framing,
     response_framing,
     wants_close,
 )
+from tests.support._records import RecordedRequest, RecordedResponse
+from tests.support._rules import Match, Rule, RuleBuilder
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
     from typing import Self
 
@@ -72,8 +110,10 @@ __all__ = [
     "DelayResponse",
     "DropResponse",
     "ErrorResponse",
+    "Exchange",
     "FaultProxy",
     "Forward",
+    "HtmlError",
     "Match",
     "RecordedRequest",
     "RecordedResponse",
@@ -97,552 +137,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Outcome = Literal["pending", "responded", "closed", "held"]
-HeaderList = list[tuple[str, str]]
-
 _STREAM_LIMIT = 1 << 20  # longest head or chunk-size line the proxy accepts
 _CLOSE_TIMEOUT = 5.0
 _LOOP_CALL_TIMEOUT = 10.0
-_UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
-
-
-# --------------------------------------------------------------------------------------------
-# What the proxy records
-
-
-@dataclass(frozen=True, eq=False)
-class RecordedResponse:
-    """A response as the upstream sent it."""
-
-    version: str
-    status: int
-    reason: str
-    headers: HeaderList
-    body: bytes
-    """The payload, with any chunked framing removed."""
-    head: bytes = field(repr=False)
-    raw_body: bytes = field(repr=False)
-    interim: bytes = field(default=b"", repr=False)
-    """Any 1xx responses that came before this one, exactly as received."""
-    closes: bool = field(default=False, repr=False)
-    """Whether the upstream closes the connection after this response."""
-
-    @property
-    def raw(self) -> bytes:
-        """Every byte the upstream sent for this request (interim responses included)."""
-        return self.interim + self.head + self.raw_body
-
-    def header(self, name: str) -> str | None:
-        """The first value of header `name` (any letter case), or None."""
-        return find_header(self.headers, name)
-
-    def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.body)
-
-
-@dataclass(eq=False)
-class RecordedRequest:
-    """One request as the proxy received it, and what the proxy did with it.
-
-    Attributes past `raw_body` change while the proxy handles the request; `done` is set once
-    it has finished (response sent, connection closed, or a held connection released).
-    """
-
-    seq: int
-    """Position in `FaultProxy.requests`, from 0."""
-    connection_id: int
-    """Which client connection it came on (connections are numbered from 1 as accepted)."""
-    method: str
-    target: str
-    """The request-target exactly as received (path and query)."""
-    version: str
-    headers: HeaderList
-    """Header fields in the order received, names spelled as received."""
-    body: bytes
-    """The payload, with any chunked framing removed."""
-    head: bytes = field(repr=False)
-    """The request line and header section exactly as received, CRLFCRLF included."""
-    raw_body: bytes = field(repr=False)
-    """The body exactly as received (chunk framing included)."""
-    received_at: float = field(default_factory=time.monotonic, repr=False)
-    action: str = "pending"
-    """Name of the action applied: forward, drop_response, reset_before_forward, respond,
-    error_response, html_error, delay, delay_response, blackhole, or partition."""
-    rule: Rule | None = field(default=None, repr=False)
-    """The rule that chose the action, or None (default forward, or partition)."""
-    upstream_response: RecordedResponse | None = field(default=None, repr=False)
-    client_status: int | None = None
-    """Status of the response the client was sent (the upstream's or the proxy's own), if any."""
-    outcome: Outcome = "pending"
-    """responded: a response was written to the client; closed: the connection was closed
-    without one; held: blackholed right now; pending: still being handled."""
-    partitioned: bool = False
-    """Whether a partition held this request or its response."""
-    error: str | None = None
-    """What went wrong with the upstream or the client connection, if anything."""
-    done: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def path(self) -> str:
-        """The path part of the request-target, without the query."""
-        return urlsplit(self.target).path if "://" in self.target else self.target.split("?")[0]
-
-    @property
-    def query(self) -> str:
-        """The query part of the request-target (after '?'), or ''."""
-        return self.target.partition("?")[2]
-
-    @property
-    def raw(self) -> bytes:
-        """Every byte of the request exactly as received (and forwarded)."""
-        return self.head + self.raw_body
-
-    @property
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The header fields as bytes, exactly as received."""
-        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
-
-    @property
-    def upstream_status(self) -> int | None:
-        """Status of the upstream's response, or None if there was none."""
-        return self.upstream_response.status if self.upstream_response else None
-
-    @property
-    def wants_close(self) -> bool:
-        """Whether the client asked to close the connection after this request."""
-        return wants_close(self.version, self.headers)
-
-    def header(self, name: str) -> str | None:
-        """The first value of header `name` (any letter case), or None."""
-        return find_header(self.headers, name)
-
-    def header_values(self, name: str) -> list[str]:
-        """Every value of header `name` (any letter case), in order."""
-        return find_headers(self.headers, name)
-
-    def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.body)
-
-
-# --------------------------------------------------------------------------------------------
-# The contract's error shape
-
-
-def request_id_for(request: RecordedRequest) -> str:
-    """The request's X-Request-Id, spelled as sent, if it is a UUID (any case); else a new uuid4."""
-    sent = request.header("X-Request-Id")
-    if sent is not None and _UUID.fullmatch(sent):
-        return sent
-    return str(uuid.uuid4())
-
-
-def error_body(code: str, message: str, request_id: str) -> bytes:
-    """The contract's error body: {"error": {"code", "message", "request_id"}} as JSON bytes."""
-    error = {"code": code, "message": message, "request_id": request_id}
-    return json.dumps({"error": error}).encode()
-
-
-_DEFAULT_CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "lock_held",
-    413: "payload_too_large",
-    422: "validation_error",
-    429: "rate_limited",
-    500: "internal",
-    503: "unavailable",
-}
-
-
-def default_error_code(status: int) -> str:
-    """The contract's error code for a status (409 -> lock_held); 'internal' if none is listed."""
-    return _DEFAULT_CODES.get(status, "internal")
-
-
-# --------------------------------------------------------------------------------------------
-# Actions: what to do with a request
-
-
-class Action:
-    """What the proxy does with a request. Build one with the factories: forward(), respond()..."""
-
-    name: ClassVar[str] = "action"
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        """Handle `rec`; return whether the client connection stays open for another request."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class Forward(Action):
-    """Forward the request and the response unchanged."""
-
-    name: ClassVar[str] = "forward"
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        response = await proxy._exchange(conn, rec)
-        if response is None:
-            return await proxy._reset_client(conn, rec)
-        return await proxy._deliver(conn, rec, response.raw, response.status, close=response.closes)
-
-
-@dataclass(frozen=True)
-class DropResponse(Action):
-    """Forward the request, read the whole response, then close the client connection silently."""
-
-    name: ClassVar[str] = "drop_response"
-    rst: bool = False
-    """Close with a TCP reset instead of a FIN."""
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        await proxy._exchange(conn, rec)
-        if proxy.partitioned:
-            return await proxy._hold(conn, rec, partition=True)
-        return await proxy._close_client(conn, rec, rst=self.rst)
-
-
-@dataclass(frozen=True)
-class ResetBeforeForward(Action):
-    """Close the client connection without forwarding the request."""
-
-    name: ClassVar[str] = "reset_before_forward"
-    rst: bool = True
-    """Close with a TCP reset (the default) or, if False, with a FIN."""
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        return await proxy._close_client(conn, rec, rst=self.rst)
-
-
-BodySource = bytes | Callable[[RecordedRequest], bytes]
-HeaderSource = Sequence[tuple[str, str]] | Callable[[RecordedRequest], Sequence[tuple[str, str]]]
-
-
-@dataclass(frozen=True)
-class Respond(Action):
-    """Answer from the proxy without forwarding; body and headers may depend on the request."""
-
-    name: ClassVar[str] = "respond"
-    status: int
-    body: BodySource = b""
-    headers: HeaderSource = ()
-    close: bool = False
-    """Close the connection after the response (adds Connection: close)."""
-
-    def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
-        """The headers and body to send for `rec`."""
-        body = self.body(rec) if callable(self.body) else self.body
-        headers = self.headers(rec) if callable(self.headers) else self.headers
-        return list(headers), body
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        headers, body = self.render(rec)
-        close = self.close or rec.wants_close
-        data = build_response(
-            self.status, headers, body, close=close, head_only=rec.method == "HEAD"
-        )
-        return await proxy._deliver(conn, rec, data, self.status, close=close)
-
-
-@dataclass(frozen=True)
-class ErrorResponse(Respond):
-    """Answer with the contract's JSON error body and X-Request-Id header, without forwarding."""
-
-    name: ClassVar[str] = "error_response"
-    code: str = ""
-    message: str = ""
-    retry_after: int | None = None
-
-    def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
-        """The contract's error for `rec`, echoing its X-Request-Id when that is a UUID."""
-        request_id = request_id_for(rec)
-        headers: HeaderList = [
-            ("Content-Type", "application/json"),
-            ("X-Request-Id", request_id),
-        ]
-        if self.retry_after is not None:
-            headers.append(("Retry-After", str(self.retry_after)))
-        extra, _ = super().render(rec)
-        return headers + extra, error_body(self.code, self.message, request_id)
-
-
-@dataclass(frozen=True)
-class HtmlError(Respond):
-    """A non-JSON HTML error page, as a load balancer in front of the server would send."""
-
-    name: ClassVar[str] = "html_error"
-
-
-@dataclass(frozen=True)
-class Delay(Action):
-    """Hold the request for `seconds`, then apply `then` (forward by default).
-
-    The request is forwarded even if the client went away meanwhile (it was on the wire); the
-    response then goes nowhere. A partition that starts during the delay holds the request.
-    """
-
-    name: ClassVar[str] = "delay"
-    seconds: float
-    then: Action = field(default_factory=Forward)
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        await asyncio.sleep(self.seconds)
-        if proxy.partitioned:
-            return await proxy._hold(conn, rec, partition=True)
-        return await self.then._run(proxy, conn, rec)
-
-
-@dataclass(frozen=True)
-class DelayResponse(Action):
-    """Forward at once, then hold the upstream's response for `seconds` before sending it."""
-
-    name: ClassVar[str] = "delay_response"
-    seconds: float
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        response = await proxy._exchange(conn, rec)
-        if response is None:
-            return await proxy._reset_client(conn, rec)
-        await asyncio.sleep(self.seconds)
-        return await proxy._deliver(conn, rec, response.raw, response.status, close=response.closes)
-
-
-@dataclass(frozen=True)
-class Blackhole(Action):
-    """Read the request, never forward nor answer it; hold the connection until heal() or stop."""
-
-    name: ClassVar[str] = "blackhole"
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        return await proxy._hold(conn, rec, partition=False)
-
-
-@dataclass(frozen=True)
-class _PartitionHold(Action):
-    name: ClassVar[str] = "partition"
-
-    async def _run(self, proxy: FaultProxy, conn: _Connection, rec: RecordedRequest) -> bool:
-        return await proxy._hold(conn, rec, partition=True)
-
-
-def forward() -> Forward:
-    """Forward unchanged (what happens when no rule matches)."""
-    return Forward()
-
-
-def drop_response(*, rst: bool = False) -> DropResponse:
-    """Forward, let the upstream answer in full (it has committed), send the client nothing.
-
-    The client connection is closed with a FIN (httpx: RemoteProtocolError), or with a TCP
-    reset if `rst` (httpx: ReadError).
-    """
-    return DropResponse(rst=rst)
-
-
-def reset_before_forward(*, rst: bool = True) -> ResetBeforeForward:
-    """Close the client connection without forwarding: the request never reaches the upstream.
-
-    A TCP reset by default (httpx: ReadError); `rst=False` closes with a FIN instead.
-    """
-    return ResetBeforeForward(rst=rst)
-
-
-def respond(
-    status: int, body: BodySource = b"", headers: HeaderSource = (), *, close: bool = False
-) -> Respond:
-    """Answer from the proxy without forwarding; Content-Length is added for you.
-
-    Args:
-        status: the status code.
-        body: the body, or a function of the RecordedRequest returning it.
-        headers: (name, value) pairs, or a function of the RecordedRequest returning them.
-        close: close the connection after answering (adds Connection: close).
-    """
-    return Respond(status=status, body=body, headers=headers, close=close)
-
-
-def error_response(
-    status: int,
-    code: str | None = None,
-    message: str | None = None,
-    *,
-    retry_after: int | Literal["auto"] | None = "auto",
-    headers: HeaderSource = (),
-    close: bool = False,
-) -> ErrorResponse:
-    """Answer with the contract's JSON error, without forwarding.
-
-    The body is {"error": {"code", "message", "request_id"}} and the X-Request-Id response header
-    echoes the request's X-Request-Id when it is a UUID, else a fresh uuid4.
-
-    Args:
-        status: the status code.
-        code: the error code; default_error_code(status) if None (503 -> unavailable).
-        message: the message; a generic one if None.
-        retry_after: Retry-After seconds; "auto" sends 1 for 429, 503 and lock_held, None omits it.
-        headers: extra response headers (or a function of the request returning them).
-        close: close the connection after answering.
-    """
-    code = code or default_error_code(status)
-    if retry_after == "auto":
-        retry_after = 1 if status in (429, 503) or code == "lock_held" else None
-    message = message or f"injected by FaultProxy: {status} {code}"
-    return ErrorResponse(
-        status=status,
-        headers=headers,
-        close=close,
-        code=code,
-        message=message,
-        retry_after=retry_after,
-    )
-
-
-def html_error(status: int = 503, *, retry_after: int | None = None) -> HtmlError:
-    """Answer with a small HTML error page (not JSON), like a load balancer, without forwarding."""
-    title = f"{status} Service Temporarily Unavailable" if status == 503 else f"{status} Error"
-    page = f"<html><head><title>{title}</title></head><body><h1>{title}</h1></body></html>\n"
-    headers: HeaderList = [("Content-Type", "text/html")]
-    if retry_after is not None:
-        headers.append(("Retry-After", str(retry_after)))
-    return HtmlError(status=status, body=page.encode(), headers=headers)
-
-
-def delay(seconds: float, *, then: Action | None = None) -> Delay:
-    """Hold the request `seconds` before forwarding it (or applying `then`): a slow link.
-
-    The upstream sees the request only after the delay, even if the client gave up meanwhile.
-    """
-    return Delay(seconds=seconds, then=then or Forward())
-
-
-def delay_response(seconds: float) -> DelayResponse:
-    """Forward at once and hold the response `seconds`: a slow server that has already committed."""
-    return DelayResponse(seconds=seconds)
-
-
-def blackhole() -> Blackhole:
-    """Read the request, then neither forward nor answer it, holding the connection open."""
-    return Blackhole()
-
-
-# --------------------------------------------------------------------------------------------
-# Rules: which requests an action applies to
-
-
-@dataclass(frozen=True)
-class Match:
-    """Selects requests: all of the given criteria must hold; no criteria selects every request.
-
-    Attributes:
-        method: the method, any letter case.
-        path: a regular expression searched (re.search) in the path, query excluded.
-        where: a predicate on the RecordedRequest (runs on the proxy's thread).
-    """
-
-    method: str | None = None
-    path: str | re.Pattern[str] | None = None
-    where: Callable[[RecordedRequest], bool] | None = None
-
-    def __call__(self, request: RecordedRequest) -> bool:
-        """Whether `request` is selected."""
-        if self.method is not None and request.method.upper() != self.method.upper():
-            return False
-        if self.path is not None and not re.search(self.path, request.path):
-            return False
-        return self.where is None or bool(self.where(request))
-
-
-@dataclass(eq=False)
-class Rule:
-    """A match, an action, and how many matching requests it may still apply to."""
-
-    match: Callable[[RecordedRequest], bool]
-    action: Action
-    times: int | None = 1
-    """How many requests it applies to in all; None for no limit."""
-    hits: int = 0
-    """How many requests it has applied to."""
-
-    @property
-    def remaining(self) -> int | None:
-        """How many more requests it may apply to; None for no limit."""
-        return None if self.times is None else self.times - self.hits
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether it is used up."""
-        return self.times is not None and self.hits >= self.times
-
-
-class RuleBuilder:
-    """Fluent rules: `proxy.on("POST", r"/acquire$").error_response(503, times=2)`."""
-
-    def __init__(self, proxy: FaultProxy, match: Match) -> None:
-        self._proxy = proxy
-        self._match = match
-
-    def then(self, action: Action, *, times: int | None = 1) -> Rule:
-        """Add a rule applying `action` to the next `times` matching requests (None: all)."""
-        return self._proxy.add_rule(self._match, action, times=times)
-
-    def forward(self, *, times: int | None = 1) -> Rule:
-        """See forward()."""
-        return self.then(forward(), times=times)
-
-    def drop_response(self, *, rst: bool = False, times: int | None = 1) -> Rule:
-        """See drop_response()."""
-        return self.then(drop_response(rst=rst), times=times)
-
-    def reset_before_forward(self, *, rst: bool = True, times: int | None = 1) -> Rule:
-        """See reset_before_forward()."""
-        return self.then(reset_before_forward(rst=rst), times=times)
-
-    def respond(
-        self,
-        status: int,
-        body: BodySource = b"",
-        headers: HeaderSource = (),
-        *,
-        close: bool = False,
-        times: int | None = 1,
-    ) -> Rule:
-        """See respond()."""
-        return self.then(respond(status, body, headers, close=close), times=times)
-
-    def error_response(
-        self,
-        status: int,
-        code: str | None = None,
-        message: str | None = None,
-        *,
-        retry_after: int | Literal["auto"] | None = "auto",
-        times: int | None = 1,
-    ) -> Rule:
-        """See error_response()."""
-        action = error_response(status, code, message, retry_after=retry_after)
-        return self.then(action, times=times)
-
-    def html_error(
-        self, status: int = 503, *, retry_after: int | None = None, times: int | None = 1
-    ) -> Rule:
-        """See html_error()."""
-        return self.then(html_error(status, retry_after=retry_after), times=times)
-
-    def delay(self, seconds: float, *, then: Action | None = None, times: int | None = 1) -> Rule:
-        """See delay()."""
-        return self.then(delay(seconds, then=then), times=times)
-
-    def delay_response(self, seconds: float, *, times: int | None = 1) -> Rule:
-        """See delay_response()."""
-        return self.then(delay_response(seconds), times=times)
-
-    def blackhole(self, *, times: int | None = 1) -> Rule:
-        """See blackhole()."""
-        return self.then(blackhole(), times=times)
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,6 +168,19 @@ class _Connection:
             and not self.up_reader.at_eof()
             and self.up_reader.exception() is None
         )
+
+    async def upstream_streams(
+        self, address: tuple[str, int], connect_timeout: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The upstream streams, (re)connecting if there are none or the upstream closed them."""
+        if self.up_reader is not None and self.up_writer is not None and self.upstream_usable:
+            return self.up_reader, self.up_writer
+        await self.close_upstream()
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(*address, limit=_STREAM_LIMIT), connect_timeout
+        )
+        self.up_reader, self.up_writer = reader, writer
+        return reader, writer
 
     async def close_upstream(self, *, rst: bool = False) -> None:
         if self.up_writer is not None:
@@ -1109,7 +619,7 @@ class FaultProxy:
                 return
             action = self._choose_action(rec)
             try:
-                keep_open = await action._run(self, conn, rec)
+                keep_open = await action.run(_Exchange(self, conn, rec))
             finally:
                 if rec.outcome in ("pending", "held"):
                     self._update(rec, outcome="closed")
@@ -1151,7 +661,7 @@ class FaultProxy:
             rec.seq = len(self._records)
             action: Action = Forward()
             if self._partitioned:
-                action = _PartitionHold()
+                action = PartitionHold()
             else:
                 for rule in self._rules:
                     if not rule.exhausted and self._matches(rule, rec):
@@ -1172,70 +682,70 @@ class FaultProxy:
             self._note_error(f"match of {rule!r} raised on {rec.method} {rec.target}")
             return False
 
-    # ---- building blocks of the actions
 
-    async def _exchange(self, conn: _Connection, rec: RecordedRequest) -> RecordedResponse | None:
-        """Send `rec` upstream and read the response; None (and rec.error) on failure."""
+class _Exchange:
+    """The `Exchange` the proxy hands to an action: one request on one client connection."""
+
+    def __init__(self, proxy: FaultProxy, conn: _Connection, request: RecordedRequest) -> None:
+        self._proxy = proxy
+        self._conn = conn
+        self._request = request
+
+    @property
+    def request(self) -> RecordedRequest:
+        return self._request
+
+    @property
+    def partitioned(self) -> bool:
+        return self._proxy.partitioned
+
+    def _update(self, **changes: Any) -> None:
+        self._proxy._update(self._request, **changes)
+
+    async def forward(self) -> RecordedResponse | None:
+        conn, rec = self._conn, self._request
         try:
-            reader, writer = await self._upstream_streams(conn)
+            reader, writer = await conn.upstream_streams(
+                self._proxy.upstream, self._proxy.connect_timeout
+            )
             writer.write(rec.raw)
             await writer.drain()
             response = await _read_response(reader, rec.method)
         except _UPSTREAM_ERRORS as exc:
-            self._update(rec, error=f"upstream: {exc!r}")
+            self._update(error=f"upstream: {exc!r}")
             await conn.close_upstream(rst=True)
             return None
-        self._update(rec, upstream_response=response)
+        self._update(upstream_response=response)
         if response.closes or rec.wants_close:
             await conn.close_upstream()
         return response
 
-    async def _upstream_streams(
-        self, conn: _Connection
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The connection's upstream streams, (re)connecting if there are none or they closed."""
-        if conn.up_reader is not None and conn.up_writer is not None and conn.upstream_usable:
-            return conn.up_reader, conn.up_writer
-        await conn.close_upstream()
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(*self.upstream, limit=_STREAM_LIMIT), self.connect_timeout
-        )
-        conn.up_reader, conn.up_writer = reader, writer
-        return reader, writer
-
-    async def _deliver(
-        self, conn: _Connection, rec: RecordedRequest, data: bytes, status: int, *, close: bool
-    ) -> bool:
-        """Send a response to the client, unless partitioned; return whether to keep the conn."""
+    async def reply(self, data: bytes, status: int, *, close: bool) -> bool:
         if self.partitioned:
-            return await self._hold(conn, rec, partition=True)
-        # Recorded first, so a client that has its response also sees it in the record.
-        self._update(rec, outcome="responded", client_status=status)
+            return await self.hold(partition=True)
+        # Recorded first, so a client that has its response also finds it in the record.
+        self._update(outcome="responded", client_status=status)
         try:
-            conn.writer.write(data)
-            await conn.writer.drain()
+            self._conn.writer.write(data)
+            await self._conn.writer.drain()
         except OSError as exc:
-            self._update(rec, outcome="closed", client_status=None, error=f"client: {exc!r}")
+            self._update(outcome="closed", client_status=None, error=f"client: {exc!r}")
             return False
-        return not (close or rec.wants_close)
+        return not (close or self._request.wants_close)
 
-    async def _close_client(self, conn: _Connection, rec: RecordedRequest, *, rst: bool) -> bool:
-        self._update(rec, outcome="closed")
-        await _close_stream(conn.writer, rst=rst)
+    async def disconnect(self, *, rst: bool) -> bool:
+        self._update(outcome="closed")
+        await _close_stream(self._conn.writer, rst=rst)
         return False
 
-    async def _reset_client(self, conn: _Connection, rec: RecordedRequest) -> bool:
-        """The upstream failed: reset the client connection, as a dying server would."""
-        return await self._close_client(conn, rec, rst=True)
-
-    async def _hold(self, conn: _Connection, rec: RecordedRequest, *, partition: bool) -> bool:
-        """Hold the connection, passing nothing, until the client leaves or release_held()."""
+    async def hold(self, *, partition: bool) -> bool:
         # Taken before any await, so a heal() racing with this call still releases it.
-        release = self._release
-        assert release is not None
-        self._update(rec, outcome="held", partitioned=rec.partitioned or partition)
+        release = self._proxy._release
+        if release is None:
+            raise RuntimeError("FaultProxy is not running")
+        self._update(outcome="held", partitioned=self._request.partitioned or partition)
         waiters = [
-            asyncio.ensure_future(_discard_until_eof(conn.reader)),
+            asyncio.ensure_future(_discard_until_eof(self._conn.reader)),
             asyncio.ensure_future(release.wait()),
         ]
         try:
@@ -1244,7 +754,7 @@ class FaultProxy:
             for waiter in waiters:
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
-        self._update(rec, outcome="closed")
+        self._update(outcome="closed")
         return False
 
 

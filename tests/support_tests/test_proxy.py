@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from tests.support.proxy import (
+    Action,
+    Exchange,
     FaultProxy,
     Match,
     RecordedRequest,
@@ -780,6 +782,32 @@ class TestPartition:
         with pytest.raises(ValueError, match="new_connections"):
             proxy.partition(new_connections="refuse")  # type: ignore[arg-type]
         assert not proxy.partitioned
+
+
+class Shout(Action):
+    """A custom action: forward, then answer with the upstream's body in upper case."""
+
+    name = "shout"
+
+    async def run(self, exchange: Exchange) -> bool:
+        response = await exchange.forward()
+        if response is None:
+            return await exchange.disconnect(rst=True)
+        body = response.body.upper()
+        data = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        return await exchange.reply(data, 200, close=False)
+
+
+class TestCustomAction:
+    def test_custom_action_uses_exchange(
+        self, proxy: FaultProxy, client: httpx.Client, upstream: Upstream
+    ) -> None:
+        """An Action subclass can forward and reply through the Exchange it is given."""
+        proxy.add_rule(None, Shout())
+        assert client.get("/loud").json()["PATH"] == "/LOUD"
+        assert client.get("/quiet").json()["path"] == "/quiet"
+        assert [record.action for record in proxy.requests] == ["shout", "forward"]
+        assert len(upstream.seen) == 2
 
 
 class TestRules:

@@ -1,0 +1,166 @@
+"""The public surface: a complete sorted __all__, documented names, no generated types."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import attrs
+import httpx
+import pytest
+
+import volcano
+
+PACKAGE = Path(volcano.__file__).parent
+MODULES = [
+    importlib.import_module(f"volcano.{info.name}")
+    for info in pkgutil.iter_modules(volcano.__path__)
+]
+
+# Classes with public names that are implementation, not API: users never build or hold them.
+INTERNAL = {
+    "AsyncTransport",
+    "Call",
+    "Clock",
+    "Renewable",
+    "Renewer",
+    "Settings",
+    "SyncTransport",
+    "Timeline",
+}
+
+PUBLIC_CLASSES = [
+    volcano.Client,
+    volcano.AsyncClient,
+    volcano.Locks,
+    volcano.AsyncLocks,
+    volcano.LockGuard,
+    volcano.AsyncLockGuard,
+    volcano.LockLease,
+    volcano.LockState,
+    volcano.ForceReleaseResult,
+]
+
+FORBIDDEN_IN_SIGNATURES = [
+    "_volcano_api",
+    "Unset",
+    "UNSET",
+    "Response",
+    *(
+        name
+        for name in httpx.__all__
+        if inspect.isclass(obj := getattr(httpx, name)) and issubclass(obj, Exception)
+    ),
+]
+
+
+def public_members(cls: type) -> list[tuple[str, object]]:
+    return [
+        (name, member)
+        for name, member in vars(cls).items()
+        if not name.startswith("_") or name in ("__init__", "__enter__", "__aenter__")
+    ]
+
+
+def signature_texts() -> list[tuple[str, str]]:
+    texts = []
+    for cls in PUBLIC_CLASSES:
+        for name, member in public_members(cls):
+            target = member.fget if isinstance(member, property) else member
+            if callable(target):
+                texts.append((f"{cls.__name__}.{name}", str(inspect.signature(target))))
+        if attrs.has(cls):
+            for field in attrs.fields(cls):
+                texts.append((f"{cls.__name__}.{field.name}", str(field.type)))
+    for name in volcano.__all__:
+        obj = getattr(volcano, name)
+        if inspect.isclass(obj) and issubclass(obj, volcano.Error):
+            texts.append((name, str(inspect.signature(obj.__init__))))
+    return texts
+
+
+class TestAll:
+    def test_sorted(self) -> None:
+        """__all__ is sorted."""
+        assert volcano.__all__ == sorted(volcano.__all__)
+
+    def test_every_name_exists(self) -> None:
+        """Every name in __all__ is importable from volcano."""
+        missing = [name for name in volcano.__all__ if not hasattr(volcano, name)]
+        assert missing == []
+
+    def test_complete(self) -> None:
+        """Every public class defined in volcano's modules is exported (or known internal)."""
+        unexported = []
+        for module in MODULES:
+            for name, obj in vars(module).items():
+                defined_here = getattr(obj, "__module__", None) == module.__name__
+                public = inspect.isclass(obj) and defined_here and not name.startswith("_")
+                if public and name not in volcano.__all__ and name not in INTERNAL:
+                    unexported.append(f"{module.__name__}.{name}")
+        assert unexported == []
+
+    def test_every_error_is_exported(self) -> None:
+        """Every volcano.Error subclass is reachable as volcano.<Name>."""
+        errors = [
+            obj
+            for obj in vars(volcano._exceptions).values()
+            if inspect.isclass(obj) and issubclass(obj, volcano.Error)
+        ]
+        assert len(errors) > 20
+        for cls in errors:
+            assert getattr(volcano, cls.__name__) is cls
+
+    def test_contract_names(self) -> None:
+        """The names the contract fixes exist with their meaning."""
+        assert issubclass(volcano.ConflictError, volcano.APIStatusError)
+        assert issubclass(volcano.AuthenticationError, volcano.Error)
+        assert issubclass(volcano.PermissionDeniedError, volcano.Error)
+        assert issubclass(volcano.APIConnectionError, volcano.Error)
+        assert (PACKAGE / "py.typed").exists()
+
+
+class TestNoGeneratedTypes:
+    @pytest.mark.parametrize(("where", "text"), signature_texts(), ids=lambda v: str(v)[:60])
+    def test_signature_is_clean(self, where: str, text: str) -> None:
+        """No public signature or field mentions a generated type, Unset, or an httpx error."""
+        for forbidden in FORBIDDEN_IN_SIGNATURES:
+            assert forbidden not in text, f"{where} mentions {forbidden}: {text}"
+
+    def test_only_the_seam_imports_the_generated_client(self) -> None:
+        """Exactly one module, _transport, imports _volcano_api."""
+        importers = []
+        for path in sorted(PACKAGE.glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                if any(name.split(".")[0] == "_volcano_api" for name in names):
+                    importers.append(path.name)
+        assert set(importers) == {"_transport.py"}
+
+
+class TestDocstrings:
+    def test_every_public_name_is_documented(self) -> None:
+        """Every exported name, and every public method and property, has a docstring."""
+        undocumented = []
+        for name in volcano.__all__:
+            obj = getattr(volcano, name)
+            if inspect.isclass(obj):
+                if not obj.__doc__:
+                    undocumented.append(name)
+                for member_name, member in public_members(obj):
+                    target = member.fget if isinstance(member, property) else member
+                    dunder = member_name.startswith("__")
+                    if callable(target) and not dunder and not inspect.getdoc(target):
+                        undocumented.append(f"{name}.{member_name}")
+        assert undocumented == []
+
+    def test_modules_are_documented(self) -> None:
+        """Every module of the package says what it is for."""
+        assert [m.__name__ for m in MODULES if not m.__doc__] == []

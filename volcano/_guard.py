@@ -230,8 +230,21 @@ class _GuardState:
 class LockGuard(_GuardState):
     """A lease held for a `with` block and renewed by the client's renewal thread.
 
-    Made by `Client.locks.with_lock`; see the module documentation of `volcano` for the
-    rules. Entering acquires the lease (raising what `acquire` raises), exiting releases it.
+    Made by `Client.locks.with_lock`. Entering acquires the lease (raising what `acquire`
+    raises, after the same single retry). While the block runs, one thread per client renews
+    every guard's lease a third of the way into its ttl, retrying transient failures until the
+    lease's deadline (`sent_at + ttl` by the monotonic clock). A refused renewal (409, 401,
+    403, 422) or the deadline passing makes `lost` True and wakes `wait_lost`, and logs a
+    WARNING on the `volcano` logger.
+
+    Exiting stops renewal and releases the latest lease unless it was lost. It never raises
+    because the lease was lost, and a failed release is logged, not raised, so an exception
+    from the block always propagates unchanged: **check `guard.lost` in the block** and stop
+    the protected work when it turns True; give `guard.lease.fencing_token` to the protected
+    resource so an expired holder's late writes are refused.
+
+    A guard is single use: entering it twice, or again after exit, raises `GuardStateError`.
+    After exit, `lease`, `lost` and `lost_reason` keep describing what happened.
     """
 
     def __init__(self, client: Client, acquisition: Call[LockLease]) -> None:
@@ -304,8 +317,10 @@ class LockGuard(_GuardState):
 class AsyncLockGuard(_GuardState):
     """A lease held for an `async with` block and renewed by an asyncio task.
 
-    Made by `AsyncClient.locks.with_lock`; see the module documentation of `volcano` for the
-    rules. Entering acquires the lease (raising what `acquire` raises), exiting releases it.
+    Made by `AsyncClient.locks.with_lock`; it follows the rules of `LockGuard`, with one
+    asyncio task per guard instead of the shared thread, and `await guard.wait_lost()`.
+    Exiting cancels a renewal under way (renewal keeps the owner and fencing tokens, so the
+    release still names the latest lease) and then releases.
     """
 
     def __init__(self, client: AsyncClient, acquisition: Call[LockLease]) -> None:

@@ -154,21 +154,20 @@ class Timeline:
                 return
             self._lost_reason = reason
             key = self._lease.key
-        logger.warning(
-            "lost the lease on %s: %s (request_id=%s)",
-            key,
-            reason,
-            getattr(reason, "request_id", None),
-        )
+        # The reason's text carries the request id of the answer that ended ownership.
+        logger.warning("lost the lease on %s: %s", key, reason)
         self._on_lost()
 
     def _expire_if_due(self, now: float) -> None:
         with self._lock:
             if self._lost_reason is not None or now < self._deadline:
                 return
+            last = (
+                "" if self._last_error is None else f"; the last attempt got {self._last_error!r}"
+            )
             reason = LockLostError(
                 f"no renewal of {self._lease.key!r} succeeded before its ttl of "
-                f"{self._lease.ttl_seconds:g}s ran out"
+                f"{self._lease.ttl_seconds:g}s ran out{last}"
             )
             reason.__cause__ = self._last_error
         self.lose(reason)

@@ -98,6 +98,17 @@ class TestAsyncRenewal:
             assert await guard.wait_lost(timeout=0)
         assert api.of("release") == []
 
+    async def test_a_bug_in_renewal_loses_the_guard(
+        self, guard: volcano.AsyncLockGuard, api: FakeApi
+    ) -> None:
+        """An unexpected exception in the renewal task marks the guard lost, with its cause."""
+        async with guard:
+            api.then(fail(ZeroDivisionError("bug")))
+            assert await guard.wait_lost() is True
+            assert isinstance(guard.lost_reason, volcano.LockLostError)
+            assert isinstance(guard.lost_reason.__cause__, ZeroDivisionError)
+        assert api.of("release") == []
+
 
 class TestAsyncExit:
     async def test_releases_the_latest_lease(

@@ -18,6 +18,7 @@ import pytest
 
 import volcano
 from tests.unit.sdk.support import REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
+from volcano._renewer import Renewer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -422,6 +423,45 @@ class TestOneThreadPerClient:
     def test_no_thread_until_a_guard_is_entered(self, client: volcano.Client) -> None:
         """Plain lock calls start no thread; the renewer starts with the first guard."""
         client.locks.acquire("k", ttl=30)
+        assert renewer_threads() == []
+
+
+class TestRenewerFaults:
+    def test_a_bug_in_one_renewal_loses_that_guard_only(
+        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    ) -> None:
+        """An unexpected exception while renewing marks that guard lost; others go on."""
+        with (
+            client.locks.with_lock("broken", ttl=30) as broken,
+            client.locks.with_lock("fine", ttl=30) as fine,
+        ):
+            api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
+            clock.advance(10)
+            assert broken.lost
+            assert isinstance(broken.lost_reason, volcano.LockLostError)
+            assert isinstance(broken.lost_reason.__cause__, ZeroDivisionError)
+            assert not fine.lost
+            clock.advance(10)
+            assert not fine.lost
+            assert len(renewer_threads()) == 1
+        assert [r.url.path for r in api.of("release")] == ["/v1/locks/fine/release"]
+
+    def test_a_stopped_renewer_loses_new_guards_at_once(self, clock: FakeClock) -> None:
+        """A guard handed to a renewer that has stopped is marked lost with the stop reason."""
+        lost: list[volcano.Error] = []
+
+        class Guard:
+            def _renew_due(self) -> float | None:
+                raise AssertionError("never renewed")
+
+            def _abandon(self, reason: volcano.Error) -> None:
+                lost.append(reason)
+
+        renewer = Renewer(clock)
+        reason = volcano.ClientClosedError("closed")
+        renewer.stop(reason)
+        renewer.add(Guard(), 0.0)
+        assert lost == [reason]
         assert renewer_threads() == []
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 import volcano
 from tests.unit.sdk.support import EXPIRES, TOKEN
+from volcano._clock import SYSTEM_CLOCK
 from volcano._renewal import Timeline, backoff, is_transient
 
 
@@ -110,3 +114,15 @@ class TestTimeline:
         assert timeline.succeeded(lease(), 110.0) is None
         assert timeline.lost(131.0)
         assert timeline.deadline == 130.0
+
+
+class TestSystemClock:
+    def test_real_clock(self) -> None:
+        """The real clock is monotonic, and its waits return."""
+        first = SYSTEM_CLOCK.monotonic()
+        SYSTEM_CLOCK.sleep(0)
+        condition = threading.Condition()
+        with condition:
+            SYSTEM_CLOCK.wait(condition, 0)
+        asyncio.run(SYSTEM_CLOCK.async_sleep(0))
+        assert SYSTEM_CLOCK.monotonic() >= first

@@ -23,9 +23,6 @@ TTL_MIN_SECONDS = 0.1
 TTL_MAX_SECONDS = 86400.0
 TIMEOUT_MAX_SECONDS = 3600.0
 
-Seconds = int | float | timedelta
-"""A duration in seconds (int or float) or a `timedelta`."""
-
 
 def key(value: object) -> str:
     """Return a valid lock key: 1 to 255 characters, a letter or digit, then [A-Za-z0-9._:-]."""

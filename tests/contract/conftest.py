@@ -1,0 +1,83 @@
+"""The contract suite's schema: openapi.yaml, real credentials, every phase, every check."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from schemathesis.checks import CHECKS, load_all_checks
+
+from tests.conftest import LiveServer
+from tests.contract import hooks  # noqa: F401 - registers the uuid-any-case format and our check
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+# Cases sent, by phase and by positive/negative data: printed at the end and written to
+# reports/contract-stats.json, so a run that quietly generated nothing is visible.
+STATS: Counter[str] = Counter()
+
+
+def count_case(case: schemathesis.Case, phase: str | None = None) -> None:
+    """Count one case sent to the server."""
+    meta = case.meta
+    phase = phase or (meta.phase.name.value if meta is not None else "unknown")
+    mode = meta.generation.mode.value if meta is not None else "unknown"
+    STATS[f"{phase}/{mode}"] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not STATS:
+        return
+    by_phase: Counter[str] = Counter()
+    for name, count in STATS.items():
+        by_phase[name.split("/")[0]] += count
+    terminalreporter.write_sep("-", "schemathesis cases sent")
+    for name in sorted(STATS):
+        terminalreporter.write_line(f"{name:32} {STATS[name]}")
+    terminalreporter.write_line(f"{'total':32} {sum(STATS.values())}")
+    reports = ROOT / "reports"
+    reports.mkdir(exist_ok=True)
+    (reports / "contract-stats.json").write_text(
+        json.dumps({"by_phase": by_phase, "detail": STATS}, indent=2)
+    )
+
+
+def all_checks() -> list[schemathesis.CheckFunction]:
+    """Every check schemathesis knows, built-in and ours: nothing is excluded."""
+    load_all_checks()
+    return list(CHECKS.get_all())  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def contract_env(live_server: LiveServer) -> Iterator[LiveServer]:
+    """The keys in the environment, where schemathesis.toml and the hooks read them."""
+    keys = {
+        "VOLCANO_ANON_KEY": live_server.project.anon_key,
+        "VOLCANO_SERVICE_KEY": live_server.project.service_key,
+        "VOLCANO_OTHER_SERVICE_KEY": live_server.other.service_key,
+    }
+    saved = {name: os.environ.get(name) for name in keys}
+    os.environ.update(keys)
+    try:
+        yield live_server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def contract_schema(contract_env: LiveServer) -> schemathesis.BaseSchema:
+    """openapi.yaml (the contract, not whatever the server serves) aimed at the server."""
+    config = schemathesis.Config.from_path(HERE / "schemathesis.toml")
+    schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml", config=config)
+    schema.config.update(base_url=contract_env.url)
+    return schema

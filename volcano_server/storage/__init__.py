@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ._base import (
     KeyKind,
@@ -78,9 +78,21 @@ def _sqlite_path(url: str) -> Path:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, fit for logs and error messages."""
+    """The URL with any password replaced, fit for logs and error messages.
+
+    Both places a libpq URL can carry one are masked: `user:PASSWORD@host` and `?password=`.
+    """
     parts = urlsplit(url)
-    if parts.password is None:
+    in_query = "password=" in parts.query.lower()
+    if parts.password is None and not in_query:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    if parts.password is not None:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        parts = parts._replace(netloc=netloc)
+    if in_query:
+        query = [
+            (name, "***" if name.lower() == "password" else value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        ]
+        parts = parts._replace(query=urlencode(query, safe="*"))
+    return parts.geturl()

@@ -10,10 +10,13 @@ ensure_venv() {
     echo "volcano needs Python 3.11 or newer; '$python' is $("$python" --version 2>&1). Set PYTHON=python3.X." >&2
     return 1
   fi
-  local want; want="$extras $(cat "$root/pyproject.toml" | cksum)"
-  if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.volcano-installed" 2>/dev/null)" = "$want" ]; then
+  local stamp; stamp=$(cksum <"$root/pyproject.toml")
+  local have; have=$(cat "$VENV/.volcano-installed" 2>/dev/null || true)
+  # dev holds every other extra, so a dev install serves any request.
+  if [ -x "$VENV/bin/python" ] && { [ "$have" = "$extras $stamp" ] || [ "$have" = "dev $stamp" ]; }; then
     return 0
   fi
+  local want="$extras $stamp"
   echo "setting up $VENV with volcano[$extras] (first run takes a minute)" >&2
   [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >"$VENV/install.log" 2>&1 \

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.support.conformance import check_response
+from tests.support.databases import fresh_postgres_database
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 
@@ -42,11 +43,19 @@ class LiveServer:
         )  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="session", params=["sqlite"])
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A fresh database for this test session, per backend."""
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A fresh database for this test session, per backend (PostgreSQL: dropped at the end)."""
+    if request.param == "postgres":
+        with fresh_postgres_database() as url:
+            yield url
+        return
     path: Path = tmp_path_factory.mktemp("db") / "volcano.db"
-    return f"sqlite:///{path}"
+    yield f"sqlite:///{path}"
 
 
 @pytest.fixture(scope="session")

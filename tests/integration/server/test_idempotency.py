@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,8 +12,10 @@ import attrs
 import pytest
 
 from tests.conftest import LiveServer
+from tests.support.databases import is_postgres, scalar
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
+from volcano_server.storage import Storage
 from volcano_server.storage._sqlite import SQLiteStorage
 
 from .conftest import Locks, new_id
@@ -156,30 +158,48 @@ class ShiftedClock:
 @attrs.frozen
 class ClockServer:
     url: str
-    path: Path
+    database_url: str
     clock: ShiftedClock
     project: Project
 
 
 @pytest.fixture
-def clock_server(tmp_path: Path) -> Iterator[ClockServer]:
-    """A server whose storage clock a test can move forward."""
-    path = tmp_path / "clock.db"
-    url = f"sqlite:///{path}"
-    project = create_project(url, "clock")
+def clock_server(database_url: str, tmp_path: Path) -> Iterator[ClockServer]:
+    """A server whose storage clock a test can move forward.
+
+    SQLite: a file of its own. PostgreSQL: the session's database (this test's outcomes are
+    counted by project), its clock shifted through the storage's test-only offset.
+    """
+    storage: Storage
     clock = ShiftedClock()
-    storage = SQLiteStorage(path, clock=clock)
+    if is_postgres(database_url):
+        from volcano_server.storage._postgres import PostgresStorage
+
+        url = database_url
+        project = create_project(url, f"clock-{uuid.uuid4().hex[:8]}")
+        storage = PostgresStorage(url, clock_offset_us=lambda: clock.offset_us)
+    else:
+        path = tmp_path / "clock.db"
+        url = f"sqlite:///{path}"
+        project = create_project(url, "clock")
+        storage = SQLiteStorage(path, clock=clock)
     config = ServerConfig(
         database_url=url, access_log=False, purge_interval_seconds=0.05, purge_batch=7
     )
     with serve_in_thread(create_app(config, storage=storage)) as base:
-        yield ClockServer(base, path, clock, project)
+        yield ClockServer(base, url, clock, project)
 
 
-def stored_outcomes(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
-        (count,) = conn.execute("SELECT count(*) FROM request_outcomes").fetchone()
-    return int(count)
+def stored_outcomes(server: ClockServer) -> int:
+    """How many outcomes the database keeps for the server's project."""
+    return int(
+        scalar(
+            server.database_url,
+            "SELECT count(*) FROM request_outcomes o JOIN projects p ON p.id = o.project_id"
+            " WHERE p.name = ?",
+            (server.project.name,),
+        )
+    )
 
 
 class TestRetention:
@@ -207,10 +227,10 @@ class TestRetention:
             locks = Locks(http)
             for n in range(30):
                 locks.force_release(f"purge-{n}", request_id=new_id())
-            assert stored_outcomes(clock_server.path) == 30
+            assert stored_outcomes(clock_server) == 30
             clock_server.clock.offset_us += 601 * 1_000_000
             locks.force_release("purge-fresh", request_id=new_id())
             deadline = time.monotonic() + 10
-            while stored_outcomes(clock_server.path) > 1 and time.monotonic() < deadline:
+            while stored_outcomes(clock_server) > 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
-        assert stored_outcomes(clock_server.path) == 1
+        assert stored_outcomes(clock_server) == 1

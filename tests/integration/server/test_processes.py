@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.support.conformance import check_response
+from tests.support.databases import process_database
 from tests.support.server import Project, ServerProcess, create_project
 
 from .conftest import Locks, new_id
@@ -144,9 +145,11 @@ class TestServeProcess:
 
 
 class TestSecrets:
-    def test_logs_never_contain_keys_or_owner_tokens(self, tmp_path: Path) -> None:
+    def test_logs_never_contain_keys_or_owner_tokens(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
         """At debug level, through successes and every kind of error, no secret is logged."""
-        db = f"sqlite:///{tmp_path / 's.db'}"
+        db = process_database(database_url, tmp_path / "s.db")
         project = create_project(db, "secrets")
         owner = "0F8FAD5B-D9CB-469F-A165-70867728950E"
         with ServerProcess(db, "--log-level", "debug") as server, http(server, project) as client:
@@ -173,9 +176,11 @@ class TestSecrets:
 
 
 class TestCrashes:
-    def test_kill_9_keeps_acknowledged_leases_and_rising_tokens(self, tmp_path: Path) -> None:
+    def test_kill_9_keeps_acknowledged_leases_and_rising_tokens(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
         """Leases acknowledged before kill -9 are still held after restart; tokens keep rising."""
-        db = f"sqlite:///{tmp_path / 'crash.db'}"
+        db = process_database(database_url, tmp_path / "crash.db")
         project = create_project(db, "crash")
         server = ServerProcess(db, "--no-access-log").start()
         acknowledged: dict[str, int] = {}
@@ -225,10 +230,12 @@ class TestCrashes:
 
 
 class TestTwoProcesses:
-    def test_two_servers_on_one_file_never_double_grant(self, tmp_path: Path) -> None:
-        """Two server processes on one SQLite file, eight clients racing each round: one winner
-        per round, and fencing tokens rise by exactly one per round."""
-        db = f"sqlite:///{tmp_path / 'race.db'}"
+    def test_two_servers_on_one_file_never_double_grant(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
+        """Two server processes on one SQLite file (or PostgreSQL database), eight clients racing
+        each round: one winner per round, and fencing tokens rise by exactly one per round."""
+        db = process_database(database_url, tmp_path / "race.db")
         project = create_project(db, "race")
         rounds, racers = 40, 8
         with ServerProcess(db, "--no-access-log") as a, ServerProcess(db, "--no-access-log") as b:
@@ -270,9 +277,11 @@ class TestTwoProcesses:
                 for client in clients:
                     client.close()
 
-    def test_lease_taken_on_one_server_is_seen_by_the_other(self, tmp_path: Path) -> None:
+    def test_lease_taken_on_one_server_is_seen_by_the_other(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
         """Acquire through one process, renew and release through the other."""
-        db = f"sqlite:///{tmp_path / 'pair.db'}"
+        db = process_database(database_url, tmp_path / "pair.db")
         project = create_project(db, "pair")
         key, owner = f"pair-{uuid.uuid4().hex[:6]}", new_id()
         with (

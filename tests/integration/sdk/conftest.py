@@ -1,0 +1,251 @@
+"""Fixtures for the SDK's integration tests: real clients, the real server, and a second party.
+
+`client` / `aclient` are `volcano` clients built the way users build them. `recorded` /
+`arecorded` send through a `Wire` instead: the real HTTP transport with a record of every
+exchange (so a test can count what reached the server) and two switchable faults, a refused
+connection and a lost answer, for what a real network does without a proxy. `server` is
+another party speaking raw HTTP with the same project's keys, to act on the lock behind the
+SDK's back or to read the server's state independently.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+
+import volcano
+from tests.conftest import LiveServer
+from tests.support.conformance import check_response
+
+WAIT = 10.0
+"""Upper bound (seconds) on waiting for something that should happen much sooner."""
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = WAIT, what: str = "") -> None:
+    """Poll `condition` until it holds; fail when `timeout` seconds pass first (an upper bound)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"not within {timeout}s: {what or condition}")
+        time.sleep(0.02)
+
+
+def operation(request: httpx.Request) -> str:
+    """The lock operation a request performs: acquire, renew, release, get or force_release."""
+    if request.method == "GET":
+        return "get"
+    if request.method == "DELETE":
+        return "force_release"
+    return request.url.path.rsplit("/", 1)[-1]
+
+
+@attrs.define
+class Exchange:
+    """One request the SDK handed to the network, and the answer (None: none came back)."""
+
+    request: httpx.Request
+    status: int | None = None
+    headers: httpx.Headers | None = None
+
+
+class Wire:
+    """Every request the SDK sent and what came back, with faults switched on per operation.
+
+    `refuse`: operations whose requests fail to connect (nothing reaches the server).
+    `lose`: operations whose answers are lost: the server acts, then the client sees a ReadError.
+    """
+
+    def __init__(self) -> None:
+        self.exchanges: list[Exchange] = []
+        self.refuse: set[str] = set()
+        self.lose: set[str] = set()
+        self._lock = threading.Lock()
+
+    def of(self, name: str) -> list[Exchange]:
+        with self._lock:
+            return [e for e in self.exchanges if operation(e.request) == name]
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.exchanges)
+
+    def sending(self, request: httpx.Request) -> Exchange:
+        """Record `request`; raise ConnectError when its operation is refused."""
+        exchange = Exchange(request)
+        with self._lock:
+            self.exchanges.append(exchange)
+        if operation(request) in self.refuse:
+            raise httpx.ConnectError("connection refused (test fault)", request=request)
+        return exchange
+
+    def answered(self, exchange: Exchange, response: httpx.Response) -> bool:
+        """Record the answer; True when it is to be lost."""
+        exchange.status = response.status_code
+        exchange.headers = response.headers
+        return operation(exchange.request) in self.lose
+
+
+class SyncWire(httpx.BaseTransport):
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+        self.inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        exchange = self.wire.sending(request)
+        response = self.inner.handle_request(request)
+        response.read()
+        if self.wire.answered(exchange, response):
+            response.close()
+            raise httpx.ReadError("the answer was lost (test fault)", request=request)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncWire(httpx.AsyncBaseTransport):
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        exchange = self.wire.sending(request)
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        if self.wire.answered(exchange, response):
+            await response.aclose()
+            raise httpx.ReadError("the answer was lost (test fault)", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _check_async(response: httpx.Response) -> None:
+    await response.aread()
+    check_response(response)
+
+
+class Server:
+    """Another party: the lock operations over raw HTTP with the project's keys."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def acquire(
+        self, key: str, owner: str, ttl: float = 30, *, request_id: str | None = None
+    ) -> httpx.Response:
+        return self._post(key, "acquire", {"owner_token": owner, "ttl_seconds": ttl}, request_id)
+
+    def release(self, key: str, owner: str, fence: int) -> httpx.Response:
+        return self._post(key, "release", {"owner_token": owner, "fencing_token": fence}, None)
+
+    def force_release(self, key: str) -> httpx.Response:
+        return self.http.delete(f"/v1/locks/{key}")
+
+    def state(self, key: str) -> dict[str, Any]:
+        """The key's LockState as the server reports it."""
+        response = self.http.get(f"/v1/locks/{key}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def _post(
+        self, key: str, action: str, body: dict[str, Any], request_id: str | None
+    ) -> httpx.Response:
+        headers = {"X-Request-Id": request_id} if request_id is not None else {}
+        return self.http.post(f"/v1/locks/{key}/{action}", json=body, headers=headers)
+
+
+def credentials(live_server: LiveServer) -> dict[str, str]:
+    """The Client arguments for the main project on the live server."""
+    project = live_server.project
+    return {
+        "anon_key": project.anon_key,
+        "service_key": project.service_key,
+        "api_url": live_server.url,
+    }
+
+
+@pytest.fixture
+def server(live_server: LiveServer) -> Iterator[Server]:
+    with live_server.http(live_server.project) as http:
+        yield Server(http)
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Iterator[volcano.Client]:
+    with volcano.Client(**credentials(live_server)) as made:
+        yield made
+
+
+@pytest.fixture
+async def aclient(live_server: LiveServer) -> AsyncIterator[volcano.AsyncClient]:
+    async with volcano.AsyncClient(**credentials(live_server)) as made:
+        yield made
+
+
+@pytest.fixture
+def wire() -> Wire:
+    return Wire()
+
+
+@pytest.fixture
+def make_recorded(live_server: LiveServer, wire: Wire) -> Iterator[Callable[..., volcano.Client]]:
+    """Clients that send through `wire`, every answer checked against openapi.yaml."""
+    made: list[tuple[volcano.Client, httpx.Client]] = []
+
+    def make(**overrides: Any) -> volcano.Client:
+        http = httpx.Client(transport=SyncWire(wire), event_hooks={"response": [check_response]})
+        made_client = volcano.Client(**{**credentials(live_server), **overrides}, http_client=http)
+        made.append((made_client, http))
+        return made_client
+
+    yield make
+    for made_client, http in made:
+        made_client.close()
+        http.close()
+
+
+@pytest.fixture
+def recorded(make_recorded: Callable[..., volcano.Client]) -> volcano.Client:
+    return make_recorded()
+
+
+@pytest.fixture
+async def make_arecorded(
+    live_server: LiveServer, wire: Wire
+) -> AsyncIterator[Callable[..., volcano.AsyncClient]]:
+    """AsyncClients that send through `wire`, every answer checked against openapi.yaml."""
+    made: list[tuple[volcano.AsyncClient, httpx.AsyncClient]] = []
+
+    def make(**overrides: Any) -> volcano.AsyncClient:
+        http = httpx.AsyncClient(
+            transport=AsyncWire(wire), event_hooks={"response": [_check_async]}
+        )
+        made_client = volcano.AsyncClient(
+            **{**credentials(live_server), **overrides}, http_client=http
+        )
+        made.append((made_client, http))
+        return made_client
+
+    yield make
+    for made_client, http in made:
+        await made_client.close()
+        await http.aclose()
+
+
+@pytest.fixture
+def arecorded(make_arecorded: Callable[..., volcano.AsyncClient]) -> volcano.AsyncClient:
+    return make_arecorded()

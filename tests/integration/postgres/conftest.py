@@ -1,0 +1,51 @@
+"""Fixtures for the PostgreSQL-only tests: a database of their own, storages, projects."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.support.databases import fresh_postgres_database
+from volcano_server._service import Caller, LockService
+from volcano_server.storage._postgres import PostgresStorage
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for these tests (not the parametrized suite's)."""
+    with fresh_postgres_database("volcano_pg") as url:
+        yield url
+
+
+@pytest.fixture
+def storages(pg_url: str) -> Iterator[Callable[..., PostgresStorage]]:
+    """Open PostgresStorage instances on the test database (each like one server process);
+    all are closed at the end."""
+    opened: list[PostgresStorage] = []
+
+    def open_one(**kwargs: object) -> PostgresStorage:
+        storage = PostgresStorage(pg_url, **kwargs)  # type: ignore[arg-type]
+        opened.append(storage)
+        return storage
+
+    yield open_one
+    for storage in opened:
+        storage.close()
+
+
+@pytest.fixture
+def project_id() -> int:
+    """A project id no other test uses (locks and outcomes are keyed by project)."""
+    return random.randint(1_000_000, 2**62)
+
+
+def caller(project_id: int, request_id: str, *, replayable: bool = True) -> Caller:
+    """A caller with a fixed credential, as the API would build it."""
+    return Caller(project_id, b"credential", request_id, replayable)
+
+
+def service(storage: PostgresStorage) -> LockService:
+    """The lock rules over `storage`, with the minimum retention."""
+    return LockService(storage, retention_seconds=600)

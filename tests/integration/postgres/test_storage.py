@@ -1,0 +1,284 @@
+"""PostgresStorage against a real database: locking, request ids, the clock, purging, errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from tests.support.databases import scalar
+from volcano_server._service import Answer
+from volcano_server.storage import StorageUnavailable, StoredOutcome
+from volcano_server.storage._postgres import PostgresStorage
+
+from .conftest import caller, service
+
+pytestmark = pytest.mark.postgres
+
+Storages = Callable[..., PostgresStorage]
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def race(count: int, action: Callable[[int], Answer]) -> list[Answer]:
+    """Run `action(0..count-1)` in threads released together by a barrier."""
+    barrier = threading.Barrier(count)
+
+    def run(n: int) -> Answer:
+        barrier.wait()
+        return action(n)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(run, range(count)))
+
+
+class TestConcurrency:
+    def test_concurrent_acquires_grant_once(self, storages: Storages, project_id: int) -> None:
+        """Sixteen acquisitions at once through two pools, first of a never-seen key and then
+        of the same key after each release: one winner per round (none fails on the unique
+        index), fencing tokens rising by one."""
+        services = [service(storages(pool_size=8)) for _ in range(2)]
+        for key in ("first-a", "first-b", "first-c"):
+            tokens = []
+            for _ in range(6):
+                answers = race(
+                    16,
+                    lambda n, key=key: services[n % 2].acquire(  # type: ignore[misc]
+                        caller(project_id, new_id()), key, f"owner-{n}", 30
+                    ),
+                )
+                statuses = sorted(answer.status for answer in answers)
+                assert statuses == [200] + [409] * 15, statuses
+                (lease,) = (json.loads(a.body) for a in answers if a.status == 200)
+                tokens.append(lease["fencing_token"])
+                released = services[0].release(
+                    caller(project_id, new_id()), key, lease["owner_token"], lease["fencing_token"]
+                )
+                assert released.status == 204
+            assert tokens == [1, 2, 3, 4, 5, 6]
+
+    def test_concurrent_duplicates_run_once_and_replay(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """Sixteen copies of one request id sent at once through two pools: one runs, fifteen
+        replay its answer."""
+        services = [service(storages(pool_size=8)) for _ in range(2)]
+        for round_ in range(15):
+            rid, key = new_id(), f"dup-{round_}"
+            answers = race(
+                16,
+                lambda n, rid=rid, key=key: services[n % 2].acquire(  # type: ignore[misc]
+                    caller(project_id, rid), key, "the-owner", 30
+                ),
+            )
+            assert len({answer.body for answer in answers}) == 1
+            assert sorted(answer.replayed for answer in answers) == [False] + [True] * 15
+            assert json.loads(answers[0].body)["fencing_token"] == 1
+
+    def test_duplicate_waits_for_the_first_transaction(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """A duplicate request id blocks while the first transaction is open, then replays
+        what it stored."""
+        first, second = storages(), storages()
+        rid = new_id()
+        finished = threading.Event()
+        answers: list[Answer] = []
+
+        def duplicate() -> None:
+            answers.append(service(second).force_release(caller(project_id, rid), "k"))
+            finished.set()
+
+        with first.write() as tx:
+            assert tx.claim_request(project_id, rid) is None
+            thread = threading.Thread(target=duplicate)
+            thread.start()
+            assert not finished.wait(0.5), "the duplicate did not wait for the first"
+            now = tx.now_us()
+            tx.save_outcome(
+                project_id, rid, StoredOutcome(b"x" * 32, 200, b"{}", None, now + 10**9)
+            )
+        thread.join(timeout=10)
+        assert finished.is_set()
+        # The duplicate saw the first one's outcome (a different fingerprint: reused).
+        assert answers[0].status == 409
+        assert b"request_id_reused" in answers[0].body
+
+    def test_expired_outcome_is_replaced(self, storages: Storages, project_id: int) -> None:
+        """A stored outcome past its retention counts as absent, and the new one replaces it."""
+        storage = storages()
+        rid = new_id()
+        with storage.write() as tx:
+            assert tx.claim_request(project_id, rid) is None
+            tx.save_outcome(project_id, rid, StoredOutcome(b"old", 200, b"{}", None, 1))
+        with storage.write() as tx:
+            assert tx.claim_request(project_id, rid) is None
+            expires = tx.now_us() + 10**9
+            tx.save_outcome(project_id, rid, StoredOutcome(b"new", 201, b"[]", 7, expires))
+        with storage.write() as tx:
+            assert tx.claim_request(project_id, rid) == StoredOutcome(
+                b"new", 201, b"[]", 7, expires
+            )
+
+
+class TestRows:
+    def test_keys_never_acquired_leave_no_row(
+        self, storages: Storages, pg_url: str, project_id: int
+    ) -> None:
+        """Renew, release, force release and get of a key never taken store no lock row, and
+        get still reports no fencing token."""
+        locks = service(storages())
+        locks.renew(caller(project_id, new_id()), "ghost", new_id(), 1, 30)
+        locks.release(caller(project_id, new_id()), "ghost", new_id(), 1)
+        assert json.loads(locks.force_release(caller(project_id, new_id()), "ghost").body) == {
+            "key": "ghost",
+            "released": False,
+            "fencing_token": None,
+        }
+        assert json.loads(locks.get(caller(project_id, new_id()), "ghost").body) == {
+            "key": "ghost",
+            "held": False,
+            "expires_at": None,
+            "fencing_token": None,
+        }
+        rows = scalar(pg_url, "SELECT count(*) FROM locks WHERE project_id = ?", (project_id,))
+        assert rows == 0
+
+    def test_fencing_tokens_survive_release_and_expiry(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """The key's row keeps the last token: release, force release and expiry never reset it."""
+        locks = service(storages())
+        tokens = []
+        for n in range(3):
+            lease = json.loads(locks.acquire(caller(project_id, new_id()), "k", f"o{n}", 0.1).body)
+            tokens.append(lease["fencing_token"])
+            if n == 0:
+                locks.release(caller(project_id, new_id()), "k", "o0", lease["fencing_token"])
+            elif n == 1:
+                locks.force_release(caller(project_id, new_id()), "k")
+        time.sleep(0.15)
+        lease = json.loads(locks.acquire(caller(project_id, new_id()), "k", "late", 30).body)
+        assert [*tokens, lease["fencing_token"]] == [1, 2, 3, 4]
+
+
+class TestClock:
+    def test_now_is_the_database_clock(self, storages: Storages, pg_url: str) -> None:
+        """Both transaction kinds read clock_timestamp(), not this process's clock."""
+
+        def database_now_us() -> int:
+            return int(
+                scalar(pg_url, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+            )
+
+        storage = storages()
+        before = database_now_us()
+        with storage.write() as tx:
+            written = tx.now_us()
+        with storage.read() as rtx:
+            read = rtx.now_us()
+        after = database_now_us()
+        assert before <= written <= read <= after
+
+    def test_clock_offset_moves_the_storage_clock(self, storages: Storages) -> None:
+        """The test-only offset is added to the database clock."""
+        plain, shifted = storages(), storages(clock_offset_us=lambda: 3_600_000_000)
+        with plain.write() as tx:
+            base = tx.now_us()
+        with shifted.write() as tx:
+            moved = tx.now_us()
+        assert 3_600_000_000 <= moved - base < 3_610_000_000
+
+
+class TestPurge:
+    def test_concurrent_purges_delete_each_expired_outcome_once(
+        self, storages: Storages, pg_url: str, project_id: int
+    ) -> None:
+        """Four pools purging in small batches at once delete every expired outcome exactly
+        once, leave unexpired ones, and never wait on each other."""
+        writer = storages()
+        with writer.write() as tx:
+            now = tx.now_us()
+            for n in range(300):
+                tx.save_outcome(
+                    project_id, f"old-{n}", StoredOutcome(b"f", 200, b"{}", None, now - 1)
+                )
+            for n in range(5):
+                tx.save_outcome(
+                    project_id, f"new-{n}", StoredOutcome(b"f", 200, b"{}", None, now + 10**9)
+                )
+        purgers = [storages() for _ in range(4)]
+
+        def purge_all(storage: PostgresStorage) -> int:
+            total = 0
+            while (deleted := storage.purge_outcomes(25)) > 0:
+                total += deleted
+            return total
+
+        with ThreadPoolExecutor(4) as pool:
+            deleted = sum(pool.map(purge_all, purgers))
+        # Other tests' expired outcomes in this database may be purged too, never twice.
+        left = scalar(
+            pg_url, "SELECT count(*) FROM request_outcomes WHERE project_id = ?", (project_id,)
+        )
+        assert left == 5
+        assert deleted >= 300
+
+
+class TestFailures:
+    def test_a_lock_wait_is_bounded(self, storages: Storages, pg_url: str, project_id: int) -> None:
+        """A row lock held elsewhere makes the operation fail with StorageUnavailable after
+        the lock timeout, rather than hang."""
+        locks = service(storages(lock_timeout=0.5))
+        locks.acquire(caller(project_id, new_id()), "held-row", "o", 30)
+        with psycopg.connect(pg_url) as blocker:
+            blocker.execute(
+                "SELECT 1 FROM locks WHERE project_id = %s AND key = 'held-row' FOR UPDATE",
+                (project_id,),
+            )
+            started = time.monotonic()
+            with pytest.raises(StorageUnavailable, match="lock timeout"):
+                locks.acquire(caller(project_id, new_id()), "held-row", "other", 30)
+            assert time.monotonic() - started < 3
+            blocker.rollback()
+        answer = locks.acquire(caller(project_id, new_id()), "held-row", "other", 30)
+        assert answer.status == 409  # the first lease is still live: the row was untouched
+
+    def test_no_session_state_is_left_on_connections(
+        self, storages: Storages, pg_url: str, project_id: int
+    ) -> None:
+        """After every kind of operation, the pooled connection has no prepared statements and
+        the settings of a fresh session: nothing a transaction-mode pooler would carry over."""
+        storage = storages(pool_size=1)
+        locks = service(storage)
+        lease = json.loads(locks.acquire(caller(project_id, new_id()), "state", "o", 30).body)
+        locks.renew(caller(project_id, new_id()), "state", "o", lease["fencing_token"], 30)
+        locks.get(caller(project_id, new_id()), "state")
+        locks.release(caller(project_id, new_id()), "state", "o", lease["fencing_token"])
+        locks.acquire(caller(project_id, new_id(), replayable=False), "state", "o", 30)
+        storage.purge_outcomes(10)
+        query = (
+            "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
+            " current_setting('idle_in_transaction_session_timeout'),"
+            " current_setting('transaction_isolation'),"
+            " (SELECT count(*) FROM pg_prepared_statements)"
+        )
+        with storage.read() as tx:
+            used = tx._conn.execute(query).fetchone()  # the one pooled connection
+        with psycopg.connect(pg_url) as fresh:
+            assert used == fresh.execute(query).fetchone()
+
+    def test_closed_storage_is_unavailable(self, storages: Storages) -> None:
+        """After close (server shutdown), operations fail as StorageUnavailable, not a crash."""
+        storage = storages()
+        storage.close()
+        with pytest.raises(StorageUnavailable), storage.read() as tx:
+            tx.now_us()

@@ -57,19 +57,21 @@ class Exchange:
     request: httpx.Request
     status: int | None = None
     headers: httpx.Headers | None = None
+    content: bytes | None = None
 
 
 class Wire:
     """Every request the SDK sent and what came back, with faults switched on per operation.
 
     `refuse`: operations whose requests fail to connect (nothing reaches the server).
-    `lose`: operations whose answers are lost: the server acts, then the client sees a ReadError.
+    `lose`: one entry per answer to lose: the server acts, then the client sees a ReadError
+    (`wire.lose = ["acquire"]` loses the next acquire's answer only).
     """
 
     def __init__(self) -> None:
         self.exchanges: list[Exchange] = []
         self.refuse: set[str] = set()
-        self.lose: set[str] = set()
+        self.lose: list[str] = []
         self._lock = threading.Lock()
 
     def of(self, name: str) -> list[Exchange]:
@@ -93,7 +95,13 @@ class Wire:
         """Record the answer; True when it is to be lost."""
         exchange.status = response.status_code
         exchange.headers = response.headers
-        return operation(exchange.request) in self.lose
+        exchange.content = response.content
+        name = operation(exchange.request)
+        with self._lock:
+            if name in self.lose:
+                self.lose.remove(name)
+                return True
+        return False
 
 
 class SyncWire(httpx.BaseTransport):

@@ -254,6 +254,12 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return received
 
 
+def bind_free_port(sock: socket.socket) -> tuple[str, int]:
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    return host, port
+
+
 def first_is_held(records: list[RecordedRequest]) -> bool:
     return bool(records) and records[0].outcome == "held"
 
@@ -348,11 +354,10 @@ class TestForwarding:
 
     def test_upstream_unreachable_resets_client(self) -> None:
         """With nothing listening upstream the client gets a transport error, not a status."""
-        with socket.socket() as placeholder:
-            placeholder.bind(("127.0.0.1", 0))
-            dead = placeholder.getsockname()
+        # Bound but not listening: connections are refused, and no one else can take the port.
         with (
-            FaultProxy(upstream=dead) as proxy,
+            socket.socket() as placeholder,
+            FaultProxy(upstream=bind_free_port(placeholder)) as proxy,
             httpx.Client(base_url=proxy.url, timeout=PATIENCE, trust_env=False) as client,
         ):
             with pytest.raises(httpx.TransportError) as caught:

@@ -1,0 +1,105 @@
+"""The command line on PostgreSQL: migrations from several processes, unreachable databases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.databases import fresh_postgres_database, scalar
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+UNREACHABLE = "postgresql://volcano:hunter2@127.0.0.1:1/volcano"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "volcano_server", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+class TestMigrate:
+    def test_concurrent_migrations_from_several_processes(self) -> None:
+        """Eight `migrate` processes started at once on an empty database all succeed, and the
+        schema ends at version 1 with every table."""
+        with fresh_postgres_database("volcano_migrate") as url:
+            command = [sys.executable, "-m", "volcano_server", "migrate", "--db", url]
+            processes = [
+                subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(8)
+            ]
+            results = [(p.wait(timeout=60), p.stderr.read() if p.stderr else "") for p in processes]
+            for process in processes:
+                if process.stderr:
+                    process.stderr.close()
+            assert [code for code, _ in results] == [0] * 8, results
+            assert scalar(url, "SELECT version FROM volcano_schema") == 1
+            tables = scalar(
+                url,
+                "SELECT count(*) FROM information_schema.tables WHERE table_name IN"
+                " ('projects', 'api_keys', 'locks', 'request_outcomes')",
+            )
+            assert tables == 4
+
+    def test_newer_schema_is_refused_in_one_line(self) -> None:
+        """A database migrated by a newer server is not touched: one line says why."""
+        with fresh_postgres_database("volcano_newer") as url:
+            assert cli("migrate", "--db", url).returncode == 0
+            import psycopg
+
+            with psycopg.connect(url) as conn:
+                conn.execute("UPDATE volcano_schema SET version = 99")
+            result = cli("migrate", "--db", url)
+        assert result.returncode == 1
+        assert "schema version 99" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+    def test_database_url_from_environment(self, pg_url: str) -> None:
+        """VOLCANO_DATABASE_URL routes keys create to PostgreSQL, like --db."""
+        result = cli(
+            "keys", "create", "--project", "from-env", env={"VOLCANO_DATABASE_URL": pg_url}
+        )
+        assert result.returncode == 0, result.stderr
+        assert scalar(pg_url, "SELECT count(*) FROM projects WHERE name = 'from-env'") == 1
+
+
+class TestUnreachable:
+    @pytest.mark.parametrize(
+        "args",
+        [("migrate",), ("keys", "create", "--project", "p"), ("serve", "--port", "0")],
+    )
+    def test_unreachable_database_is_one_clear_line(self, args: tuple[str, ...]) -> None:
+        """Nothing listening at the URL: exit 1 within seconds, one line, no traceback, and
+        the password masked."""
+        started = time.monotonic()
+        result = cli(*args, "--db", UNREACHABLE)
+        assert time.monotonic() - started < 20
+        assert result.returncode == 1
+        assert "cannot open the database postgresql://volcano:***@127.0.0.1:1/volcano" in (
+            result.stderr
+        )
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "hunter2" not in result.stderr + result.stdout
+
+    def test_password_in_query_is_masked(self) -> None:
+        """A password given as a URL parameter is masked too."""
+        result = cli("migrate", "--db", "postgresql://volcano@127.0.0.1:1/volcano?password=hunter2")
+        assert result.returncode == 1
+        assert "password=***" in result.stderr
+        assert "hunter2" not in result.stderr
+
+    def test_bad_pool_size_is_one_line(self) -> None:
+        """The server's own URL parameter is checked before connecting."""
+        result = cli("migrate", "--db", "postgresql://127.0.0.1:1/volcano?pool_size=0")
+        assert result.returncode == 1
+        assert "pool_size must be 1 to 1000" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -12,8 +12,9 @@ ensure_venv() {
   fi
   local stamp; stamp=$(cksum <"$root/pyproject.toml")
   local have; have=$(cat "$VENV/.volcano-installed" 2>/dev/null || true)
-  # dev holds every other extra, so a dev install serves any request.
-  if [ -x "$VENV/bin/python" ] && { [ "$have" = "$extras $stamp" ] || [ "$have" = "dev $stamp" ]; }; then
+  # dev holds every other extra (and bench holds dev), so those installs serve smaller requests.
+  if [ -x "$VENV/bin/python" ] && { [ "$have" = "$extras $stamp" ] || [ "$have" = "bench $stamp" ] \
+       || { [ "$have" = "dev $stamp" ] && [ "$extras" != "bench" ]; }; }; then
     return 0
   fi
   local want="$extras $stamp"

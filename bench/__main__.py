@@ -1,0 +1,233 @@
+"""Run every benchmark: `python -m bench [--quick] [--out DIR] [--skip SECTION ...]`.
+
+Prints a table of medians with min and max, and writes DIR/results.json and DIR/chart.png.
+Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
+keys (1,000 vs 1,000,000 keys), retention (the request-id store under sustained load),
+guards (1,000 with_lock guards), import (import time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._measure import Summary, Workers, interleaved, time_ratio
+from ._report import print_table, write_chart
+from ._scale import bounded_outcomes, import_time, many_keys, thousand_guards
+from ._servers import deployment, postgres_available
+
+SECTIONS = ("cycles", "keys", "retention", "guards", "import")
+
+
+@attrs.frozen
+class Plan:
+    rounds: int
+    seconds: float
+    keys_large: int
+    retention_seconds: float
+    retention_acceleration: float
+    guards: int
+    guard_hold: float
+    import_rounds: int
+
+
+FULL = Plan(
+    rounds=5,
+    seconds=2.0,
+    keys_large=1_000_000,
+    retention_seconds=300,
+    retention_acceleration=4,
+    guards=1000,
+    guard_hold=30,
+    import_rounds=15,
+)
+QUICK = Plan(
+    rounds=3,
+    seconds=0.5,
+    keys_large=100_000,
+    retention_seconds=30,
+    retention_acceleration=40,
+    guards=200,
+    guard_hold=12,
+    import_rounds=5,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="short runs, for a smoke test (~2 min)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/results"),
+        help="where results.json and chart.png go",
+    )
+    parser.add_argument(
+        "--skip", nargs="*", choices=SECTIONS, default=[], help="sections to leave out"
+    )
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    results: dict[str, Any] = {
+        "plan": attrs.asdict(plan),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": _cpus(),
+        },
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "figures": {},
+        "rates": {},
+        "scale": {},
+    }
+    postgres = postgres_available()
+    if not postgres:
+        print("PostgreSQL is not reachable: its figures are skipped")
+    if "cycles" not in args.skip:
+        cycles(plan, postgres, results)
+    if "keys" not in args.skip:
+        for backend in ("sqlite", "postgres") if postgres else ("sqlite",):
+            print(
+                f"... acquire latency with 1,000 vs {plan.keys_large:,} keys ({backend})",
+                flush=True,
+            )
+            found = many_keys(backend, 1_000, plan.keys_large, plan.rounds, samples=300)
+            results["figures"][f"keys_latency_ratio_{backend}"] = _figure(
+                found["ratio"], "x", goal=1.2
+            )
+            results["figures"][f"acquire_ms_1k_keys_{backend}"] = _figure(
+                found["small_s"], "ms", scale=1000
+            )
+            results["figures"][f"acquire_ms_many_keys_{backend}"] = _figure(
+                found["large_s"], "ms", scale=1000
+            )
+    if "retention" not in args.skip:
+        print(f"... request-id store under {plan.retention_seconds:g} s of load", flush=True)
+        results["scale"]["retention"] = bounded_outcomes(
+            plan.retention_seconds, plan.retention_acceleration
+        )
+    if "guards" not in args.skip:
+        print(f"... {plan.guards} with_lock guards for {plan.guard_hold:g} s", flush=True)
+        results["scale"]["guards"] = thousand_guards(plan.guards, ttl=10.0, hold=plan.guard_hold)
+    if "import" not in args.skip:
+        print("... import time", flush=True)
+        found = import_time(plan.import_rounds)
+        results["figures"]["import_ratio_volcano_vs_httpx"] = _figure(found["ratio"], "x", goal=1.3)
+        results["figures"]["import_ms_volcano"] = _figure(found["volcano_s"], "ms", scale=1000)
+        results["figures"]["import_ms_httpx"] = _figure(found["httpx_s"], "ms", scale=1000)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    print_table(results)
+    write_chart(results, args.out / "chart.png")
+    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'chart.png'}")
+
+
+def cycles(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
+    """Cycle rates and the ratios between them, per deployment and number of client processes."""
+    figures, rates = results["figures"], results["rates"]
+    setups: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
+        (
+            "sqlite",
+            1,
+            (),
+            (
+                "healthz",
+                "raw_httpx",
+                "sdk",
+                "raw_httpx_async",
+                "sdk_async",
+                "raw_http_client",
+                "redis",
+            ),
+        ),
+        ("sqlite", 1, ("--sqlite-synchronous", "normal"), ("healthz", "raw_httpx", "sdk")),
+        ("sqlite", 2, (), ("healthz", "raw_httpx", "sdk")),
+    ]
+    if postgres:
+        setups += [
+            ("postgres", 1, (), ("healthz", "raw_httpx", "sdk", "raw_httpx_async", "sdk_async")),
+            ("postgres", 2, (), ("healthz", "raw_httpx", "sdk")),
+        ]
+    workers = Workers(4)
+    try:
+        for backend, servers, server_args, variants in setups:
+            label = f"{backend}{'-normal' if server_args else ''} x{servers}"
+            with deployment(backend, servers, label=label, args=server_args) as target:
+                for processes in (1, 4):
+                    print(
+                        f"... {label}, {processes} client process(es): {', '.join(variants)}",
+                        flush=True,
+                    )
+                    found = interleaved(
+                        workers, target, variants, processes, plan.rounds, plan.seconds
+                    )
+                    tag = f"{label.replace(' ', '_')}_p{processes}"
+                    rates[tag] = {
+                        variant: attrs.asdict(Summary.of(values))
+                        for variant, values in found.items()
+                    }
+                    _ratios(figures, found, backend, label, servers, server_args, processes)
+    finally:
+        workers.close()
+
+
+def _ratios(
+    figures: dict[str, Any],
+    found: dict[str, list[float]],
+    backend: str,
+    label: str,
+    servers: int,
+    server_args: tuple[str, ...],
+    processes: int,
+) -> None:
+    suffix = f"{label.replace(' ', '_')}_p{processes}"
+    plain = not server_args and servers == 1
+    figures[f"server_cost_{suffix}"] = _figure(
+        time_ratio(found, "raw_httpx", "healthz"),
+        "x",
+        goal=1.25 if backend == "sqlite" and plain else None,
+    )
+    figures[f"sdk_overhead_sync_{suffix}"] = _figure(
+        time_ratio(found, "sdk", "raw_httpx"), "x", goal=1.10 if plain else None
+    )
+    if "sdk_async" in found:
+        figures[f"sdk_overhead_async_{suffix}"] = _figure(
+            time_ratio(found, "sdk_async", "raw_httpx_async"), "x", goal=1.10 if plain else None
+        )
+    if "redis" in found:
+        figures[f"sdk_vs_redis_lock_{suffix}"] = _figure(time_ratio(found, "sdk", "redis"), "x")
+        figures[f"sdk_vs_http_client_{suffix}"] = _figure(
+            time_ratio(found, "sdk", "raw_http_client"), "x"
+        )
+
+
+def _figure(
+    summary: Summary, unit: str, *, goal: float | None = None, scale: float = 1.0
+) -> dict[str, Any]:
+    return {
+        "median": summary.median * scale,
+        "min": summary.low * scale,
+        "max": summary.high * scale,
+        "unit": unit,
+        "goal": goal,
+        "samples": [value * scale for value in summary.samples],
+    }
+
+
+def _cpus() -> int:
+    import os
+
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Interleaved measurement: every variant once per round, in a shuffled order, many rounds.
+
+The machine is shared and noisy, so figures are medians over rounds with min and max, and every
+ratio is taken within a round (both sides measured back to back) before its median is taken.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import attrs
+
+from ._cycles import Job, run_job
+from ._servers import Deployment
+
+
+@attrs.frozen
+class Summary:
+    """Median, min and max of samples."""
+
+    median: float
+    low: float
+    high: float
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Summary:
+        return cls(statistics.median(samples), min(samples), max(samples), tuple(samples))
+
+
+class Workers:
+    """A pool of client processes, started once (spawned: no state inherited)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, deployment: Deployment, variant: str, processes: int, seconds: float) -> float:
+        """Total cycles per second of `processes` workers running `variant` together."""
+        start_at = time.time() + 0.8  # after every worker has warmed up
+        jobs = []
+        for worker in range(processes):
+            # With several servers, each worker starts on another one and alternates.
+            urls = (
+                deployment.urls[worker % len(deployment.urls) :]
+                + deployment.urls[: worker % len(deployment.urls)]
+            )
+            jobs.append(
+                Job(
+                    variant,
+                    urls,
+                    deployment.keys.anon,
+                    deployment.keys.service,
+                    seconds,
+                    worker,
+                    start_at,
+                )
+            )
+        return sum(self._pool.map(run_job, jobs))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+def interleaved(
+    workers: Workers,
+    deployment: Deployment,
+    variants: Sequence[str],
+    processes: int,
+    rounds: int,
+    seconds: float,
+) -> dict[str, list[float]]:
+    """Rates of each variant, one sample per round, variants shuffled within each round."""
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
+    order = list(variants)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for variant in order:
+            rates[variant].append(workers.run(deployment, variant, processes, seconds))
+    return rates
+
+
+def time_ratio(rates: dict[str, list[float]], slower: str, faster: str) -> Summary:
+    """Per-round ratio of the time one `slower` cycle takes to one `faster` cycle."""
+    return Summary.of(
+        [fast / slow for slow, fast in zip(rates[slower], rates[faster], strict=True)]
+    )

@@ -1,0 +1,243 @@
+"""Scale figures: many keys, a bounded request-id store, a thousand guards, import time."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from volcano_server._auth import hash_key
+
+from ._measure import Summary
+from ._servers import Keys, deployment, make_keys
+
+# --- 1,000 vs 1,000,000 keys -------------------------------------------------------------------
+
+
+def _project_id(database_url: str, keys: Keys) -> int:
+    digest = hash_key(keys.service)
+    if database_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(database_url[len("sqlite:///") :])) as conn:
+            (project_id,) = conn.execute(
+                "SELECT project_id FROM api_keys WHERE key_hash = ?", (digest,)
+            ).fetchone()
+        return int(project_id)
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT project_id FROM api_keys WHERE key_hash = %s", (digest,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def populate(database_url: str, project_id: int, count: int) -> None:
+    """Insert `count` released keys (`k-0` ...) straight into the locks table."""
+    if database_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(database_url[len("sqlite:///") :])) as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO locks (project_id, key, fencing_token) VALUES (?, ?, 1)",
+                ((project_id, f"k-{n}") for n in range(count)),
+            )
+            conn.commit()
+        return
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO locks (project_id, key, fencing_token)"
+            " SELECT %s, 'k-' || n, 1 FROM generate_series(0, %s - 1) AS n ON CONFLICT DO NOTHING",
+            (project_id, count),
+        )
+        conn.execute("ANALYZE locks")
+
+
+def acquire_latency(url: str, keys: Keys, population: int, samples: int) -> list[float]:
+    """Seconds per acquire of random existing keys (each released right after, untimed)."""
+    latencies = []
+    with httpx.Client(base_url=url, headers=keys.headers()) as http:
+        for _ in range(samples):
+            key = f"k-{random.randrange(population)}"
+            owner = str(uuid.uuid4())
+            started = time.perf_counter()
+            response = http.post(
+                f"/v1/locks/{key}/acquire", json={"owner_token": owner, "ttl_seconds": 30}
+            )
+            latencies.append(time.perf_counter() - started)
+            fence = response.json()["fencing_token"]
+            http.post(
+                f"/v1/locks/{key}/release", json={"owner_token": owner, "fencing_token": fence}
+            )
+    return latencies
+
+
+def many_keys(
+    backend: str, small: int, large: int, rounds: int, samples: int
+) -> dict[str, Summary]:
+    """Median acquire latency with `small` and with `large` keys in the database, interleaved."""
+    with (
+        deployment(backend, label=f"{backend} small") as few,
+        deployment(backend, label=f"{backend} large") as many,
+    ):
+        for target, count in ((few, small), (many, large)):
+            populate(target.database_url, _project_id(target.database_url, target.keys), count)
+        medians: dict[str, list[float]] = {"small": [], "large": []}
+        for _ in range(rounds):
+            for name, target, count in (("small", few, small), ("large", many, large)):
+                medians[name].append(
+                    statistics.median(acquire_latency(target.urls[0], target.keys, count, samples))
+                )
+    ratio = Summary.of(
+        [big / little for little, big in zip(medians["small"], medians["large"], strict=True)]
+    )
+    return {
+        "small_s": Summary.of(medians["small"]),
+        "large_s": Summary.of(medians["large"]),
+        "ratio": ratio,
+    }
+
+
+# --- the request-id store under sustained load -------------------------------------------------
+
+
+def bounded_outcomes(seconds: float, acceleration: float, clients: int = 2) -> dict[str, float]:
+    """Run acquire/release with request ids for `seconds` against a server whose storage clock
+    runs `acceleration` times faster (so the 600 s retention passes in 600/acceleration s), and
+    sample how many stored outcomes there are. Returns the peak, the final count and the bound
+    implied by the request rate and the retention."""
+    import tempfile
+
+    import uvicorn
+
+    from volcano_server import ServerConfig, create_app
+    from volcano_server.storage._sqlite import SQLiteStorage
+
+    origin = time.time_ns() // 1000
+    started_mono = time.monotonic()
+
+    def fast_clock() -> int:
+        return origin + int((time.monotonic() - started_mono) * acceleration * 1_000_000)
+
+    with tempfile.TemporaryDirectory(prefix="volcano-bench-") as directory:
+        path = Path(directory) / "retention.db"
+        url = f"sqlite:///{path}"
+        keys = make_keys(url)
+        config = ServerConfig(database_url=url, access_log=False, purge_interval_seconds=1.0)
+        app = create_app(config, storage=SQLiteStorage(path, clock=fast_clock))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, lifespan="on")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench._load",
+                base,
+                keys.anon,
+                keys.service,
+                str(seconds),
+                str(clients),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        peak, samples = 0, []
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            while load.poll() is None:
+                time.sleep(2.0)
+                (count,) = conn.execute("SELECT count(*) FROM request_outcomes").fetchone()
+                samples.append(count)
+                peak = max(peak, count)
+        requests_done = int((load.stdout.read() if load.stdout else "0").strip() or 0)
+        server.should_exit = True
+        thread.join(timeout=30)
+    rate = requests_done / seconds
+    retention_real = 600 / acceleration
+    return {
+        "seconds": seconds,
+        "acceleration": acceleration,
+        "requests_per_second": rate,
+        "peak_rows": peak,
+        "final_rows": samples[-1] if samples else 0,
+        "bound_rows": rate * (retention_real + config.purge_interval_seconds + 2.0),
+        "retention_windows": seconds / retention_real,
+    }
+
+
+# --- a thousand guards ----------------------------------------------------------------------
+
+
+def thousand_guards(count: int, ttl: float, hold: float) -> dict[str, float]:
+    """`count` with_lock guards held `hold` seconds here: losses, renewals, threads, CPU."""
+    import volcano
+
+    with deployment("sqlite", label="guards") as target:
+        client = volcano.Client(
+            anon_key=target.keys.anon, service_key=target.keys.service, api_url=target.urls[0]
+        )
+        threads_before = threading.active_count()
+        with client, contextlib.ExitStack() as stack:
+            guards = [
+                stack.enter_context(client.locks.with_lock(f"guard-{n}", ttl=ttl))
+                for n in range(count)
+            ]
+            first_expiry = [guard.lease.expires_at for guard in guards]
+            cpu_started, wall_started = time.process_time(), time.monotonic()
+            time.sleep(hold)
+            cpu = time.process_time() - cpu_started
+            wall = time.monotonic() - wall_started
+            threads_during = threading.active_count()
+            lost = sum(guard.lost for guard in guards)
+            renewed = sum(
+                guard.lease.expires_at > first
+                for guard, first in zip(guards, first_expiry, strict=True)
+            )
+            headroom = min((guard.lease.expires_at.timestamp() - time.time()) for guard in guards)
+        return {
+            "guards": count,
+            "ttl_seconds": ttl,
+            "held_seconds": wall,
+            "lost": lost,
+            "renewed": renewed,
+            "threads_before": threads_before,
+            "threads_during": threads_during,
+            "cpu_seconds": cpu,
+            "cpu_share_of_one_core": cpu / wall,
+            "min_seconds_left_at_end": headroom,
+        }
+
+
+# --- import time ------------------------------------------------------------------------------
+
+
+def import_seconds(module: str) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return float(result.stdout)
+
+
+def import_time(rounds: int) -> dict[str, Summary]:
+    """`import volcano` vs `import httpx`, each in a fresh interpreter, alternating."""
+    volcano_s, httpx_s = [], []
+    for _ in range(rounds):
+        volcano_s.append(import_seconds("volcano"))
+        httpx_s.append(import_seconds("httpx"))
+    ratio = Summary.of([v / h for v, h in zip(volcano_s, httpx_s, strict=True)])
+    return {"volcano_s": Summary.of(volcano_s), "httpx_s": Summary.of(httpx_s), "ratio": ratio}

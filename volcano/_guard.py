@@ -18,7 +18,8 @@ never raised, so an exception from the block is never masked: **the block must c
 check fencing tokens, because renewal cannot stop code that is already running.
 
 A guard is single use: it cannot be entered twice or re-entered after it exits. After exit,
-`lease`, `lost` and `lost_reason` keep telling what happened.
+`lease`, `lost` and `lost_reason` keep telling what happened; a release refused because the
+lease was no longer held (force-released or taken over before a renewal noticed) counts as lost.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from . import _requests
-from ._exceptions import Error, GuardStateError, LockLostError
+from ._exceptions import Error, GuardStateError, LeaseNotHeldError, LockLostError
 from ._renewal import Timeline
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ class _GuardState:
 
         It turns True as soon as the deadline passes by the monotonic clock, even if the
         renewal is still waiting for an answer. After exit it tells whether ownership was lost
-        before the guard left.
+        before the guard left, including when the release on exit was refused with
+        `LeaseNotHeldError`.
 
         Raises:
             GuardStateError: The guard has not been entered.
@@ -217,14 +219,19 @@ class _GuardState:
             return None
         return self._clock.monotonic() + max(0.0, timeout)
 
-    def _log_release_failure(self, error: BaseException) -> None:
+    def _release_failed(self, error: BaseException) -> bool:
+        """Log a failed release; return True when it proved the lease was no longer held."""
+        # A volcano error's text already names its request id.
         logger.warning(
-            "releasing the lease on %s failed: %s (request_id=%s)",
+            "releasing the lease on %s failed: %s",
             self.key,
             error,
-            getattr(error, "request_id", None),
             exc_info=not isinstance(error, Error),
         )
+        if isinstance(error, LeaseNotHeldError):
+            self._entered_timeline().lose(error, log=False)
+            return True
+        return False
 
 
 class LockGuard(_GuardState):
@@ -273,7 +280,7 @@ class LockGuard(_GuardState):
         self._client._renewer().remove(self)
         lost = timeline.lost(self._clock.monotonic())
         if not lost:
-            self._release(timeline.lease)
+            lost = self._release(timeline.lease)
         self._finish_exit(lost)
 
     def wait_lost(self, timeout: float | None = None) -> bool:
@@ -307,11 +314,13 @@ class LockGuard(_GuardState):
             return self._renewal_failed(exc)
         return self._renewal_succeeded(lease, attempt)
 
-    def _release(self, lease: LockLease) -> None:
+    def _release(self, lease: LockLease) -> bool:
+        """Release `lease`; return True when the refusal showed it was already lost."""
         try:
             self._client._send(_requests.release(lease.key, lease, request_id=None))
         except Exception as exc:  # noqa: BLE001 - logged; raising would mask the block's error
-            self._log_release_failure(exc)
+            return self._release_failed(exc)
+        return False
 
 
 class AsyncLockGuard(_GuardState):
@@ -355,7 +364,7 @@ class AsyncLockGuard(_GuardState):
         self._client._untrack(self)
         lost = timeline.lost(self._clock.monotonic())
         if not lost:
-            await self._release(timeline.lease)
+            lost = await self._release(timeline.lease)
         self._finish_exit(lost)
 
     async def wait_lost(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the contract's name
@@ -416,8 +425,10 @@ class AsyncLockGuard(_GuardState):
             return self._renewal_failed(exc)
         return self._renewal_succeeded(lease, attempt)
 
-    async def _release(self, lease: LockLease) -> None:
+    async def _release(self, lease: LockLease) -> bool:
+        """Release `lease`; return True when the refusal showed it was already lost."""
         try:
             await self._client._send(_requests.release(lease.key, lease, request_id=None))
         except Exception as exc:  # noqa: BLE001 - logged; raising would mask the block's error
-            self._log_release_failure(exc)
+            return self._release_failed(exc)
+        return False

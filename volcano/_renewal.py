@@ -147,15 +147,19 @@ class Timeline:
         )
         return next_attempt_at
 
-    def lose(self, reason: Error) -> None:
-        """Mark ownership lost because of `reason`, unless it already is."""
+    def lose(self, reason: Error, *, log: bool = True) -> None:
+        """Mark ownership lost because of `reason`, unless it already is.
+
+        `log=False` is for a caller that has already logged the reason.
+        """
         with self._lock:
             if self._lost_reason is not None:
                 return
             self._lost_reason = reason
             key = self._lease.key
-        # The reason's text carries the request id of the answer that ended ownership.
-        logger.warning("lost the lease on %s: %s", key, reason)
+        if log:
+            # The reason's text carries the request id of the answer that ended ownership.
+            logger.warning("lost the lease on %s: %s", key, reason)
         self._on_lost()
 
     def _expire_if_due(self, now: float) -> None:

@@ -1,0 +1,304 @@
+"""`Client.locks.with_lock` against the real server: renewal, loss, takeover, clean exit.
+
+Leases here live 1.2 to 2 seconds so that renewals happen while the tests run; every wait
+polls for the awaited change with a generous upper bound, and no assertion depends on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import volcano
+
+from .conftest import WAIT, Server, Wire, new_id, wait_for
+
+TTL = 1.2
+"""Seconds each guard's lease lives: the first renewal comes after 0.4 s."""
+
+
+class BlockError(Exception):
+    """Raised inside a with block by the tests."""
+
+
+def renewer_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "volcano-renewer" and t.is_alive())
+
+
+def hold_past(instant: datetime, check: Callable[[], None]) -> None:
+    """Run `check` repeatedly until the server's clock (this machine's) has passed `instant`."""
+    while datetime.now(UTC) <= instant:
+        check()
+        time.sleep(0.05)
+    check()
+
+
+def wait_renewed(guard: volcano.LockGuard, lease: volcano.LockLease) -> volcano.LockLease:
+    """Wait for the guard to replace `lease` with a renewal of it; return the renewal."""
+    wait_for(lambda: guard.lease.expires_at > lease.expires_at, what="a renewal")
+    return guard.lease
+
+
+class TestRenewal:
+    def test_lease_stays_held_past_its_first_expiry(
+        self, client: volcano.Client, server: Server, key: str
+    ) -> None:
+        """Background renewal keeps the lease held, fencing token unchanged, for two ttls."""
+        with client.locks.with_lock(key, ttl=TTL) as guard:
+            first = guard.lease
+            assert first.fencing_token == 1
+            seen = {first.expires_at}
+
+            def check() -> None:
+                state = server.state(key)
+                assert (state["held"], state["fencing_token"]) == (True, 1)
+                assert not guard.lost
+                seen.add(guard.lease.expires_at)
+
+            hold_past(first.expires_at + timedelta(seconds=TTL), check)
+            latest = guard.lease
+            assert latest.fencing_token == first.fencing_token
+            assert latest.owner_token == first.owner_token
+            assert latest.expires_at > first.expires_at
+            assert len(seen) >= 3
+        assert server.state(key)["held"] is False
+
+    def test_renewals_use_fresh_request_ids_and_the_callers_token(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """token= and request_id= serve the acquisition; renewals and release get new ids."""
+        token, request_id = new_id().upper(), new_id().upper()
+        with recorded.locks.with_lock(key, ttl=TTL, token=token, request_id=request_id) as guard:
+            first = guard.lease
+            assert first.owner_token == token
+            renewed = wait_renewed(guard, first)
+            assert renewed.fencing_token == first.fencing_token
+            assert renewed.owner_token == token
+        ids = [e.request.headers["X-Request-Id"] for e in wire.exchanges]
+        assert ids[0] == request_id
+        assert len(set(ids)) == len(ids)
+        (release,) = wire.of("release")
+        assert json.loads(release.request.content) == {
+            "owner_token": token,
+            "fencing_token": first.fencing_token,
+        }
+        assert release.status == 204
+
+    def test_a_failed_renewal_is_retried(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """A renewal that cannot connect is retried before the deadline; the lease survives."""
+        with recorded.locks.with_lock(key, ttl=1.5) as guard:
+            first = guard.lease
+            wire.refuse = {"renew"}
+            wait_for(lambda: wire.of("renew"), what="a refused renewal")
+            wire.refuse = set()
+            wait_renewed(guard, first)
+            assert not guard.lost
+            assert server.state(key)["held"] is True
+        assert wire.of("renew")[0].status is None
+        assert server.state(key)["held"] is False
+
+
+class TestExit:
+    def test_clean_exit_releases(self, client: volcano.Client, server: Server, key: str) -> None:
+        """Leaving the block releases the lease; the key keeps its last fencing token."""
+        with client.locks.with_lock(key, ttl=TTL) as guard:
+            assert server.state(key)["held"] is True
+        state = server.state(key)
+        assert (state["held"], state["fencing_token"]) == (False, guard.lease.fencing_token)
+        assert guard.lost is False
+        assert guard.lost_reason is None
+
+    def test_exception_propagates_unchanged_and_releases(
+        self, client: volcano.Client, server: Server, key: str
+    ) -> None:
+        """An exception from the block propagates as itself, after the lease is released."""
+        error = BlockError("from the block")
+        with pytest.raises(BlockError) as raised, client.locks.with_lock(key, ttl=TTL):
+            raise error
+        assert raised.value is error
+        assert server.state(key)["held"] is False
+
+    def test_exception_propagates_when_the_release_fails(
+        self, client: volcano.Client, server: Server, key: str
+    ) -> None:
+        """A release refused after a takeover never masks the block's exception."""
+        error = BlockError("from the block")
+
+        def block() -> None:
+            with client.locks.with_lock(key, ttl=30):
+                server.force_release(key)
+                server.acquire(key, new_id())
+                raise error
+
+        with pytest.raises(BlockError) as raised:
+            block()
+        assert raised.value is error
+        assert server.state(key)["fencing_token"] == 2
+
+
+class TestLoss:
+    def test_wait_lost_is_false_while_held(self, client: volcano.Client, key: str) -> None:
+        """While the lease is held, wait_lost(timeout=0.2) returns False."""
+        with client.locks.with_lock(key, ttl=TTL) as guard:
+            assert guard.wait_lost(timeout=0.2) is False
+            assert guard.lost is False
+            assert guard.lost_reason is None
+
+    def test_force_release_mid_block(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """A force release makes the guard lost (LeaseNotHeldError); exit sends no release."""
+        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+            assert server.force_release(key).json()["released"] is True
+            assert guard.wait_lost(timeout=WAIT) is True
+            assert guard.lost is True
+            assert isinstance(guard.lost_reason, volcano.LeaseNotHeldError)
+        assert guard.lost is True
+        assert wire.of("release") == []
+        state = server.state(key)
+        assert (state["held"], state["fencing_token"]) == (False, 1)
+
+    def test_takeover_mid_block(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """Force release then a new holder: the guard is lost and never releases their lease."""
+        other = new_id()
+        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+            server.force_release(key)
+            assert server.acquire(key, other).json()["fencing_token"] == 2
+            assert guard.wait_lost(timeout=WAIT) is True
+            assert isinstance(guard.lost_reason, volcano.LeaseNotHeldError)
+            assert guard.lease.fencing_token == 1
+        assert wire.of("release") == []
+        state = server.state(key)
+        assert (state["held"], state["fencing_token"]) == (True, 2)
+        assert server.release(key, other, 2).status_code == 204
+
+    def test_exit_before_noticing_a_takeover(
+        self,
+        recorded: volcano.Client,
+        wire: Wire,
+        server: Server,
+        key: str,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """Leaving before a renewal noticed the takeover: no error, lost, new lease untouched."""
+        other = new_id()
+        with recorded.locks.with_lock(key, ttl=30) as guard:
+            server.force_release(key)
+            server.acquire(key, other)
+            assert guard.lost is False  # nothing has told the guard yet
+        assert guard.lost is True  # the refused release told it
+        assert isinstance(guard.lost_reason, volcano.LeaseNotHeldError)
+        (release,) = wire.of("release")
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert "releasing the lease" in warning
+        assert warning.count(release.request.headers["X-Request-Id"]) == 1
+        assert server.state(key)["fencing_token"] == 2
+        assert server.release(key, other, 2).status_code == 204
+
+    def test_expiry_under_a_blocked_renewal_then_takeover(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """Renewals cut off: the lease expires, another owner takes it; the guard already knows."""
+        other = new_id()
+        with recorded.locks.with_lock(key, ttl=0.5) as guard:  # short: it is meant to expire
+            wire.refuse = {"renew"}
+            wait_for(
+                lambda: server.acquire(key, other).status_code == 200,
+                what="the lease to expire on the server",
+            )
+            assert guard.lost is True  # never held by two: lost no later than the server says
+            assert guard.wait_lost(timeout=0) is True
+            reason = guard.lost_reason
+            assert isinstance(reason, volcano.LockLostError)
+            assert isinstance(reason.__cause__, volcano.APIConnectionError)
+            wire.refuse = set()
+        assert wire.of("release") == []
+        assert server.state(key)["fencing_token"] == 2
+        assert server.release(key, other, 2).status_code == 204
+
+
+class TestManyGuards:
+    def test_fifty_guards_share_one_thread_and_stay_held(
+        self, client: volcano.Client, server: Server, key: str
+    ) -> None:
+        """Fifty guards on one client: one renewal thread, every lease held past its expiry."""
+        keys = [f"{key}-{i}" for i in range(50)]
+        before = renewer_threads()
+        with contextlib.ExitStack() as stack:
+            guards = [stack.enter_context(client.locks.with_lock(k, ttl=1.5)) for k in keys]
+            firsts = [guard.lease for guard in guards]
+            assert renewer_threads() == before + 1
+
+            def check() -> None:
+                assert not any(guard.lost for guard in guards)
+
+            hold_past(max(lease.expires_at for lease in firsts), check)
+            for k, guard, first in zip(keys, guards, firsts, strict=True):
+                state = server.state(k)
+                assert (state["held"], state["fencing_token"]) == (True, 1)
+                assert guard.lease.expires_at > first.expires_at
+            assert renewer_threads() == before + 1
+        assert not any(server.state(k)["held"] for k in keys)
+
+
+class TestMisuse:
+    def test_guard_is_single_use(self, client: volcano.Client, server: Server, key: str) -> None:
+        """Entering a guard twice, or again after exit, raises GuardStateError."""
+        guard = client.locks.with_lock(key, ttl=TTL)
+        with pytest.raises(volcano.GuardStateError):
+            _ = guard.lease
+        with guard:
+            with pytest.raises(volcano.GuardStateError, match="re-entrant"), guard:
+                pass
+            assert server.state(key)["held"] is True
+        assert server.state(key)["held"] is False
+        with pytest.raises(volcano.GuardStateError), guard:
+            pass
+        assert server.state(key)["held"] is False
+
+    def test_failed_acquisition_raises_and_spends_the_guard(
+        self, client: volcano.Client, server: Server, key: str
+    ) -> None:
+        """Entering on a held key raises LockHeldError; the guard cannot be retried."""
+        server.acquire(key, new_id())
+        guard = client.locks.with_lock(key, ttl=TTL)
+        with pytest.raises(volcano.LockHeldError), guard:
+            pytest.fail("the block ran without the lock")
+        with pytest.raises(volcano.GuardStateError), guard:
+            pass
+
+    def test_acquisition_is_retried_once(
+        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+    ) -> None:
+        """A lost acquisition answer is retried once with the same request; the guard holds."""
+        wire.lose = ["acquire"]
+        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+            assert guard.lease.fencing_token == 1
+        first, retry = wire.of("acquire")
+        assert retry.request.headers["X-Request-Id"] == first.request.headers["X-Request-Id"]
+        assert retry.request.content == first.request.content
+        assert server.state(key)["held"] is False
+
+    def test_closing_the_client_marks_guards_lost(
+        self, make_recorded: Callable[..., volcano.Client], wire: Wire, key: str
+    ) -> None:
+        """close() inside a block: the guard is lost (ClientClosedError), exit is quiet."""
+        client = make_recorded()
+        with client.locks.with_lock(key, ttl=TTL) as guard:
+            before = renewer_threads()
+            client.close()
+            assert guard.wait_lost(timeout=WAIT) is True
+            assert isinstance(guard.lost_reason, volcano.ClientClosedError)
+        assert renewer_threads() == before - 1
+        assert wire.of("release") == []

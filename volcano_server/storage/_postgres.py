@@ -381,7 +381,7 @@ class PostgresStorage:
         """
         deadline = time.monotonic() + self._pool_timeout
         while True:
-            conn = self._pool.getconn(timeout=deadline - time.monotonic())
+            conn = self._pool.getconn(timeout=max(deadline - time.monotonic(), 0.01))
             if not conn.closed and not _has_input(conn):
                 return conn
             conn.close()  # the pool replaces a closed connection

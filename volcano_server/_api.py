@@ -4,9 +4,10 @@ Order of judgement: routing (404/405, in `_routing`) -> credentials (401/403) ->
 -> rate limit (429) -> body (400/413) -> schema, path key included (422) -> the operation
 (200/204/409, or 503 when storage is unavailable). Every answer carries `X-Request-Id`.
 
-The body is read (up to the size limit) on the event loop first, and judged later, in order;
-everything after that runs in one worker thread, so a request costs one thread hop and a slow or
-locked database never stalls the event loop.
+The body is read (up to the size limit) on the event loop first, and judged later, in order.
+Everything after that runs in one go: on the event loop itself when the storage runs inline
+(SQLite) and nothing has to wait, else in one worker thread, so a locked database, a busy
+pool or a slow network never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import anyio
@@ -33,7 +33,7 @@ from ._schema import ValidationFailure, Validator
 from ._service import Answer, Caller, LockService
 from ._spec import Operation
 from ._wire import dumps, error_body
-from .storage import StorageUnavailable
+from .storage import NONBLOCKING, StorageUnavailable, WouldBlock
 
 __all__ = ["HANDLED_OPERATIONS", "Api"]
 
@@ -62,7 +62,7 @@ class _ClientGone(Exception):
     """The client disconnected before sending its whole body."""
 
 
-@attrs.frozen
+@attrs.define
 class _Request:
     """What the event loop gathered about a request, still unjudged."""
 
@@ -73,6 +73,7 @@ class _Request:
     replayable: bool
     malformed_id: str | None  # why the client's X-Request-Id was refused
     body: bytes | None  # None when over the size limit
+    rate_counted: bool = False  # counted by the rate limiter already (before a WouldBlock)
 
 
 class Api:
@@ -96,6 +97,7 @@ class Api:
         self._limiter = rate_limiter
         self._access_log = access_log_enabled
         self._threads = anyio.CapacityLimiter(worker_threads)
+        self._inline = service.runs_inline
 
     async def endpoint(
         self,
@@ -121,7 +123,7 @@ class Api:
                 request = _Request(
                     operation, params, headers, request_id, replayable, malformed, body
                 )
-                answer = await self._in_worker(self._judge_and_run, request)
+                answer = await self._run(request)
         except ApiError as error:
             answer = _error_answer(error, request_id)
         except _ClientGone:
@@ -170,9 +172,20 @@ class Api:
             return str(uuid.uuid4()), False, str(failure) if declared else None
         return sent[0], True, None
 
-    async def _in_worker(self, fn: Callable[..., Answer], *args: Any) -> Answer:
+    async def _run(self, request: _Request) -> Answer:
+        """Judge and run `request`: on the loop if nothing has to wait, else in a worker thread."""
         try:
-            return await anyio.to_thread.run_sync(partial(fn, *args), limiter=self._threads)
+            if self._inline:
+                token = NONBLOCKING.set(True)
+                try:
+                    return self._judge_and_run(request)
+                except WouldBlock:
+                    pass  # nothing changed: do it all again where waiting is fine
+                finally:
+                    NONBLOCKING.reset(token)
+            return await anyio.to_thread.run_sync(
+                self._judge_and_run, request, limiter=self._threads
+            )
         except StorageUnavailable as exc:
             log.warning("storage unavailable: %s", exc)
             raise ApiError.unavailable("storage is unavailable, retry later") from exc
@@ -196,12 +209,13 @@ class Api:
                 return b"".join(chunks)
 
     def _judge_and_run(self, request: _Request) -> Answer:
-        """Everything after routing, in the contract's order (runs in a worker thread)."""
+        """Everything after routing, in the contract's order."""
         headers = request.headers
         principal = self._auth.authenticate(headers.get("apikey"), headers.get("authorization"))
         if request.malformed_id is not None:
             raise ApiError.invalid_request(request.malformed_id)
-        if self._limiter is not None:
+        if self._limiter is not None and not request.rate_counted:
+            request.rate_counted = True
             wait = self._limiter.check(principal.project_id)
             if wait is not None:
                 raise ApiError.rate_limited(wait)

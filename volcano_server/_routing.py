@@ -51,7 +51,9 @@ class SpecRoute(BaseRoute):
         """FULL when the path and method match, PARTIAL (405) when only the path does."""
         if scope["type"] != "http":
             return Match.NONE, {}
-        segments = raw_segments(scope)
+        segments = scope.get("volcano.segments")
+        if segments is None:  # split once per request, not once per route tried
+            segments = scope["volcano.segments"] = raw_segments(scope)
         if len(segments) != len(self._template):
             return Match.NONE, {}
         params: dict[str, str] = {}

@@ -64,6 +64,7 @@ class LockService:
     def __init__(self, storage: Storage, retention_seconds: float) -> None:
         self._storage = storage
         self._retention_us = round(retention_seconds * 1_000_000)
+        self.runs_inline = storage.runs_inline
 
     def acquire(self, caller: Caller, key: str, owner_token: str, ttl_seconds: float) -> Answer:
         """Take a free or expired key, or extend the caller's own live lease."""

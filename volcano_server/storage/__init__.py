@@ -6,6 +6,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ._base import (
+    NONBLOCKING,
     KeyKind,
     KeyRecord,
     LockRow,
@@ -14,11 +15,13 @@ from ._base import (
     Storage,
     StorageUnavailable,
     StoredOutcome,
+    WouldBlock,
     WriteTx,
 )
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
+    "NONBLOCKING",
     "KeyKind",
     "KeyRecord",
     "LockRow",
@@ -28,6 +31,7 @@ __all__ = [
     "StorageUnavailable",
     "StoredOutcome",
     "UnsupportedDatabaseURL",
+    "WouldBlock",
     "WriteTx",
     "open_storage",
     "redact_url",

@@ -13,6 +13,7 @@ server answers that with 503 and a `Retry-After`.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import Literal, Protocol
 
 import attrs
@@ -34,6 +35,16 @@ KeyKind = Literal["anon", "service"]
 
 class StorageUnavailable(Exception):
     """The database cannot be reached, or stayed locked past the busy timeout."""
+
+
+class WouldBlock(Exception):
+    """Raised instead of waiting while NONBLOCKING is set; nothing was changed."""
+
+
+# Set by the server while it runs storage work on its event loop: a backend that would have to
+# wait (for a lock, a pooled connection, another process) raises WouldBlock at once instead,
+# before it changes anything, and the server repeats the work in a worker thread.
+NONBLOCKING: ContextVar[bool] = ContextVar("volcano_storage_nonblocking", default=False)
 
 
 @attrs.frozen
@@ -131,6 +142,9 @@ class Storage(Protocol):
     """A lock database."""
 
     url_for_display: str
+    # Whether operations are short local calls worth running on the event loop (honouring
+    # NONBLOCKING); False sends every operation to a worker thread.
+    runs_inline: bool
 
     def write(self) -> AbstractContextManager[WriteTx]:
         """Begin a read-write transaction."""

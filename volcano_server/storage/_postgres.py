@@ -277,6 +277,7 @@ class PostgresStorage:
         clock_offset_us: Callable[[], int] | None = None,
     ) -> None:
         self.url_for_display = redact_url(url)
+        self.runs_inline = False  # network round trips: always from a worker thread
         conninfo, url_pool_size = _conninfo(url, connect_timeout)
         size = pool_size or url_pool_size or 10
         self._offset = clock_offset_us or _offset_none

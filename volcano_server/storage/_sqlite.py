@@ -7,9 +7,13 @@
   `--sqlite-synchronous normal` selects) survives `kill -9` of the server, since the WAL is in
   the OS page cache, but not a power cut.
 - Writes are `BEGIN IMMEDIATE` transactions: the write lock is taken first, so two processes never
-  decide on stale reads. Within a process one writer connection is shared behind a lock (SQLite
-  allows one writer anyway, and its busy handler polls); other processes wait up to
-  `busy_timeout`, after which the request gets 503 rather than hanging.
+  decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
+  writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
+  which the request gets 503 rather than hanging.
+- `runs_inline`: the server runs operations on its event loop (no thread hop) while NONBLOCKING
+  is set. Then nothing waits: a busy process lock, a busy file (another process writing) or no
+  free reader raises WouldBlock before anything changed, and the server repeats the work in a
+  worker thread, where the waits above apply.
 - The clock is this machine's (every process on one file shares it), read after the write lock
   is taken.
 """
@@ -25,7 +29,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from ._base import KeyKind, KeyRecord, LockRow, StorageUnavailable, StoredOutcome
+from ._base import (
+    NONBLOCKING,
+    KeyKind,
+    KeyRecord,
+    LockRow,
+    StorageUnavailable,
+    StoredOutcome,
+    WouldBlock,
+)
 
 __all__ = ["SQLiteStorage"]
 
@@ -165,21 +177,24 @@ class SQLiteStorage:
         self._synchronous = synchronous
         self._busy_ms = round(busy_timeout * 1000)
         self.url_for_display = f"sqlite:///{self._path}"
+        self.runs_inline = True
         self._write_lock = threading.Lock()
         self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
         self._all: list[sqlite3.Connection] = []
         self._closed = False
         with _mapped_errors():
             self._writer = self._connect()
+            self._writer_now = self._connect(busy_ms=0)  # for NONBLOCKING: fail rather than wait
             self._migrate()
             for _ in range(readers):
                 self._readers.put(self._connect())
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, busy_ms: int | None = None) -> sqlite3.Connection:
+        busy_ms = self._busy_ms if busy_ms is None else busy_ms
         conn = sqlite3.connect(
-            self._path, isolation_level=None, check_same_thread=False, timeout=self._busy_ms / 1000
+            self._path, isolation_level=None, check_same_thread=False, timeout=busy_ms / 1000
         )
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
         self._all.append(conn)
@@ -199,23 +214,32 @@ class SQLiteStorage:
     @contextmanager
     def write(self) -> Iterator[_Tx]:
         """One BEGIN IMMEDIATE transaction on the shared writer connection."""
-        with self._write_lock, _mapped_errors():
-            self._check_open()
-            conn = self._writer
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield _Tx(conn, self._clock)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        nonblocking = NONBLOCKING.get()
+        if not self._write_lock.acquire(blocking=not nonblocking):
+            raise WouldBlock
+        try:
+            with _mapped_errors():
+                self._check_open()
+                conn = self._writer_now if nonblocking else self._writer
+                _begin_immediate(conn, nonblocking)
+                try:
+                    yield _Tx(conn, self._clock)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        finally:
+            self._write_lock.release()
 
     @contextmanager
     def read(self) -> Iterator[_Tx]:
         """A read snapshot on a pooled reader connection."""
         self._check_open()
-        conn = self._readers.get()
+        try:
+            conn = self._readers.get_nowait() if NONBLOCKING.get() else self._readers.get()
+        except queue.Empty:
+            raise WouldBlock from None
         try:
             with _mapped_errors():
                 conn.execute("BEGIN")
@@ -275,6 +299,15 @@ class SQLiteStorage:
     def _check_open(self) -> None:
         if self._closed:
             raise StorageUnavailable("the server is shutting down")
+
+
+def _begin_immediate(conn: sqlite3.Connection, nonblocking: bool) -> None:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if nonblocking and getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+            raise WouldBlock from exc  # another process is writing: wait in a worker thread
+        raise
 
 
 def _upgrade(conn: sqlite3.Connection, path: str) -> None:

@@ -1,0 +1,64 @@
+"""SQLite runs on the event loop only while nothing has to wait; a locked file moves the work
+to a worker thread, so the server keeps answering."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import httpx
+
+from tests.support.server import create_project, serve_in_thread
+from volcano_server import ServerConfig, create_app
+
+from .conftest import Locks, new_id
+
+
+class TestWriteLockHeldElsewhere:
+    def test_waits_for_the_lock_without_stalling_the_server(self, tmp_path: Path) -> None:
+        """While another process holds the write lock, an acquire waits (in a worker thread) and
+        succeeds once it is released, and /healthz answers meanwhile."""
+        path = tmp_path / "locked.db"
+        url = f"sqlite:///{path}"
+        project = create_project(url, "locked")
+        with serve_in_thread(create_app(ServerConfig(database_url=url, access_log=False))) as base:
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")  # what a second server process writing looks like
+            result: list[httpx.Response] = []
+
+            def acquire() -> None:
+                with httpx.Client(base_url=base, headers=project.headers(), timeout=30) as http:
+                    result.append(Locks(http).acquire("blocked", new_id()))
+
+            waiter = threading.Thread(target=acquire)
+            waiter.start()
+            try:
+                with httpx.Client(base_url=base, timeout=2) as http:
+                    for _ in range(5):
+                        assert http.get("/healthz").status_code == 200
+                assert result == []  # still waiting for the lock
+            finally:
+                other.execute("COMMIT")
+                other.close()
+            waiter.join(timeout=30)
+        assert [response.status_code for response in result] == [200]
+        assert result[0].json()["fencing_token"] == 1
+
+    def test_gives_up_with_503_after_the_busy_timeout(self, tmp_path: Path) -> None:
+        """A write lock held past the busy timeout (5 s) gets 503 with Retry-After, not a hang."""
+        path = tmp_path / "stuck.db"
+        url = f"sqlite:///{path}"
+        project = create_project(url, "stuck")
+        with serve_in_thread(create_app(ServerConfig(database_url=url, access_log=False))) as base:
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            try:
+                with httpx.Client(base_url=base, headers=project.headers(), timeout=30) as http:
+                    response = Locks(http).acquire("stuck", new_id())
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "unavailable"
+        assert int(response.headers["retry-after"]) >= 1

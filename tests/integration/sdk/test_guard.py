@@ -1,6 +1,6 @@
 """`Client.locks.with_lock` against the real server: renewal, loss, takeover, clean exit.
 
-Leases here live 1.2 to 2 seconds so that renewals happen while the tests run; every wait
+Leases here live 0.5 to 1.5 seconds so that renewals happen while the tests run; every wait
 polls for the awaited change with a generous upper bound, and no assertion depends on timing.
 """
 
@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -32,9 +32,14 @@ def renewer_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "volcano-renewer" and t.is_alive())
 
 
-def hold_past(instant: datetime, check: Callable[[], None]) -> None:
-    """Run `check` repeatedly until the server's clock (this machine's) has passed `instant`."""
-    while datetime.now(UTC) <= instant:
+def hold(seconds: float, check: Callable[[], None]) -> None:
+    """Run `check` repeatedly for `seconds` by the monotonic clock (no server clock assumed).
+
+    A lease acquired before the call expires, unless renewed, at most its ttl after the call
+    starts: the server stamps it before the answer arrives.
+    """
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         check()
         time.sleep(0.05)
     check()
@@ -62,7 +67,7 @@ class TestRenewal:
                 assert not guard.lost
                 seen.add(guard.lease.expires_at)
 
-            hold_past(first.expires_at + timedelta(seconds=TTL), check)
+            hold(2 * TTL, check)  # two ttls: past the first expiry by a whole ttl
             latest = guard.lease
             assert latest.fencing_token == first.fencing_token
             assert latest.owner_token == first.owner_token
@@ -73,11 +78,12 @@ class TestRenewal:
     def test_renewals_use_fresh_request_ids_and_the_callers_token(
         self, recorded: volcano.Client, wire: Wire, server: Server, key: str
     ) -> None:
-        """token= and request_id= serve the acquisition; renewals and release get new ids."""
+        """token=, request_id= and a timedelta ttl= make the acquisition; renewals get new ids."""
         token, request_id = new_id().upper(), new_id().upper()
-        with recorded.locks.with_lock(key, ttl=TTL, token=token, request_id=request_id) as guard:
+        ttl = timedelta(seconds=TTL)
+        with recorded.locks.with_lock(key, ttl=ttl, token=token, request_id=request_id) as guard:
             first = guard.lease
-            assert first.owner_token == token
+            assert (first.owner_token, first.ttl_seconds) == (token, TTL)
             renewed = wait_renewed(guard, first)
             assert renewed.fencing_token == first.fencing_token
             assert renewed.owner_token == token
@@ -243,7 +249,7 @@ class TestManyGuards:
             def check() -> None:
                 assert not any(guard.lost for guard in guards)
 
-            hold_past(max(lease.expires_at for lease in firsts), check)
+            hold(1.5 + 0.1, check)  # past every first lease's expiry
             for k, guard, first in zip(keys, guards, firsts, strict=True):
                 state = server.state(k)
                 assert (state["held"], state["fencing_token"]) == (True, 1)

@@ -105,6 +105,13 @@ class TestAcquire:
         assert again.expires_at > first.expires_at
         assert again.ttl_seconds == 60
 
+    def test_own_expired_lease_is_a_new_lease(self, client: volcano.Client, key: str) -> None:
+        """Once its lease has expired, the same owner token acquires a new fencing token."""
+        first = client.locks.acquire(key, ttl=0.2, token=TOKEN)
+        wait_for(lambda: not client.locks.get(key).held, what="the lease to expire")
+        again = client.locks.acquire(key, ttl=30, token=TOKEN)
+        assert again.fencing_token == first.fencing_token + 1
+
     def test_ttl_as_timedelta_and_fraction(
         self, recorded: volcano.Client, wire: Wire, key: str
     ) -> None:
@@ -263,6 +270,13 @@ class TestForceRelease:
         state = client.locks.get(key)
         assert (state.held, state.fencing_token) == (False, 1)
 
+    def test_expired_lease_is_not_released(self, client: volcano.Client, key: str) -> None:
+        """An expired lease is not live: force release removes nothing and says so."""
+        client.locks.acquire(key, ttl=0.2)
+        wait_for(lambda: not client.locks.get(key).held, what="the lease to expire")
+        result = client.locks.force_release(key)
+        assert (result.released, result.fencing_token) == (False, None)
+
     def test_free_key(self, client: volcano.Client, key: str) -> None:
         """Force release of a free key: released False, fencing_token None, no error."""
         result = client.locks.force_release(key)
@@ -403,6 +417,14 @@ BAD_TTLS = [0, 0.05, 86400.5, -1, float("nan"), float("inf"), timedelta(0)]
 
 
 class TestValidation:
+    def test_limits_agree_with_the_server(self, client: volcano.Client, key: str) -> None:
+        """What the client lets through at the edges, the server accepts: key and ttl limits."""
+        longest = (key + "-" + "k" * 255)[:255]
+        for name, ttl in [(longest, 0.1), (f"{key}.A_b:c-9", 86400)]:
+            lease = client.locks.acquire(name, ttl=ttl)
+            assert (lease.key, lease.ttl_seconds) == (name, ttl)
+            client.locks.force_release(name)
+
     @pytest.mark.parametrize("bad", BAD_KEYS, ids=repr)
     def test_bad_key_is_refused_before_sending(
         self, recorded: volcano.Client, wire: Wire, bad: str, key: str

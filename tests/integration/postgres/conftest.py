@@ -26,7 +26,7 @@ def storages(pg_url: str) -> Iterator[Callable[..., PostgresStorage]]:
     opened: list[PostgresStorage] = []
 
     def open_one(**kwargs: object) -> PostgresStorage:
-        storage = PostgresStorage(pg_url, **kwargs)  # type: ignore[arg-type]
+        storage = PostgresStorage(pg_url, **kwargs)
         opened.append(storage)
         return storage
 

@@ -51,7 +51,7 @@ class TestConcurrency:
             for _ in range(6):
                 answers = race(
                     16,
-                    lambda n, key=key: services[n % 2].acquire(  # type: ignore[misc]
+                    lambda n, key=key: services[n % 2].acquire(
                         caller(project_id, new_id()), key, f"owner-{n}", 30
                     ),
                 )
@@ -75,7 +75,7 @@ class TestConcurrency:
             rid, key = new_id(), f"dup-{round_}"
             answers = race(
                 16,
-                lambda n, rid=rid, key=key: services[n % 2].acquire(  # type: ignore[misc]
+                lambda n, rid=rid, key=key: services[n % 2].acquire(
                     caller(project_id, rid), key, "the-owner", 30
                 ),
             )

@@ -167,16 +167,16 @@ class TestClocks:
             assert abs(logged_skew(slow) + 3600) < 120
             owner = new_id()
             sent = time.time()  # the database runs on this machine: its clock is ours
-            lease = acquire(via_fast, "skew", owner, ttl=2).json()
+            lease = acquire(via_fast, "skew", owner, ttl=5).json()
             expires = datetime.fromisoformat(lease["expires_at"]).timestamp()
-            assert sent + 2 <= expires + 0.01
-            assert expires < time.time() + 2 + 0.01
+            assert sent + 5 <= expires + 0.01
+            assert expires < time.time() + 5 + 0.01
 
             state = via_slow.get("/v1/locks/skew").json()
             assert (state["held"], state["fencing_token"]) == (True, lease["fencing_token"])
             refused = acquire(via_slow, "skew", new_id())
             assert refused.status_code == 409
-            assert refused.headers["retry-after"] in ("1", "2")
+            assert 1 <= int(refused.headers["retry-after"]) <= 5
             renewed = via_slow.post(
                 "/v1/locks/skew/renew",
                 json={

@@ -6,7 +6,6 @@ believe it still holds a lease it may have lost.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -27,6 +26,8 @@ class Clock:
 
     async def async_sleep(self, seconds: float) -> None:
         """Suspend this task for `seconds`."""
+        import asyncio  # here, so that sync-only users never import asyncio
+
         await asyncio.sleep(seconds)
 
     def wait(self, condition: threading.Condition, timeout: float | None) -> None:

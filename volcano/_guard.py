@@ -24,7 +24,6 @@ lease was no longer held (force-released or taken over before a renewal noticed)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import logging
@@ -38,6 +37,7 @@ from ._exceptions import Error, GuardStateError, LeaseNotHeldError, LockLostErro
 from ._renewal import Timeline
 
 if TYPE_CHECKING:
+    import asyncio
     from types import TracebackType
 
     from ._async_client import AsyncClient
@@ -339,6 +339,8 @@ class AsyncLockGuard(_GuardState):
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncLockGuard:
+        import asyncio  # here, not at the top: sync-only users never import asyncio
+
         self._begin_entering()
         self._changed = asyncio.Event()
         try:
@@ -377,6 +379,8 @@ class AsyncLockGuard(_GuardState):
         Raises:
             GuardStateError: The guard has not been entered.
         """
+        import asyncio
+
         end = self._deadline_for_wait(timeout)
         while True:
             lost, pause = self._poll_lost(end)
@@ -395,6 +399,8 @@ class AsyncLockGuard(_GuardState):
         await self._stop_renewing()
 
     async def _stop_renewing(self) -> None:
+        import asyncio
+
         task = self._task
         if task is not None and not task.done():
             task.cancel()

@@ -22,18 +22,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import attrs
 import httpx
-from _volcano_api.api.locks import (
-    acquire_lock,
-    force_release_lock,
-    get_lock,
-    release_lock,
-    renew_lock,
-)
-from _volcano_api.models import AcquireRequest, ReleaseRequest, RenewRequest
-from _volcano_api.models import Error as _ErrorBody
-from _volcano_api.models import ForceReleaseResult as _ForceReleaseBody
-from _volcano_api.models import LockLease as _LeaseBody
-from _volcano_api.models import LockState as _StateBody
 
 from ._exceptions import (
     APIConnectionError,
@@ -48,6 +36,7 @@ from ._models import ForceReleaseResult, LockLease, LockState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
+    from types import ModuleType
 
     from _volcano_api import Client as _GeneratedClient
     from _volcano_api.types import Response as _DetailedResponse
@@ -67,6 +56,32 @@ _PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 # Everything httpx raises while sending: HTTPError covers RequestError (transport, decoding,
 # redirects) and HTTPStatusError; the other three stand apart in httpx's tree.
 _HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError)
+
+
+@functools.cache
+def _generated() -> ModuleType:
+    """The generated operations, imported on first use.
+
+    `import volcano` stays light; the first request pays for loading them (about 8 ms).
+    """
+    from _volcano_api.api import locks
+    from _volcano_api.api.locks import (  # noqa: F401 - loads the operation modules
+        acquire_lock,
+        force_release_lock,
+        get_lock,
+        release_lock,
+        renew_lock,
+    )
+
+    return locks
+
+
+@functools.cache
+def _models() -> ModuleType:
+    """The generated models (request bodies and response shapes), imported on first use."""
+    from _volcano_api import models
+
+    return models
 
 
 class _SpecMismatchError(Exception):
@@ -93,9 +108,12 @@ def acquire_call(key: str, *, owner_token: str, ttl: float, request_id: str) -> 
         operation="acquire",
         key=key,
         request_id=request_id,
-        kwargs={"key": key, "body": AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)},
-        sync_detailed=acquire_lock.sync_detailed,
-        asyncio_detailed=acquire_lock.asyncio_detailed,
+        kwargs={
+            "key": key,
+            "body": _models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl),
+        },
+        sync_detailed=_generated().acquire_lock.sync_detailed,
+        asyncio_detailed=_generated().acquire_lock.asyncio_detailed,
         success_status=200,
         convert=functools.partial(_lease, key=key, owner_token=owner_token, fencing_token=None),
     )
@@ -103,7 +121,7 @@ def acquire_call(key: str, *, owner_token: str, ttl: float, request_id: str) -> 
 
 def renew_call(key: str, lease: LockLease, *, ttl: float, request_id: str) -> Call[LockLease]:
     """The request that extends `lease` to `ttl` seconds from now."""
-    body = RenewRequest(
+    body = _models().RenewRequest(
         owner_token=lease.owner_token, fencing_token=lease.fencing_token, ttl_seconds=ttl
     )
     return Call(
@@ -111,8 +129,8 @@ def renew_call(key: str, lease: LockLease, *, ttl: float, request_id: str) -> Ca
         key=key,
         request_id=request_id,
         kwargs={"key": key, "body": body},
-        sync_detailed=renew_lock.sync_detailed,
-        asyncio_detailed=renew_lock.asyncio_detailed,
+        sync_detailed=_generated().renew_lock.sync_detailed,
+        asyncio_detailed=_generated().renew_lock.asyncio_detailed,
         success_status=200,
         convert=functools.partial(
             _lease, key=key, owner_token=lease.owner_token, fencing_token=lease.fencing_token
@@ -122,14 +140,16 @@ def renew_call(key: str, lease: LockLease, *, ttl: float, request_id: str) -> Ca
 
 def release_call(key: str, lease: LockLease, *, request_id: str) -> Call[None]:
     """The request that ends `lease`."""
-    body = ReleaseRequest(owner_token=lease.owner_token, fencing_token=lease.fencing_token)
+    body = _models().ReleaseRequest(
+        owner_token=lease.owner_token, fencing_token=lease.fencing_token
+    )
     return Call(
         operation="release",
         key=key,
         request_id=request_id,
         kwargs={"key": key, "body": body},
-        sync_detailed=release_lock.sync_detailed,
-        asyncio_detailed=release_lock.asyncio_detailed,
+        sync_detailed=_generated().release_lock.sync_detailed,
+        asyncio_detailed=_generated().release_lock.asyncio_detailed,
         success_status=204,
         convert=_nothing,
     )
@@ -142,8 +162,8 @@ def get_call(key: str, *, request_id: str) -> Call[LockState]:
         key=key,
         request_id=request_id,
         kwargs={"key": key},
-        sync_detailed=get_lock.sync_detailed,
-        asyncio_detailed=get_lock.asyncio_detailed,
+        sync_detailed=_generated().get_lock.sync_detailed,
+        asyncio_detailed=_generated().get_lock.asyncio_detailed,
         success_status=200,
         convert=functools.partial(_state, key=key),
     )
@@ -156,8 +176,8 @@ def force_release_call(key: str, *, request_id: str) -> Call[ForceReleaseResult]
         key=key,
         request_id=request_id,
         kwargs={"key": key},
-        sync_detailed=force_release_lock.sync_detailed,
-        asyncio_detailed=force_release_lock.asyncio_detailed,
+        sync_detailed=_generated().force_release_lock.sync_detailed,
+        asyncio_detailed=_generated().force_release_lock.asyncio_detailed,
         success_status=200,
         convert=functools.partial(_force_release, key=key),
     )
@@ -312,7 +332,7 @@ def _status_error(call: Call[Any], response: httpx.Response) -> APIStatusError:
 def _error_detail(response: httpx.Response) -> tuple[str, str, str] | None:
     """The (code, message, request_id) of a Volcano error body, or None for anything else."""
     try:
-        detail = _ErrorBody.from_dict(response.json()).error
+        detail = _models().Error.from_dict(response.json()).error
     except _PARSE_ERRORS:
         return None
     fields = (detail.code, detail.message, detail.request_id)
@@ -370,7 +390,7 @@ def _nothing(parsed: object) -> None:
 
 
 def _lease(parsed: object, *, key: str, owner_token: str, fencing_token: int | None) -> LockLease:
-    body = _body(parsed, _LeaseBody, "LockLease")
+    body = _body(parsed, _models().LockLease, "LockLease")
     lease = LockLease(
         key=_string(body.key, "key"),
         owner_token=_string(body.owner_token, "owner_token"),
@@ -390,7 +410,7 @@ def _lease(parsed: object, *, key: str, owner_token: str, fencing_token: int | N
 
 
 def _state(parsed: object, *, key: str) -> LockState:
-    body = _body(parsed, _StateBody, "LockState")
+    body = _body(parsed, _models().LockState, "LockState")
     state = LockState(
         key=_string(body.key, "key"),
         held=_boolean(body.held, "held"),
@@ -403,7 +423,7 @@ def _state(parsed: object, *, key: str) -> LockState:
 
 
 def _force_release(parsed: object, *, key: str) -> ForceReleaseResult:
-    body = _body(parsed, _ForceReleaseBody, "ForceReleaseResult")
+    body = _body(parsed, _models().ForceReleaseResult, "ForceReleaseResult")
     result = ForceReleaseResult(
         key=_string(body.key, "key"),
         released=_boolean(body.released, "released"),

@@ -7,8 +7,9 @@ argument. Owner tokens are secrets, so their checks describe a bad value without
 from __future__ import annotations
 
 import math
+import os
 import re
-import uuid
+import sys
 from datetime import timedelta
 
 from ._exceptions import InvalidArgumentError
@@ -68,8 +69,16 @@ def request_id(value: object) -> str:
 
 
 def new_uuid() -> str:
-    """A fresh random UUID string, for an owner token or a request id."""
-    return str(uuid.uuid4())
+    """A fresh random (version 4) UUID string, for an owner token or a request id.
+
+    Made from os.urandom like uuid.uuid4(), without importing the uuid module (it pulls in
+    `platform`), which keeps `import volcano` light.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def lease_for(key_value: str, lease: object) -> LockLease:
@@ -99,7 +108,9 @@ def _seconds(name: str, value: object) -> int | float:
 
 
 def _uuid_string(name: str, value: object, *, secret: bool) -> str:
-    if isinstance(value, uuid.UUID):
+    # A uuid.UUID can only exist if its module was imported, so look there instead of importing.
+    uuid_module = sys.modules.get("uuid")
+    if uuid_module is not None and isinstance(value, uuid_module.UUID):
         return str(value)
     if not isinstance(value, str):
         raise InvalidArgumentError(

@@ -67,7 +67,8 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
     right.set_xticks([i + 0.4 for i in range(len(setups))])
     right.set_xticklabels(setups, rotation=30, ha="right", fontsize=7)
     right.set_ylabel("cycles per second (median)")
-    right.legend(fontsize=7)
+    if variants:
+        right.legend(fontsize=7)
     fig.suptitle("Volcano benchmarks (one run; ratios taken within rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

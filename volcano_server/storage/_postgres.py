@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg_pool
@@ -429,17 +429,18 @@ def _roll_back(conn: psycopg.Connection[Any]) -> None:
 
 
 def _migrate(conninfo: str) -> None:
-    """Bring the schema to `_SCHEMA_VERSION`, one server at a time."""
+    """Bring the schema to `_SCHEMA_VERSION`, one server at a time.
+
+    A schema already current is only read, so servers may run as a role that cannot create
+    tables once `volcano-server migrate` has run as one that can.
+    """
     with psycopg.connect(conninfo, prepare_threshold=None) as conn:
+        if _schema_version(conn) == _SCHEMA_VERSION:
+            return
         conn.execute("SELECT set_config('lock_timeout', '60s', true)")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS volcano_schema (version integer NOT NULL)")
-        row = conn.execute("SELECT max(version) FROM volcano_schema").fetchone()
-        version: int = row[0] if row is not None and row[0] is not None else 0
-        if version > _SCHEMA_VERSION:
-            raise RuntimeError(
-                f"the database has schema version {version}; this server knows {_SCHEMA_VERSION}"
-            )
+        version = _schema_version(conn)  # again: another server may have migrated meanwhile
         for target in range(version + 1, _SCHEMA_VERSION + 1):
             for statement in _MIGRATIONS[target]:
                 conn.execute(statement)
@@ -448,14 +449,32 @@ def _migrate(conninfo: str) -> None:
         # Leaving the block commits, which also releases the advisory lock.
 
 
+def _schema_version(conn: psycopg.Connection[Any]) -> int:
+    """The database's schema version (0 when empty); newer than this server's is an error."""
+    (exists,) = _fetch(conn, "SELECT to_regclass('volcano_schema') IS NOT NULL", ())
+    version = (
+        _fetch(conn, "SELECT coalesce(max(version), 0) FROM volcano_schema", ())[0] if exists else 0
+    )
+    if version > _SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database has schema version {version}; this server knows {_SCHEMA_VERSION}"
+        )
+    return int(version)
+
+
 def _conninfo(url: str, connect_timeout: int) -> tuple[str, int | None]:
     """The libpq connection string for `url`, with bounded timeouts, and its pool size."""
     parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {name: value for name, value in query if name in _POOL_PARAMETERS}
-    libpq_url = parts._replace(
-        query=urlencode([(n, v) for n, v in query if n not in _POOL_PARAMETERS])
-    ).geturl()
+    # Take out our parameters and leave libpq's untouched: libpq decodes %XX but not "+".
+    ours: dict[str, str] = {}
+    kept: list[str] = []
+    for segment in filter(None, parts.query.split("&")):
+        name, _, value = segment.partition("=")
+        if unquote(name) in _POOL_PARAMETERS:
+            ours[unquote(name)] = unquote(value)
+        else:
+            kept.append(segment)
+    libpq_url = parts._replace(query="&".join(kept)).geturl() if ours else url
     pool_size: int | None = None
     if "pool_size" in ours:
         value = ours["pool_size"]

@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from tests.support.databases import scalar
+from tests.support.databases import admin_url, fresh_postgres_database, scalar
 from volcano_server._service import Answer
 from volcano_server.storage import StorageUnavailable, StoredOutcome
 from volcano_server.storage._postgres import PostgresStorage
@@ -283,3 +284,37 @@ class TestFailures:
         storage.close()
         with pytest.raises(StorageUnavailable), storage.read() as tx:
             tx.now_us()
+
+
+class TestSchema:
+    def test_servers_need_no_create_privilege_once_migrated(self) -> None:
+        """After `migrate` as the owner, a server whose role may only read and write the
+        tables starts and serves: a current schema is only read."""
+        role = f"volcano_app_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(admin_url(), autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        try:
+            with fresh_postgres_database("volcano_roles") as url:
+                PostgresStorage(url).close()
+                with psycopg.connect(url, autocommit=True) as owner:
+                    owner.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+                    for grant in (
+                        "GRANT USAGE ON SCHEMA public TO {}",
+                        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
+                    ):
+                        owner.execute(sql.SQL(grant).format(sql.Identifier(role)))
+                as_app = f"{url}?options=-c%20role%3D{role}"  # the session runs as the role
+                with (
+                    psycopg.connect(as_app) as app,
+                    pytest.raises(psycopg.errors.InsufficientPrivilege),
+                ):
+                    app.execute("CREATE TABLE volcano_probe (n integer)")
+                storage = PostgresStorage(as_app)
+                try:
+                    answer = service(storage).acquire(caller(1, new_id()), "k", "o", 30)
+                finally:
+                    storage.close()
+                assert answer.status == 200
+        finally:
+            with psycopg.connect(admin_url(), autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

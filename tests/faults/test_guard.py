@@ -1,0 +1,179 @@
+"""with_lock guards whose renewals are cut off by the fault proxy.
+
+The guarantee under test: a guard never reports the lease held after the instant it may have
+expired, judged by the client's monotonic clock: the first send of the request that produced
+the current lease, plus the ttl (`SendLog.lease_deadline`, from httpx's request hook, which runs
+just before the request is written: the server cannot have made the lease earlier). The tests
+sample `guard.lost` in a tight loop across that instant, with no slack either way: every sample
+whose read began at or after the deadline must say lost, and once a sample says lost, none after
+it may say held.
+
+The backend plays no part in this, so these tests run against the SQLite server only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import volcano
+from tests.conftest import LiveServer
+from tests.support.proxy import FaultProxy
+
+from .conftest import PATIENCE, LostSamples, Sdk, wait_for
+
+
+@pytest.fixture
+def target(sqlite_server: LiveServer) -> LiveServer:
+    return sqlite_server
+
+
+def sample_until(sdk: Sdk, guard: Any, instant: float) -> LostSamples:
+    """Sample `guard.lost` from now until the monotonic clock passes `instant`."""
+    with sdk.sampling(guard) as samples:
+        time.sleep(max(0.0, instant - time.monotonic()))
+    return samples
+
+
+def assert_lost_by(samples: LostSamples, deadline: float) -> None:
+    """The samples cross `deadline`; none said held from the deadline on; lost stayed lost."""
+    assert samples.last_at is not None
+    assert samples.last_at >= deadline, "the sampling ended before the deadline"
+    assert samples.first_true is not None, "the guard never reported the lease lost"
+    assert samples.last_false is not None, "the guard was lost before the sampling began"
+    late = samples.last_false - deadline
+    assert late < 0, f"the guard still said held {late * 1000:.3f} ms after the deadline"
+    assert samples.flips_back == 0, "the guard said held again after saying lost"
+
+
+def renewals(proxy: FaultProxy) -> list[Any]:
+    return [r for r in proxy.requests if r.path.endswith("/renew")]
+
+
+class TestPartitionLongerThanTtl:
+    TTL = 1.0
+
+    def enter_and_partition(self, sdk: Sdk, proxy: FaultProxy, key: str) -> Any:
+        """Enter a guard, let one renewal succeed, then cut every connection off."""
+        guard = sdk.with_lock(key, ttl=self.TTL)
+        sdk.enter(guard)
+        wait_for(lambda: len(sdk.log.successes("renew")) >= 1, "a first renewal")
+        proxy.partition()
+        return guard
+
+    def test_lost_no_later_than_the_lease_can_expire(
+        self, sdk: Sdk, proxy: FaultProxy, key: str
+    ) -> None:
+        """Renewals cut off past the ttl: lost from the moment the lease may have expired by the
+        client's clock (last successful send + ttl) on, never held again."""
+        guard = self.enter_and_partition(sdk, proxy, key)
+        partitioned_at = time.monotonic()
+        samples = sample_until(sdk, guard, partitioned_at + self.TTL + 0.3)
+
+        deadline = sdk.log.lease_deadline(self.TTL)
+        assert deadline <= partitioned_at + self.TTL
+        assert_lost_by(samples, deadline)
+        reason = sdk.read(lambda: guard.lost_reason)
+        assert isinstance(reason, volcano.LockLostError)
+        cut_off = [r for r in renewals(proxy) if r.partitioned]
+        assert cut_off, "no renewal was attempted during the partition"
+        assert all(r.upstream_response is None for r in cut_off)
+        sdk.exit(guard)
+
+    def test_after_heal_stays_lost_and_leaves_the_new_holder_alone(
+        self, sdk: Sdk, proxy: FaultProxy, other: volcano.Client, key: str
+    ) -> None:
+        """After heal() the lost guard renews nothing, stays lost, and exits without releasing
+        the lease another owner took meanwhile."""
+        guard = self.enter_and_partition(sdk, proxy, key)
+        own = sdk.read(lambda: guard.lease)
+        assert sdk.wait_lost(guard, PATIENCE)
+        proxy.heal()
+        healed_at = len(proxy.requests)
+
+        taken: list[volcano.LockLease] = []
+
+        def take() -> bool:
+            try:
+                taken.append(other.locks.acquire(key, ttl=30))
+            except volcano.LockHeldError:
+                return False
+            return True
+
+        wait_for(take, "the server to let the expired lease go")
+        assert taken[0].fencing_token == own.fencing_token + 1
+        with sdk.sampling(guard) as samples:
+            time.sleep(self.TTL / 2)
+        assert (samples.count > 0, samples.last_false) == (True, None)
+        sdk.exit(guard)
+
+        assert sdk.read(lambda: guard.lost)
+        assert proxy.requests[healed_at:] == []
+        assert not any(r.path.endswith("/release") for r in proxy.requests)
+        state = other.locks.get(key)
+        assert (state.held, state.fencing_token) == (True, taken[0].fencing_token)
+
+
+class TestPartitionShorterThanTtl:
+    TTL = 3.0
+
+    def test_renewal_retries_bridge_the_partition(
+        self, sdk: Sdk, proxy: FaultProxy, other: volcano.Client, key: str
+    ) -> None:
+        """A partition that swallows a renewal but ends well within the ttl: the renewal is
+        retried after heal() and succeeds; the guard is never lost and releases on exit."""
+        guard = sdk.with_lock(key, ttl=self.TTL)
+        sdk.enter(guard)
+        with sdk.sampling(guard) as samples:
+            wait_for(lambda: len(sdk.log.successes("renew")) >= 1, "a first renewal")
+            threatened = sdk.log.lease_deadline(self.TTL)
+            proxy.partition()
+            proxy.wait_until(
+                lambda records: any(r.partitioned and r.path.endswith("/renew") for r in records),
+                PATIENCE,
+                "a renewal held by the partition",
+            )
+            proxy.heal()
+            wait_for(lambda: len(sdk.log.successes("renew")) >= 2, "a renewal after heal()")
+            time.sleep(max(0.0, threatened - time.monotonic()) + 0.1)
+        assert samples.last_at is not None
+        assert samples.last_at > threatened, "the sampling ended before the old deadline"
+        assert samples.first_true is None, "the guard reported the lease lost"
+        assert sdk.read(lambda: guard.lost_reason) is None
+        lease = sdk.read(lambda: guard.lease)
+        sdk.exit(guard)
+
+        assert not sdk.read(lambda: guard.lost)
+        [release] = [r for r in proxy.requests if r.path.endswith("/release")]
+        assert release.upstream_status == 204
+        state = other.locks.get(key)
+        assert (state.held, state.fencing_token) == (False, lease.fencing_token)
+
+
+class TestSlowAcquisition:
+    TTL = 1.0
+    TIMEOUT = 0.5
+
+    def test_deadline_counts_from_the_first_attempt(
+        self, make_sdk: Any, proxy: FaultProxy, key: str
+    ) -> None:
+        """An acquire whose first answer is slower than the timeout, retried and replayed: the
+        lease dates from the first attempt, so the guard (renewals blackholed) is lost by the
+        first attempt's send + ttl, not the retry's."""
+        sdk = make_sdk(timeout=self.TIMEOUT)
+        proxy.on("POST", r"/acquire$").delay_response(self.TTL * 0.8)
+        proxy.on("POST", r"/renew$").blackhole(times=None)
+        guard = sdk.with_lock(key, ttl=self.TTL)
+        sdk.enter(guard)
+        first, retry = (r for r in proxy.requests if r.path.endswith("/acquire"))
+        assert first.upstream_status == 200
+        assert retry.upstream_response is not None
+        assert retry.upstream_response.header("Idempotent-Replayed") == "true"
+
+        deadline = sdk.log.lease_deadline(self.TTL)
+        retry_sent = max(s.at for s in sdk.log.sent if s.operation == "acquire")
+        samples = sample_until(sdk, guard, retry_sent + self.TTL + 0.2)
+        assert_lost_by(samples, deadline)
+        sdk.exit(guard)

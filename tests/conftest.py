@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,17 @@ from tests.support.conformance import check_response
 from tests.support.databases import fresh_postgres_database
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--contract-url",
+        default=None,
+        metavar="URL",
+        help="run tests/contract against the Volcano server at URL instead of a local reference"
+        " server; keys from VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY (and, for the cross-project"
+        " probe, VOLCANO_OTHER_SERVICE_KEY)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -43,14 +55,13 @@ class LiveServer:
         )  # type: ignore[arg-type]
 
 
-@pytest.fixture(
-    scope="session", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def database_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """A fresh database for this test session, per backend (PostgreSQL: dropped at the end)."""
-    if request.param == "postgres":
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@contextlib.contextmanager
+def fresh_database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh database of `backend` (PostgreSQL: dropped at the end)."""
+    if backend == "postgres":
         with fresh_postgres_database() as url:
             yield url
         return
@@ -58,14 +69,30 @@ def database_url(
     yield f"sqlite:///{path}"
 
 
-@pytest.fixture(scope="session")
-def live_server(database_url: str) -> Iterator[LiveServer]:
-    """One in-thread reference server for the session (tests use keys of their own)."""
+@contextlib.contextmanager
+def running_server(database_url: str) -> Iterator[LiveServer]:
+    """An in-thread reference server on `database_url`, with two projects' keys."""
     project = create_project(database_url, "tests")
     other = create_project(database_url, "other-tests")
     app = create_app(ServerConfig(database_url=database_url, access_log=False))
     with serve_in_thread(app) as url:
         yield LiveServer(url, database_url, project, other)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A fresh database for this test session, per backend."""
+    with fresh_database(request.param, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def live_server(database_url: str) -> Iterator[LiveServer]:
+    """One in-thread reference server for the session (tests use keys of their own)."""
+    with running_server(database_url) as server:
+        yield server
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import pytest
 import schemathesis
 from schemathesis.checks import CHECKS, load_all_checks
 
-from tests.conftest import LiveServer
+from tests.conftest import BACKENDS, LiveServer, fresh_database, running_server
 from tests.contract import hooks  # noqa: F401 - registers the uuid-any-case format and our check
+from tests.support.server import Project
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -54,18 +55,60 @@ def all_checks() -> list[schemathesis.CheckFunction]:
     return list(CHECKS.get_all())  # type: ignore[arg-type]
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One run per local backend, or a single run against --contract-url."""
+    if "contract_target" in metafunc.fixturenames:
+        remote = metafunc.config.getoption("--contract-url")
+        metafunc.parametrize(
+            "contract_target", ["remote"] if remote else BACKENDS, indirect=True, scope="session"
+        )
+
+
 @pytest.fixture(scope="session")
-def contract_env(live_server: LiveServer) -> Iterator[LiveServer]:
+def contract_target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """The server under test: a local reference server per backend, or the one at --contract-url
+    with keys from the environment."""
+    if request.param == "remote":
+        yield _remote(request.config.getoption("--contract-url"))
+        return
+    with (
+        fresh_database(request.param, tmp_path_factory) as database_url,
+        running_server(database_url) as server,
+    ):
+        yield server
+
+
+def _remote(url: str) -> LiveServer:
+    missing = [
+        name for name in ("VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY") if not os.environ.get(name)
+    ]
+    if missing:
+        pytest.exit(
+            f"--contract-url needs {' and '.join(missing)} in the environment", returncode=4
+        )
+    project = Project("remote", os.environ["VOLCANO_ANON_KEY"], os.environ["VOLCANO_SERVICE_KEY"])
+    other = Project("remote-other", "", os.environ.get("VOLCANO_OTHER_SERVICE_KEY", ""))
+    return LiveServer(url.rstrip("/"), "", project, other)
+
+
+@pytest.fixture(scope="session")
+def contract_env(contract_target: LiveServer) -> Iterator[LiveServer]:
     """The keys in the environment, where schemathesis.toml and the hooks read them."""
     keys = {
-        "VOLCANO_ANON_KEY": live_server.project.anon_key,
-        "VOLCANO_SERVICE_KEY": live_server.project.service_key,
-        "VOLCANO_OTHER_SERVICE_KEY": live_server.other.service_key,
+        "VOLCANO_ANON_KEY": contract_target.project.anon_key,
+        "VOLCANO_SERVICE_KEY": contract_target.project.service_key,
+        "VOLCANO_OTHER_SERVICE_KEY": contract_target.other.service_key,
     }
     saved = {name: os.environ.get(name) for name in keys}
-    os.environ.update(keys)
+    for name, value in keys.items():
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
     try:
-        yield live_server
+        yield contract_target
     finally:
         for name, value in saved.items():
             if value is None:

@@ -133,13 +133,16 @@ class AsyncClient:
         return await self._transport.send(call, request_timeout=request_timeout)
 
     async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
-        """Acquire with retry-once; also return when the successful attempt was sent."""
+        """Acquire with retry-once; also return when the first attempt was sent.
 
-        async def attempt() -> tuple[LockLease, float]:
-            sent_at = self._clock.monotonic()
-            return await self._send(call), sent_at
-
-        return await retry_once_async(attempt, self._clock.async_sleep, f"acquire {call.key}")
+        The retry repeats the request id, so its answer may replay the lease the first attempt
+        created: the lease dates from the first send, never from the retry's.
+        """
+        sent_at = self._clock.monotonic()
+        lease = await retry_once_async(
+            lambda: self._send(call), self._clock.async_sleep, f"acquire {call.key}"
+        )
+        return lease, sent_at
 
     def _track(self, guard: AsyncLockGuard) -> bool:
         """Keep `guard` to stop at close; a closed client marks it lost and returns False."""

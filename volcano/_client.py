@@ -132,13 +132,14 @@ class Client:
         return self._transport.send(call, request_timeout=request_timeout)
 
     def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
-        """Acquire with retry-once; also return when the successful attempt was sent."""
+        """Acquire with retry-once; also return when the first attempt was sent.
 
-        def attempt() -> tuple[LockLease, float]:
-            sent_at = self._clock.monotonic()
-            return self._send(call), sent_at
-
-        return retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
+        The retry repeats the request id, so its answer may replay the lease the first attempt
+        created: the lease dates from the first send, never from the retry's.
+        """
+        sent_at = self._clock.monotonic()
+        lease = retry_once(lambda: self._send(call), self._clock.sleep, f"acquire {call.key}")
+        return lease, sent_at
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""

@@ -155,6 +155,11 @@ def _configure_logging(level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # The PostgreSQL driver's pool reports reconnections; give its lines the same shape.
+    driver = logging.getLogger("psycopg")
+    driver.handlers[:] = [handler]
+    driver.setLevel(max(logging.WARNING, root.level))
+    driver.propagate = False
 
 
 def _version() -> str:

@@ -132,17 +132,22 @@ class AsyncClient:
         self._check_open()
         return await self._transport.send(call, request_timeout=request_timeout)
 
-    async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
-        """Acquire with retry-once; also return when the first attempt was sent.
+    async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
+        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
 
         The retry repeats the request id, so its answer may replay the lease the first attempt
         created: the lease dates from the first send, never from the retry's.
         """
+
+        async def attempt() -> tuple[LockLease, bool]:
+            self._check_open()
+            return await self._transport.send_noting_replay(call)
+
         sent_at = self._clock.monotonic()
-        lease = await retry_once_async(
-            lambda: self._send(call), self._clock.async_sleep, f"acquire {call.key}"
+        lease, replayed = await retry_once_async(
+            attempt, self._clock.async_sleep, f"acquire {call.key}"
         )
-        return lease, sent_at
+        return lease, sent_at, replayed
 
     def _track(self, guard: AsyncLockGuard) -> bool:
         """Keep `guard` to stop at close; a closed client marks it lost and returns False."""
@@ -182,7 +187,7 @@ class AsyncLocks:
         id, key, ttl and credentials; nothing else is retried.
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _ = await self._client._acquire(call)
+        lease, _, _ = await self._client._acquire(call)
         return lease
 
     async def renew(
@@ -230,4 +235,4 @@ class AsyncLocks:
         ```
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return AsyncLockGuard(self._client, call)
+        return AsyncLockGuard(self._client, call, replayable=request_id is not None)

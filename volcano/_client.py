@@ -131,15 +131,20 @@ class Client:
         self._check_open()
         return self._transport.send(call, request_timeout=request_timeout)
 
-    def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float]:
-        """Acquire with retry-once; also return when the first attempt was sent.
+    def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
+        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
 
         The retry repeats the request id, so its answer may replay the lease the first attempt
         created: the lease dates from the first send, never from the retry's.
         """
+
+        def attempt() -> tuple[LockLease, bool]:
+            self._check_open()
+            return self._transport.send_noting_replay(call)
+
         sent_at = self._clock.monotonic()
-        lease = retry_once(lambda: self._send(call), self._clock.sleep, f"acquire {call.key}")
-        return lease, sent_at
+        lease, replayed = retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
+        return lease, sent_at, replayed
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""
@@ -197,7 +202,7 @@ class Locks:
             LockHeldError: Another owner holds a live lease (`retry_after` says how long).
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _ = self._client._acquire(call)
+        lease, _, _ = self._client._acquire(call)
         return lease
 
     def renew(
@@ -280,7 +285,10 @@ class Locks:
         ```
 
         Entering acquires like `acquire` (same retry-once, with `token` and `request_id`);
-        renewals and the release use fresh request ids. Arguments are checked here, before
+        renewals and the release use fresh request ids. With `request_id`, a replayed answer
+        may describe an earlier acquisition whose age this client cannot know, so entering then
+        renews the lease once (not retried) and dates it from that renewal; a lease that has
+        meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
         entering. Exiting does not raise when the lease was lost: check `guard.lost`.
 
         Args:
@@ -290,4 +298,4 @@ class Locks:
             request_id: The acquisition's request id (a UUID); a fresh one by default.
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return LockGuard(self._client, call)
+        return LockGuard(self._client, call, replayable=request_id is not None)

@@ -8,14 +8,16 @@ with client.locks.with_lock("daily-report", ttl=30) as guard:
         write(item, fence=guard.lease.fencing_token)
 ```
 
-Entering acquires (retrying once, like `acquire`). While the block runs, the lease is renewed
-before it can expire; `guard.lease` is the latest lease and `guard.lost` turns True when a
-renewal is refused (409, or another 4xx) or none succeeded before the lease's deadline by the
-client's monotonic clock. Leaving the block stops renewal and releases the latest lease unless
-it was lost. Exiting never raises because the lease was lost, and a failed release is logged,
-never raised, so an exception from the block is never masked: **the block must check
-`guard.lost`** (or `wait_lost`) and stop its protected work, and the protected resource should
-check fencing tokens, because renewal cannot stop code that is already running.
+Entering acquires (retrying once, like `acquire`); when a caller's `request_id` is answered with
+a replayed outcome, it then renews once, because that lease may come from an earlier call, made
+at a time this client never saw. While the block runs, the lease is renewed before it can
+expire; `guard.lease` is the latest lease and `guard.lost` turns True when a renewal is refused
+(409, or another 4xx) or none succeeded before the lease's deadline by the client's monotonic
+clock. Leaving the block stops renewal and releases the latest lease unless it was lost. Exiting
+never raises because the lease was lost, and a failed release is logged, never raised, so an
+exception from the block is never masked: **the block must check `guard.lost`** (or `wait_lost`)
+and stop its protected work, and the protected resource should check fencing tokens, because
+renewal cannot stop code that is already running.
 
 A guard is single use: it cannot be entered twice or re-entered after it exits. After exit,
 `lease`, `lost` and `lost_reason` keep telling what happened; a release refused because the
@@ -69,8 +71,14 @@ class _Attempt:
 class _GuardState:
     """The state both guards share: phase, timeline, and the answers to lease/lost/lost_reason."""
 
-    def __init__(self, acquisition: Call[LockLease], clock: Clock, timeout: float) -> None:
+    def __init__(
+        self, acquisition: Call[LockLease], clock: Clock, timeout: float, *, replayable: bool
+    ) -> None:
         self._acquisition = acquisition
+        # The acquisition carries a caller's request id, so a replayed answer may describe a
+        # lease made by an earlier call, at a time this client never saw: entering then renews
+        # it to date it.
+        self._replayable = replayable
         self._clock = clock
         self._timeout = timeout
         self._phase_lock = threading.Lock()
@@ -238,11 +246,13 @@ class LockGuard(_GuardState):
     """A lease held for a `with` block and renewed by the client's renewal thread.
 
     Made by `Client.locks.with_lock`. Entering acquires the lease (raising what `acquire`
-    raises, after the same single retry). While the block runs, one thread per client renews
-    every guard's lease a third of the way into its ttl, retrying transient failures until the
-    lease's deadline (`sent_at + ttl` by the monotonic clock). A refused renewal (409, 401,
-    403, 422) or the deadline passing makes `lost` True and wakes `wait_lost`, and logs a
-    WARNING on the `volcano` logger.
+    raises, after the same single retry); when `with_lock` was given a `request_id` and the
+    answer is a replay, it then renews the lease once, not retried, raising what `renew` raises
+    (`LeaseNotHeldError` if the lease that request id made has expired). While the block runs,
+    one thread per client renews every guard's lease a third of the way into its ttl, retrying
+    transient failures until the lease's deadline (`sent_at + ttl` by the monotonic clock). A
+    refused renewal (409, 401, 403, 422) or the deadline passing makes `lost` True and wakes
+    `wait_lost`, and logs a WARNING on the `volcano` logger.
 
     Exiting stops renewal and releases the latest lease unless it was lost. It never raises
     because the lease was lost, and a failed release is logged, not raised, so an exception
@@ -254,15 +264,20 @@ class LockGuard(_GuardState):
     After exit, `lease`, `lost` and `lost_reason` keep describing what happened.
     """
 
-    def __init__(self, client: Client, acquisition: Call[LockLease]) -> None:
-        super().__init__(acquisition, client._clock, client.timeout)
+    def __init__(
+        self, client: Client, acquisition: Call[LockLease], *, replayable: bool = False
+    ) -> None:
+        super().__init__(acquisition, client._clock, client.timeout, replayable=replayable)
         self._client = client
         self._changed = threading.Event()
 
     def __enter__(self) -> LockGuard:
         self._begin_entering()
         try:
-            lease, sent_at = self._client._acquire(self._acquisition)
+            lease, sent_at, replayed = self._client._acquire(self._acquisition)
+            if replayed and self._replayable:
+                sent_at = self._clock.monotonic()
+                lease = self._client._send(_requests.renewal(lease))
         except BaseException:
             self._entering_failed()
             raise
@@ -332,8 +347,10 @@ class AsyncLockGuard(_GuardState):
     release still names the latest lease) and then releases.
     """
 
-    def __init__(self, client: AsyncClient, acquisition: Call[LockLease]) -> None:
-        super().__init__(acquisition, client._clock, client.timeout)
+    def __init__(
+        self, client: AsyncClient, acquisition: Call[LockLease], *, replayable: bool = False
+    ) -> None:
+        super().__init__(acquisition, client._clock, client.timeout, replayable=replayable)
         self._client = client
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -344,7 +361,10 @@ class AsyncLockGuard(_GuardState):
         self._begin_entering()
         self._changed = asyncio.Event()
         try:
-            lease, sent_at = await self._client._acquire(self._acquisition)
+            lease, sent_at, replayed = await self._client._acquire(self._acquisition)
+            if replayed and self._replayable:
+                sent_at = self._clock.monotonic()
+                lease = await self._client._send(_requests.renewal(lease))
         except BaseException:
             self._entering_failed()
             raise

@@ -192,6 +192,12 @@ class SyncTransport:
 
     def send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
         """Send `call` once and return its value; raise a `volcano.Error` for anything else."""
+        return self.send_noting_replay(call, request_timeout=request_timeout)[0]
+
+    def send_noting_replay(
+        self, call: Call[T], *, request_timeout: float | None = None
+    ) -> tuple[T, bool]:
+        """Like `send`; also say whether the answer was a replayed stored outcome."""
         exchange = _SyncExchange(self._http, self._settings, request_timeout)
         started = time.monotonic()
         try:
@@ -206,7 +212,8 @@ class SyncTransport:
             if exchange.response is None:
                 raise  # not a body the generated parse refused: a bug, so let it show
             parsed = None
-        return _finish(call, exchange.received(), parsed, started)
+        response = exchange.received()
+        return _finish(call, response, parsed, started), _replayed(response)
 
 
 class AsyncTransport:
@@ -218,6 +225,12 @@ class AsyncTransport:
 
     async def send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
         """Send `call` once and return its value; raise a `volcano.Error` for anything else."""
+        return (await self.send_noting_replay(call, request_timeout=request_timeout))[0]
+
+    async def send_noting_replay(
+        self, call: Call[T], *, request_timeout: float | None = None
+    ) -> tuple[T, bool]:
+        """Like `send`; also say whether the answer was a replayed stored outcome."""
         exchange = _AsyncExchange(self._http, self._settings, request_timeout)
         started = time.monotonic()
         try:
@@ -233,7 +246,8 @@ class AsyncTransport:
             if exchange.response is None:
                 raise  # not a body the generated parse refused: a bug, so let it show
             parsed = None
-        return _finish(call, exchange.received(), parsed, started)
+        response = exchange.received()
+        return _finish(call, response, parsed, started), _replayed(response)
 
 
 class _Exchange:
@@ -304,6 +318,12 @@ def _finish(call: Call[T], response: httpx.Response, parsed: object, started: fl
             status_code=response.status_code,
             request_id=response.headers.get("X-Request-Id", call.request_id),
         ) from None
+
+
+def _replayed(response: httpx.Response) -> bool:
+    """Whether the server answered with an outcome stored under the request id."""
+    value: str = response.headers.get("Idempotent-Replayed", "")
+    return value.lower() == "true"
 
 
 def _status_error(call: Call[Any], response: httpx.Response) -> APIStatusError:

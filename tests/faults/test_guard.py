@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -22,8 +23,11 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
+from volcano._renewal import Timeline
 
 from .conftest import PATIENCE, LostSamples, Sdk, wait_for
+
+NOW = datetime.now(UTC)
 
 
 @pytest.fixture
@@ -230,3 +234,28 @@ class TestAcquisitionAge:
         assert not any(r.path.endswith("/release") for r in proxy.requests)
         state = other.locks.get(key)
         assert (state.held, state.fencing_token) == (True, taken[0].fencing_token)
+
+
+class TestLostIsFinal:
+    def test_a_renewal_landing_while_lost_is_judged_never_flips_it_back(self) -> None:
+        """A renewal answer that lands between lost()'s deadline check and its expiry leaves
+        the answers consistent: never lost, then held again.
+
+        The window is a few bytecodes wide, so no network fault can aim at it; the renewal is
+        made to land there by a Timeline that records it at exactly that point."""
+        lease = volcano.LockLease(
+            key="k", owner_token=str(uuid.uuid4()), fencing_token=1, expires_at=NOW, ttl_seconds=1
+        )
+
+        class LandsMidJudgement(Timeline):
+            landed = False
+
+            def _expire_if_due(self, now: float) -> Any:
+                if not self.landed:
+                    self.landed = True
+                    self.succeeded(lease, sent_at=now - 0.01)
+                return super()._expire_if_due(now)
+
+        timeline = LandsMidJudgement(lease, 0.0, timeout=5.0, on_lost=lambda: None)
+        answers = [timeline.lost(1.001), timeline.lost(1.002)]
+        assert answers in ([False, False], [True, True])

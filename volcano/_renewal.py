@@ -103,8 +103,7 @@ class Timeline:
         with self._lock:
             if self._lost_reason is None and now < self._deadline:
                 return False
-        self._expire_if_due(now)
-        return True
+        return self._expire_if_due(now)
 
     def begin_attempt(self, now: float) -> float | None:
         """The timeout for a renewal attempt starting at `now`, or None when it is too late."""
@@ -162,10 +161,17 @@ class Timeline:
             logger.warning("lost the lease on %s: %s", key, reason)
         self._on_lost()
 
-    def _expire_if_due(self, now: float) -> None:
+    def _expire_if_due(self, now: float) -> bool:
+        """Mark ownership lost if the deadline has passed; return whether it is lost.
+
+        A renewal may have landed since the caller looked, moving the deadline: then it is not
+        lost, and saying so keeps `lost` from reading True once and False the next time.
+        """
         with self._lock:
-            if self._lost_reason is not None or now < self._deadline:
-                return
+            if self._lost_reason is not None:
+                return True
+            if now < self._deadline:
+                return False
             last = (
                 "" if self._last_error is None else f"; the last attempt got {self._last_error!r}"
             )
@@ -175,3 +181,4 @@ class Timeline:
             )
             reason.__cause__ = self._last_error
         self.lose(reason)
+        return True

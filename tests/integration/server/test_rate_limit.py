@@ -22,20 +22,22 @@ class TestRateLimit:
         busy, quiet = create_project(url, "busy"), create_project(url, "quiet")
         config = ServerConfig(database_url=url, access_log=False, rate_limit=2)  # burst of 2
         hooks = {"response": [check_response]}
-        with serve_in_thread(create_app(config)) as base:
-            with httpx.Client(base_url=base, headers=busy.headers(), event_hooks=hooks) as a:
-                assert [Locks(a).get("k").status_code for _ in range(2)] == [200, 200]
-                rid, owner = new_id(), new_id()
-                refused = Locks(a).acquire("k", owner, request_id=rid)
-                assert refused.status_code == 429
-                assert refused.json()["error"]["code"] == "rate_limited"
-                assert refused.headers["retry-after"] == "1"
-                with httpx.Client(base_url=base, headers=quiet.headers(), event_hooks=hooks) as b:
-                    assert Locks(b).get("k").status_code == 200
-                time.sleep(1.0)  # the refill the Retry-After asked for
-                granted = Locks(a).acquire("k", owner, request_id=rid)
-                assert granted.status_code == 200
-                assert "idempotent-replayed" not in granted.headers
+        with (
+            serve_in_thread(create_app(config)) as base,
+            httpx.Client(base_url=base, headers=busy.headers(), event_hooks=hooks) as a,
+            httpx.Client(base_url=base, headers=quiet.headers(), event_hooks=hooks) as b,
+        ):
+            assert [Locks(a).get("k").status_code for _ in range(2)] == [200, 200]
+            rid, owner = new_id(), new_id()
+            refused = Locks(a).acquire("k", owner, request_id=rid)
+            assert refused.status_code == 429
+            assert refused.json()["error"]["code"] == "rate_limited"
+            assert refused.headers["retry-after"] == "1"
+            assert Locks(b).get("k").status_code == 200
+            time.sleep(1.0)  # the refill the Retry-After asked for
+            granted = Locks(a).acquire("k", owner, request_id=rid)
+            assert granted.status_code == 200
+            assert "idempotent-replayed" not in granted.headers
 
     def test_credentials_come_before_the_limit(self, tmp_path: Path) -> None:
         """Unauthenticated requests are 401 and do not use up the project's budget."""

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
+from tests.support.server import ServerProcess
 from volcano_server._auth import make_project_keys
 from volcano_server.storage import open_storage
 
@@ -46,50 +41,6 @@ class Deployment:
     keys: Keys
 
 
-class _Server:
-    def __init__(self, database_url: str, args: list[str]) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "volcano_server",
-            "serve",
-            "--port",
-            "0",
-            "--db",
-            database_url,
-            "--no-access-log",
-            *args,
-        ]
-        self.process = subprocess.Popen(
-            command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-        )
-        self.url = ""
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.process.stderr is not None
-            for line in self.process.stderr:
-                match = re.search(r"listening on (http://\S+)", line)
-                if match:
-                    self.url = match.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(60) or not self.url:
-            self.stop()
-            raise RuntimeError(f"volcano-server did not start on {database_url}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 def make_keys(database_url: str) -> Keys:
     storage = open_storage(database_url)
     try:
@@ -106,14 +57,15 @@ def deployment(
     """`servers` server processes on one fresh database of `backend` ("sqlite" or "postgres")."""
     with _database(backend) as database_url:
         keys = make_keys(database_url)
-        running = [_Server(database_url, list(args)) for _ in range(servers)]
+        running = [ServerProcess(database_url, "--no-access-log", *args) for _ in range(servers)]
         try:
-            yield Deployment(
-                label or f"{backend} x{servers}", database_url, tuple(s.url for s in running), keys
-            )
+            for server in running:
+                server.start()
+            urls = tuple(server.url for server in running)
+            yield Deployment(label or f"{backend} x{servers}", database_url, urls, keys)
         finally:
             for server in running:
-                server.stop()
+                server.terminate()
 
 
 @contextlib.contextmanager
@@ -159,18 +111,3 @@ def postgres_available() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def wait_healthy(url: str, timeout: float = 10.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} is not healthy")
-        time.sleep(0.05)

@@ -27,8 +27,6 @@ from volcano._renewal import Timeline
 
 from .conftest import PATIENCE, LostSamples, Sdk, wait_for
 
-NOW = datetime.now(UTC)
-
 
 @pytest.fixture
 def target(sqlite_server: LiveServer) -> LiveServer:
@@ -120,6 +118,32 @@ class TestPartitionLongerThanTtl:
         assert not any(r.path.endswith("/release") for r in proxy.requests)
         state = other.locks.get(key)
         assert (state.held, state.fencing_token) == (True, taken[0].fencing_token)
+
+
+class TestSlowRenewals:
+    TTL = 1.0
+
+    def test_lost_by_the_deadline_though_the_server_renewed(
+        self, sdk: Sdk, proxy: FaultProxy, other: volcano.Client, key: str
+    ) -> None:
+        """Renewal answers slower than the time left: the server renews, but the guard, which
+        cannot know that, is lost by its deadline and never held again."""
+        guard = sdk.with_lock(key, ttl=self.TTL)
+        sdk.enter(guard)
+        wait_for(lambda: len(sdk.log.successes("renew")) >= 1, "a first renewal")
+        proxy.on("POST", r"/renew$").delay_response(PATIENCE, times=None)
+        samples = sample_until(sdk, guard, time.monotonic() + self.TTL + 0.3)
+
+        assert samples.last_false is not None, "the guard was lost before the answers slowed"
+        assert_lost_by(samples, sdk.log.lease_deadline(self.TTL))
+        slowed = [r for r in renewals(proxy) if r.action == "delay_response"]
+        assert slowed, "no renewal was attempted with slow answers"
+        assert all(r.upstream_status == 200 for r in slowed)
+        state = other.locks.get(key)
+        assert state.expires_at is not None
+        assert state.expires_at > sdk.read(lambda: guard.lease).expires_at
+        sdk.exit(guard)
+        assert not any(r.path.endswith("/release") for r in proxy.requests)
 
 
 class TestPartitionShorterThanTtl:
@@ -238,13 +262,17 @@ class TestAcquisitionAge:
 
 class TestLostIsFinal:
     def test_a_renewal_landing_while_lost_is_judged_never_flips_it_back(self) -> None:
-        """A renewal answer that lands between lost()'s deadline check and its expiry leaves
-        the answers consistent: never lost, then held again.
+        """A renewal answer landing between lost()'s deadline check and its expiry: lost()
+        never answers True and then False.
 
         The window is a few bytecodes wide, so no network fault can aim at it; the renewal is
         made to land there by a Timeline that records it at exactly that point."""
         lease = volcano.LockLease(
-            key="k", owner_token=str(uuid.uuid4()), fencing_token=1, expires_at=NOW, ttl_seconds=1
+            key="k",
+            owner_token=str(uuid.uuid4()),
+            fencing_token=1,
+            expires_at=datetime.now(UTC),
+            ttl_seconds=1,
         )
 
         class LandsMidJudgement(Timeline):

@@ -141,7 +141,10 @@ class LockService:
     def _mutate(
         self, caller: Caller, operation: str, key: str, body: dict[str, Any], decide: Decide
     ) -> Answer:
-        fingerprint = _fingerprint(operation, key, body, caller.credential)
+        # Computed before the transaction, so the write lock is held no longer than needed.
+        fingerprint = (
+            _fingerprint(operation, key, body, caller.credential) if caller.replayable else b""
+        )
         with self._storage.write() as tx:
             if caller.replayable:
                 prior = tx.claim_request(caller.project_id, caller.request_id)

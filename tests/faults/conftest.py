@@ -29,6 +29,7 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
+from tests.support.raw import operation
 from tests.support.server import create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 
@@ -40,24 +41,6 @@ PATIENCE = 10.0
 TLS = ssl.create_default_context()
 """One TLS context for every HTTP client here: loading the CA bundle takes ~40 ms each time
 (the servers are plain http, so it is never used)."""
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = PATIENCE) -> None:
-    """Poll `condition` until it holds; fail when `timeout` seconds pass first (an upper bound)."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            pytest.fail(f"not within {timeout}s: {what}")
-        time.sleep(0.005)
-
-
-def operation(request: httpx.Request) -> str:
-    """The lock operation a request performs: acquire, renew, release, get or force_release."""
-    if request.method == "GET":
-        return "get"
-    if request.method == "DELETE":
-        return "force_release"
-    return request.url.path.rsplit("/", 1)[-1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ import pytest
 
 import volcano
 from tests.support.databases import process_database
+from tests.support.raw import wait_for
 from tests.support.server import Project, ServerProcess, create_project
 
-from .conftest import wait_for
 from .fencing import FencingStore, Write
 from .history import Grant, check
 

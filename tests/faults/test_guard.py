@@ -23,9 +23,10 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
+from tests.support.raw import wait_for
 from volcano._renewal import Timeline
 
-from .conftest import PATIENCE, LostSamples, Sdk, wait_for
+from .conftest import PATIENCE, LostSamples, Sdk
 
 
 @pytest.fixture

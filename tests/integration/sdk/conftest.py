@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import ssl
 import threading
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -24,6 +22,7 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.conformance import check_response
+from tests.support.raw import Locks, operation
 
 WAIT = 10.0
 """Upper bound (seconds) on waiting for something that should happen much sooner."""
@@ -31,28 +30,6 @@ WAIT = 10.0
 TLS = ssl.create_default_context()
 """One TLS context for every test's HTTP client: loading the CA bundle takes ~40 ms each time
 (the server is plain http, so it is never used)."""
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = WAIT, what: str = "") -> None:
-    """Poll `condition` until it holds; fail when `timeout` seconds pass first (an upper bound)."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            pytest.fail(f"not within {timeout}s: {what or condition}")
-        time.sleep(0.02)
-
-
-def operation(request: httpx.Request) -> str:
-    """The lock operation a request performs: acquire, renew, release, get or force_release."""
-    if request.method == "GET":
-        return "get"
-    if request.method == "DELETE":
-        return "force_release"
-    return request.url.path.rsplit("/", 1)[-1]
 
 
 @attrs.define
@@ -150,37 +127,6 @@ async def _check_async(response: httpx.Response) -> None:
     check_response(response)
 
 
-class Server:
-    """Another party: the lock operations over raw HTTP with the project's keys."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self.http = http
-
-    def acquire(
-        self, key: str, owner: str, ttl: float = 30, *, request_id: str | None = None
-    ) -> httpx.Response:
-        return self._post(key, "acquire", {"owner_token": owner, "ttl_seconds": ttl}, request_id)
-
-    def release(self, key: str, owner: str, fence: int) -> httpx.Response:
-        return self._post(key, "release", {"owner_token": owner, "fencing_token": fence}, None)
-
-    def force_release(self, key: str) -> httpx.Response:
-        return self.http.delete(f"/v1/locks/{key}")
-
-    def state(self, key: str) -> dict[str, Any]:
-        """The key's LockState as the server reports it."""
-        response = self.http.get(f"/v1/locks/{key}")
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    def _post(
-        self, key: str, action: str, body: dict[str, Any], request_id: str | None
-    ) -> httpx.Response:
-        headers = {"X-Request-Id": request_id} if request_id is not None else {}
-        return self.http.post(f"/v1/locks/{key}/{action}", json=body, headers=headers)
-
-
 def credentials(live_server: LiveServer) -> dict[str, str]:
     """The Client arguments for the main project on the live server."""
     project = live_server.project
@@ -192,10 +138,10 @@ def credentials(live_server: LiveServer) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def server(live_server: LiveServer) -> Iterator[Server]:
+def server(live_server: LiveServer) -> Iterator[Locks]:
     """Another party with the main project's keys; every answer checked against openapi.yaml."""
     with live_server.http(live_server.project, verify=TLS) as http:
-        yield Server(http)
+        yield Locks(http)
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ import anyio
 import pytest
 
 import volcano
+from tests.support.raw import Locks, new_id
 
-from .conftest import WAIT, Server, Wire, new_id
+from .conftest import WAIT, Wire
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +55,7 @@ async def raises_in_block(
 
 class TestRenewal:
     async def test_lease_stays_held_past_its_first_expiry(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """The renewal task keeps the lease held past its first expiry, fencing token unchanged."""
         async with aclient.locks.with_lock(key, ttl=TTL) as guard:
@@ -95,7 +96,7 @@ class TestRenewal:
 
 class TestExit:
     async def test_clean_exit_releases(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """Leaving the block releases the lease; the key keeps its last fencing token."""
         async with aclient.locks.with_lock(key, ttl=TTL) as guard:
@@ -105,7 +106,7 @@ class TestExit:
         assert guard.lost is False
 
     async def test_exception_propagates_unchanged_and_releases(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """An exception from the block propagates as itself, after the lease is released."""
         error = BlockError("from the block")
@@ -130,7 +131,7 @@ class TestLoss:
             assert guard.lost_reason is None
 
     async def test_force_release_mid_block(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """A force release makes the guard lost (LeaseNotHeldError); exit sends no release."""
         async with arecorded.locks.with_lock(key, ttl=TTL) as guard:
@@ -142,7 +143,7 @@ class TestLoss:
         assert server.state(key)["held"] is False
 
     async def test_takeover_mid_block(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """Force release then a new holder: the guard is lost and never releases their lease."""
         other = new_id()
@@ -156,7 +157,7 @@ class TestLoss:
         assert server.release(key, other, 2).status_code == 204
 
     async def test_exit_before_noticing_a_takeover(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """Leaving before a renewal noticed the takeover: no error, lost, new lease untouched."""
         other = new_id()
@@ -169,7 +170,7 @@ class TestLoss:
         assert server.release(key, other, 2).status_code == 204
 
     async def test_expiry_under_a_blocked_renewal_then_takeover(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """Renewals cut off: the lease expires, another owner takes it; the guard already knows."""
         other = new_id()
@@ -190,7 +191,7 @@ class TestLoss:
 
 class TestMisuse:
     async def test_guard_is_single_use(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """Entering a guard twice, or again after exit, raises GuardStateError."""
         guard = aclient.locks.with_lock(key, ttl=TTL)
@@ -203,7 +204,7 @@ class TestMisuse:
             await guard.__aenter__()
 
     async def test_failed_acquisition_raises_and_spends_the_guard(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """Entering on a held key raises LockHeldError; the guard cannot be retried."""
         server.acquire(key, new_id())

@@ -12,8 +12,9 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
+from tests.support.raw import Locks, new_id
 
-from .conftest import Server, Wire, new_id
+from .conftest import Wire
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,7 @@ def server_time(value: str | None) -> datetime | None:
 
 class TestAcquire:
     async def test_fresh_key_gets_fencing_token_one(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """A first lease: fencing token 1, a fresh uuid owner token, the server's expiry."""
         lease = await aclient.locks.acquire(key, ttl=30)
@@ -38,7 +39,7 @@ class TestAcquire:
         assert server_time(server.state(key)["expires_at"]) == lease.expires_at
 
     async def test_upper_case_token_and_request_id_are_sent_byte_for_byte(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """Upper-case token and request id reach the server exactly: its replay proves it."""
         request_id = new_id().upper()
@@ -88,7 +89,7 @@ class TestAcquire:
 
 class TestRenewAndRelease:
     async def test_renew_returns_a_new_lease_and_leaves_the_old(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """renew gives a new lease (same fencing token, later expiry); the old one is unchanged."""
         lease = await aclient.locks.acquire(key, ttl=10)
@@ -101,7 +102,7 @@ class TestRenewAndRelease:
         assert server_time(server.state(key)["expires_at"]) == renewed.expires_at
 
     async def test_renew_and_release_of_a_lost_lease(
-        self, aclient: volcano.AsyncClient, server: Server, key: str
+        self, aclient: volcano.AsyncClient, server: Locks, key: str
     ) -> None:
         """Once the lease is force-released, renew and release raise LeaseNotHeldError."""
         lease = await aclient.locks.acquire(key, ttl=30)
@@ -188,7 +189,7 @@ class TestErrors:
 
 class TestValidation:
     async def test_bad_arguments_are_refused_before_sending(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """Bad key, ttl, token or request id fail naming the argument; nothing is sent."""
         lease = volcano.LockLease(
@@ -249,7 +250,7 @@ class TestRecovery:
         assert lease.fencing_token == 1
 
     async def test_both_answers_lost_then_recovered_with_the_kept_identifiers(
-        self, arecorded: volcano.AsyncClient, wire: Wire, server: Server, key: str
+        self, arecorded: volcano.AsyncClient, wire: Wire, server: Locks, key: str
     ) -> None:
         """Acquire fails twice though the server granted it; the kept pair recovers the lease."""
         token, request_id = new_id(), new_id()

@@ -11,8 +11,9 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
+from tests.support.raw import Locks
 
-from .conftest import Server, Wire, credentials
+from .conftest import Wire, credentials
 
 ENV_NAMES = ("VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY", "VOLCANO_API_URL")
 
@@ -43,14 +44,14 @@ def silent_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def held_by(server: Server, key: str, lease: volcano.LockLease) -> bool:
+def held_by(server: Locks, key: str, lease: volcano.LockLease) -> bool:
     state = server.state(key)
     return state["held"] is True and state["fencing_token"] == lease.fencing_token
 
 
 class TestClientConfiguration:
     def test_arguments_reach_the_server(
-        self, live_server: LiveServer, server: Server, key: str
+        self, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """Keys and api_url given as arguments make a working client of that project."""
         with volcano.Client(**credentials(live_server)) as client:
@@ -58,7 +59,7 @@ class TestClientConfiguration:
         assert held_by(server, key, lease)
 
     def test_environment_supplies_every_argument(
-        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Server, key: str
+        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL configure Client()."""
         with volcano.Client() as client:
@@ -94,7 +95,7 @@ class TestClientConfiguration:
             assert client.api_url == "https://api.volcano.dev"
 
     def test_api_url_with_trailing_slash(
-        self, live_server: LiveServer, server: Server, key: str
+        self, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """An api_url ending in '/' still reaches the API's paths."""
         args = {**credentials(live_server), "api_url": live_server.url + "/"}
@@ -220,7 +221,7 @@ class TestClientTransportErrors:
 class TestAsyncClientConfiguration:
     @pytest.mark.anyio
     async def test_arguments_reach_the_server(
-        self, live_server: LiveServer, server: Server, key: str
+        self, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """Keys and api_url given as arguments make a working async client of that project."""
         async with volcano.AsyncClient(**credentials(live_server)) as client:
@@ -229,7 +230,7 @@ class TestAsyncClientConfiguration:
 
     @pytest.mark.anyio
     async def test_environment_supplies_every_argument(
-        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Server, key: str
+        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """The VOLCANO_* variables configure AsyncClient()."""
         async with volcano.AsyncClient() as client:

@@ -17,8 +17,9 @@ from datetime import timedelta
 import pytest
 
 import volcano
+from tests.support.raw import Locks, new_id, wait_for
 
-from .conftest import WAIT, Server, Wire, new_id, wait_for
+from .conftest import WAIT, Wire
 
 TTL = 1.2
 """Seconds each guard's lease lives: the first renewal comes after 0.4 s."""
@@ -53,7 +54,7 @@ def wait_renewed(guard: volcano.LockGuard, lease: volcano.LockLease) -> volcano.
 
 class TestRenewal:
     def test_lease_stays_held_past_its_first_expiry(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """Background renewal keeps the lease held, fencing token unchanged, for two ttls."""
         with client.locks.with_lock(key, ttl=TTL) as guard:
@@ -76,7 +77,7 @@ class TestRenewal:
         assert server.state(key)["held"] is False
 
     def test_renewals_use_fresh_request_ids_and_the_callers_token(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """token=, request_id= and a timedelta ttl= make the acquisition; renewals get new ids."""
         token, request_id = new_id().upper(), new_id().upper()
@@ -98,7 +99,7 @@ class TestRenewal:
         assert release.status == 204
 
     def test_a_failed_renewal_is_retried(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """A renewal that cannot connect is retried before the deadline; the lease survives."""
         with recorded.locks.with_lock(key, ttl=1.5) as guard:
@@ -114,7 +115,7 @@ class TestRenewal:
 
 
 class TestExit:
-    def test_clean_exit_releases(self, client: volcano.Client, server: Server, key: str) -> None:
+    def test_clean_exit_releases(self, client: volcano.Client, server: Locks, key: str) -> None:
         """Leaving the block releases the lease; the key keeps its last fencing token."""
         with client.locks.with_lock(key, ttl=TTL) as guard:
             assert server.state(key)["held"] is True
@@ -124,7 +125,7 @@ class TestExit:
         assert guard.lost_reason is None
 
     def test_exception_propagates_unchanged_and_releases(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """An exception from the block propagates as itself, after the lease is released."""
         error = BlockError("from the block")
@@ -134,7 +135,7 @@ class TestExit:
         assert server.state(key)["held"] is False
 
     def test_exception_propagates_when_the_release_fails(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """A release refused after a takeover never masks the block's exception."""
         error = BlockError("from the block")
@@ -160,7 +161,7 @@ class TestLoss:
             assert guard.lost_reason is None
 
     def test_force_release_mid_block(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """A force release makes the guard lost (LeaseNotHeldError); exit sends no release."""
         with recorded.locks.with_lock(key, ttl=TTL) as guard:
@@ -174,7 +175,7 @@ class TestLoss:
         assert (state["held"], state["fencing_token"]) == (False, 1)
 
     def test_takeover_mid_block(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """Force release then a new holder: the guard is lost and never releases their lease."""
         other = new_id()
@@ -193,7 +194,7 @@ class TestLoss:
         self,
         recorded: volcano.Client,
         wire: Wire,
-        server: Server,
+        server: Locks,
         key: str,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
@@ -213,7 +214,7 @@ class TestLoss:
         assert server.release(key, other, 2).status_code == 204
 
     def test_expiry_under_a_blocked_renewal_then_takeover(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """Renewals cut off: the lease expires, another owner takes it; the guard already knows."""
         other = new_id()
@@ -236,7 +237,7 @@ class TestLoss:
 
 class TestManyGuards:
     def test_fifty_guards_share_one_thread_and_stay_held(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """Fifty guards on one client: one renewal thread, every lease held past its expiry."""
         keys = [f"{key}-{i}" for i in range(50)]
@@ -259,7 +260,7 @@ class TestManyGuards:
 
 
 class TestMisuse:
-    def test_guard_is_single_use(self, client: volcano.Client, server: Server, key: str) -> None:
+    def test_guard_is_single_use(self, client: volcano.Client, server: Locks, key: str) -> None:
         """Entering a guard twice, or again after exit, raises GuardStateError."""
         guard = client.locks.with_lock(key, ttl=TTL)
         with pytest.raises(volcano.GuardStateError):
@@ -274,7 +275,7 @@ class TestMisuse:
         assert server.state(key)["held"] is False
 
     def test_failed_acquisition_raises_and_spends_the_guard(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """Entering on a held key raises LockHeldError; the guard cannot be retried."""
         server.acquire(key, new_id())
@@ -285,7 +286,7 @@ class TestMisuse:
             pass
 
     def test_acquisition_is_retried_once(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """A lost acquisition answer is retried once with the same request; the guard holds."""
         wire.lose = ["acquire"]

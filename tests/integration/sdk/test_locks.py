@@ -12,8 +12,9 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
+from tests.support.raw import Locks, new_id, wait_for
 
-from .conftest import Server, Wire, credentials, new_id, wait_for
+from .conftest import Wire, credentials
 
 TOKEN = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 """An owner token spelled in upper case (tokens may repeat across keys; request ids may not)."""
@@ -36,7 +37,7 @@ def sent_body(wire: Wire, name: str, index: int = -1) -> dict[str, object]:
 
 class TestAcquire:
     def test_fresh_key_gets_fencing_token_one(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """A first lease: fencing token 1, a fresh uuid owner token, the server's expiry."""
         lease = client.locks.acquire(key, ttl=30)
@@ -52,7 +53,7 @@ class TestAcquire:
         assert server_time(state["expires_at"]) == lease.expires_at
 
     def test_upper_case_token_and_request_id_are_sent_byte_for_byte(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str, request_id: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str, request_id: str
     ) -> None:
         """Upper-case token and request id reach the server exactly: its replay proves it."""
         lease = recorded.locks.acquire(key, ttl=30, token=TOKEN, request_id=request_id)
@@ -133,7 +134,7 @@ class TestAcquire:
 
 class TestRenew:
     def test_renew_returns_a_new_lease_and_leaves_the_old(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """renew gives a new lease (same fencing token, later expiry); the old one is unchanged."""
         lease = client.locks.acquire(key, ttl=10)
@@ -157,7 +158,7 @@ class TestRenew:
         assert renewed.ttl_seconds == 12
 
     def test_renew_and_release_of_a_force_released_lease(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """Once the lease is force-released, renew and release raise LeaseNotHeldError."""
         lease = client.locks.acquire(key, ttl=30)
@@ -170,7 +171,7 @@ class TestRenew:
             client.locks.release(key, lease)
 
     def test_renew_after_takeover_leaves_the_new_holder(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """A lease taken over by another owner cannot be renewed or released by the old one."""
         lease = client.locks.acquire(key, ttl=30)
@@ -186,7 +187,7 @@ class TestRenew:
         assert server.release(key, other, 2).status_code == 204
 
     def test_renew_of_an_expired_lease(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """A lease the server let expire raises LeaseNotHeldError on renew."""
         lease = client.locks.acquire(key, ttl=0.2)
@@ -214,7 +215,7 @@ class TestRelease:
             client.locks.release(key, lease)
 
     def test_release_by_the_renewed_lease(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """Releasing the lease renew returned frees the key."""
         lease = client.locks.renew(key, client.locks.acquire(key, ttl=30), ttl=60)
@@ -246,7 +247,7 @@ class TestGet:
         assert type(state.fencing_token) is int
         assert not hasattr(state, "owner_token")
 
-    def test_get_does_not_acquire(self, client: volcano.Client, server: Server, key: str) -> None:
+    def test_get_does_not_acquire(self, client: volcano.Client, server: Locks, key: str) -> None:
         """get leaves the key free for anyone."""
         client.locks.get(key)
         assert server.acquire(key, new_id()).json()["fencing_token"] == 1
@@ -329,7 +330,7 @@ class TestRequestIds:
             client.locks.renew(key, lease, request_id=request_id)
 
     def test_repeated_release_is_replayed(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """A release repeated with its request id is replayed by the server, not refused."""
         lease = recorded.locks.acquire(key, ttl=30)
@@ -451,7 +452,7 @@ class TestValidation:
 
     @pytest.mark.parametrize("bad", BAD_TTLS, ids=repr)
     def test_bad_ttl_is_refused_before_sending(
-        self, recorded: volcano.Client, wire: Wire, server: Server, bad: object, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, bad: object, key: str
     ) -> None:
         """An out-of-range ttl fails acquire, renew and with_lock naming it; nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match="ttl") as raised:
@@ -480,7 +481,7 @@ class TestValidation:
         "bad", ["not-a-uuid", TOKEN[:-1], TOKEN + "0", " " + TOKEN, f"{{{TOKEN}}}"], ids=repr
     )
     def test_bad_token_is_refused_without_echoing_it(
-        self, recorded: volcano.Client, wire: Wire, server: Server, bad: str, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, bad: str, key: str
     ) -> None:
         """A malformed owner token is named as 'token' but never shown; nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match="token") as raised:
@@ -510,7 +511,7 @@ class TestValidation:
         assert wire.count() == 0
 
     def test_lease_for_another_key(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """renew and release refuse a lease of another key, naming both; nothing is sent."""
         lease = recorded.locks.acquire(key, ttl=30)
@@ -542,7 +543,7 @@ class TestRecovery:
         assert headers["idempotent-replayed"] == "true"
 
     def test_same_token_new_request_id_reacquires(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """The same token with a new request id re-acquires: same fencing token, later expiry."""
         token = new_id().upper()
@@ -554,7 +555,7 @@ class TestRecovery:
         assert server_time(server.state(key)["expires_at"]) == again.expires_at
 
     def test_lost_first_answer_is_recovered_by_the_retry(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """One lost answer: the single retry repeats the request and gets the replayed lease."""
         wire.lose = ["acquire"]
@@ -569,7 +570,7 @@ class TestRecovery:
         assert server.state(key)["fencing_token"] == 1
 
     def test_both_answers_lost_then_recovered_with_the_kept_identifiers(
-        self, recorded: volcano.Client, wire: Wire, server: Server, key: str
+        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
     ) -> None:
         """Acquire fails twice though the server granted it; the kept pair recovers the lease."""
         token, request_id = new_id(), new_id()
@@ -586,7 +587,7 @@ class TestRecovery:
         assert server.state(key)["held"] is False
 
     def test_replay_after_release_does_not_retake(
-        self, client: volcano.Client, server: Server, key: str
+        self, client: volcano.Client, server: Locks, key: str
     ) -> None:
         """The same pair after release returns the old outcome and leaves the key free."""
         token, request_id = new_id(), new_id()

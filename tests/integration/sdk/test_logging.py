@@ -10,8 +10,9 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
+from tests.support.raw import Locks, new_id, wait_for
 
-from .conftest import Server, credentials, new_id, wait_for
+from .conftest import credentials
 
 pytestmark = pytest.mark.usefixtures("debug_logs")
 
@@ -46,7 +47,7 @@ class TestSyncWorkload:
         self,
         live_server: LiveServer,
         make_recorded: Callable[..., volcano.Client],
-        server: Server,
+        server: Locks,
         key: str,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
@@ -96,7 +97,7 @@ class TestAsyncWorkload:
     async def test_no_key_or_owner_token_is_logged(
         self,
         live_server: LiveServer,
-        server: Server,
+        server: Locks,
         key: str,
         caplog: pytest.LogCaptureFixture,
     ) -> None:

@@ -1,0 +1,85 @@
+"""Small helpers the suites share: the lock API over raw HTTP (a second party that bypasses the
+SDK), fresh ids, which operation a request is, and polling with an upper bound."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+__all__ = ["Locks", "new_id", "operation", "wait_for"]
+
+
+def new_id() -> str:
+    """A fresh UUID string (owner token or request id)."""
+    return str(uuid.uuid4())
+
+
+def operation(request: httpx.Request) -> str:
+    """The lock operation a request performs: acquire, renew, release, get or force_release."""
+    if request.method == "GET":
+        return "get"
+    if request.method == "DELETE":
+        return "force_release"
+    return request.url.path.rsplit("/", 1)[-1]
+
+
+def wait_for(condition: Callable[[], object], what: str = "", timeout: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail when `timeout` seconds pass first (an upper bound,
+    never a measurement)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"not within {timeout}s: {what or condition}")
+        time.sleep(0.005)
+
+
+class Locks:
+    """The lock operations over raw HTTP, returning the raw responses."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def acquire(
+        self, key: str, owner: str, ttl: float = 30, *, request_id: str | None = None
+    ) -> httpx.Response:
+        return self._post(key, "acquire", {"owner_token": owner, "ttl_seconds": ttl}, request_id)
+
+    def renew(
+        self, key: str, owner: str, fence: int, ttl: float = 30, *, request_id: str | None = None
+    ) -> httpx.Response:
+        body = {"owner_token": owner, "fencing_token": fence, "ttl_seconds": ttl}
+        return self._post(key, "renew", body, request_id)
+
+    def release(
+        self, key: str, owner: str, fence: int, *, request_id: str | None = None
+    ) -> httpx.Response:
+        return self._post(
+            key, "release", {"owner_token": owner, "fencing_token": fence}, request_id
+        )
+
+    def get(self, key: str, *, request_id: str | None = None) -> httpx.Response:
+        return self.http.get(f"/v1/locks/{key}", headers=_rid(request_id))
+
+    def force_release(self, key: str, *, request_id: str | None = None) -> httpx.Response:
+        return self.http.delete(f"/v1/locks/{key}", headers=_rid(request_id))
+
+    def state(self, key: str) -> dict[str, Any]:
+        """The key's LockState as the server reports it."""
+        response = self.get(key)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def _post(
+        self, key: str, action: str, body: dict[str, Any], request_id: str | None
+    ) -> httpx.Response:
+        return self.http.post(f"/v1/locks/{key}/{action}", json=body, headers=_rid(request_id))
+
+
+def _rid(request_id: str | None) -> dict[str, str]:
+    return {"X-Request-Id": request_id} if request_id is not None else {}

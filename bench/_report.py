@@ -26,6 +26,8 @@ def print_table(results: dict[str, Any]) -> None:
     for name, values in results["scale"].items():
         print(f"\n== {name} ==")
         for field, value in values.items():
+            if isinstance(value, list):
+                continue  # time series: in results.json
             print(f"{field:30} {value:.3f}" if isinstance(value, float) else f"{field:30} {value}")
 
 

@@ -156,26 +156,30 @@ def bounded_outcomes(seconds: float, acceleration: float, clients: int = 2) -> d
             stdout=subprocess.PIPE,
             text=True,
         )
-        peak, samples = 0, []
+        samples: list[tuple[float, int]] = []  # (seconds since the load began, stored outcomes)
+        began = time.monotonic()
         with contextlib.closing(sqlite3.connect(path)) as conn:
             while load.poll() is None:
                 time.sleep(2.0)
                 (count,) = conn.execute("SELECT count(*) FROM request_outcomes").fetchone()
-                samples.append(count)
-                peak = max(peak, count)
+                samples.append((time.monotonic() - began, count))
         requests_done = int((load.stdout.read() if load.stdout else "0").strip() or 0)
         server.should_exit = True
         thread.join(timeout=30)
     rate = requests_done / seconds
     retention_real = 600 / acceleration
+    first_window = [count for at, count in samples if at <= retention_real]
+    later = [count for at, count in samples if at > retention_real + config.purge_interval_seconds]
     return {
         "seconds": seconds,
         "acceleration": acceleration,
         "requests_per_second": rate,
-        "peak_rows": peak,
-        "final_rows": samples[-1] if samples else 0,
-        "bound_rows": rate * (retention_real + config.purge_interval_seconds + 2.0),
         "retention_windows": seconds / retention_real,
+        "rows_at_end_of_first_window": first_window[-1] if first_window else 0,
+        "peak_rows_after_first_window": max(later, default=0),
+        "rows_at_end": samples[-1][1] if samples else 0,
+        "rate_times_retention": rate * retention_real,
+        "samples": samples,
     }
 
 

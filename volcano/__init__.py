@@ -22,7 +22,8 @@ lost leases at WARNING; it never logs keys or owner tokens. The package adds no 
 
 from __future__ import annotations
 
-from ._async_client import AsyncClient, AsyncLocks
+from typing import TYPE_CHECKING, Any
+
 from ._client import Client, Locks
 from ._exceptions import (
     APIConnectionError,
@@ -52,6 +53,9 @@ from ._exceptions import (
 from ._guard import AsyncLockGuard, LockGuard
 from ._models import ForceReleaseResult, LockLease, LockState
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncClient, AsyncLocks
 
 __all__ = [
     "APIConnectionError",
@@ -88,3 +92,16 @@ __all__ = [
     "UnprocessableEntityError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The asyncio client loads on first use: sync-only programs never pay for it.
+    if name in ("AsyncClient", "AsyncLocks"):
+        from . import _async_client
+
+        return getattr(_async_client, name)
+    raise AttributeError(f"module 'volcano' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "AsyncClient", "AsyncLocks"})

@@ -270,7 +270,9 @@ def _source_stamp() -> str:
 
 def import_seconds(python: str, modules: str) -> float:
     code = f"import time; t = time.perf_counter(); import {modules}; print(time.perf_counter() - t)"
-    result = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    # -I (isolated): never import the source tree from the working directory instead of the
+    # installed package.
+    result = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, check=True)
     return float(result.stdout)
 
 

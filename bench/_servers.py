@@ -11,9 +11,7 @@ from pathlib import Path
 
 import attrs
 
-from tests.support.server import ServerProcess
-from volcano_server._auth import make_project_keys
-from volcano_server.storage import open_storage
+from tests.support.server import ServerProcess, create_project
 
 POSTGRES_ADMIN_URLS = (
     os.environ.get("VOLCANO_BENCH_POSTGRES_URL", ""),
@@ -42,12 +40,8 @@ class Deployment:
 
 
 def make_keys(database_url: str) -> Keys:
-    storage = open_storage(database_url)
-    try:
-        keys = make_project_keys(storage, f"bench-{uuid.uuid4().hex[:8]}")
-    finally:
-        storage.close()
-    return Keys(keys.anon_key, keys.service_key)
+    project = create_project(database_url, f"bench-{uuid.uuid4().hex[:8]}")
+    return Keys(project.anon_key, project.service_key)
 
 
 @contextlib.contextmanager

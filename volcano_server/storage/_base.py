@@ -55,6 +55,11 @@ class KeyRecord:
     project_id: int
     kind: KeyKind
 
+    @classmethod
+    def from_row(cls, key_hash: bytes, row: tuple[int, KeyKind] | None) -> KeyRecord | None:
+        """The record for a `SELECT project_id, kind` row, or None when there was no row."""
+        return None if row is None else cls(key_hash, row[0], row[1])
+
 
 @attrs.frozen
 class ProjectKeys:

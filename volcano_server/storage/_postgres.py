@@ -43,7 +43,7 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import UnsupportedDatabaseURL, redact_url
-from ._base import KeyKind, KeyRecord, LockRow, StorageUnavailable, StoredOutcome
+from ._base import KeyRecord, LockRow, StorageUnavailable, StoredOutcome
 
 __all__ = ["PostgresStorage"]
 
@@ -331,11 +331,7 @@ class PostgresStorage:
             row = conn.execute(
                 "SELECT project_id, kind FROM api_keys WHERE key_hash = %s", (key_hash,)
             ).fetchone()
-        if row is None:
-            return None
-        project_id: int = row[0]
-        kind: KeyKind = row[1]
-        return KeyRecord(key_hash, project_id, kind)
+        return KeyRecord.from_row(key_hash, row)
 
     def create_project_keys(self, project: str, anon_hash: bytes, service_hash: bytes) -> None:
         """Create the project if new and add one anon and one service key to it."""

@@ -31,7 +31,6 @@ from typing import Literal
 
 from ._base import (
     NONBLOCKING,
-    KeyKind,
     KeyRecord,
     LockRow,
     StorageUnavailable,
@@ -256,11 +255,7 @@ class SQLiteStorage:
             row = tx.execute(
                 "SELECT project_id, kind FROM api_keys WHERE key_hash = ?", (key_hash,)
             ).fetchone()
-        if row is None:
-            return None
-        project_id: int = row[0]
-        kind: KeyKind = row[1]
-        return KeyRecord(key_hash, project_id, kind)
+        return KeyRecord.from_row(key_hash, row)
 
     def create_project_keys(self, project: str, anon_hash: bytes, service_hash: bytes) -> None:
         """Create the project if new and add one anon and one service key to it."""

@@ -4,20 +4,22 @@ Order of judgement: routing (404/405, in `_routing`) -> credentials (401/403) ->
 -> rate limit (429) -> body (400/413) -> schema, path key included (422) -> the operation
 (200/204/409, or 503 when storage is unavailable). Every answer carries `X-Request-Id`.
 
-The body is read (up to the size limit) on the event loop first, and judged later, in order.
-Everything after that runs in one go: on the event loop itself when the storage runs inline
-(SQLite) and nothing has to wait, else in one worker thread, so a locked database, a busy
-pool or a slow network never stalls the event loop.
+Each request is judged once, on the event loop. Storage work (a key lookup, the operation's
+transaction) is first tried on the loop without waiting, when the storage runs inline (SQLite),
+and only what would have to wait is repeated in a worker thread, so a locked database, a busy
+pool or a slow network never stalls the event loop. A waiting acquire joins the key's queue in
+its transaction and then waits on the loop, costing no thread (`_waiting`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -30,39 +32,47 @@ from ._errors import ApiError
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
-from ._service import Answer, Caller, LockService
+from ._service import Caller, LockService
 from ._spec import Operation
-from ._wire import dumps, error_body
-from .storage import NONBLOCKING, StorageUnavailable, WouldBlock
+from ._waiting import Entry
+from ._wire import Answer, dumps, error_body
+from .storage import StorageUnavailable, WouldBlock
 
 __all__ = ["HANDLED_OPERATIONS", "Api"]
 
 log = logging.getLogger("volcano_server")
 access_log = logging.getLogger("volcano_server.access")
 
+T = TypeVar("T")
+
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
 
-# operationId -> how it runs on the service, given the caller, path parameters and body.
-_Run = Callable[[LockService, Caller, dict[str, Any], dict[str, Any]], Answer]
+# operationId -> how it runs on the service, given the caller, path parameters, body, and
+# whether it may wait for the storage.
+_Run = Callable[[LockService, Caller, dict[str, Any], dict[str, Any], bool], Any]
 _OPERATIONS: dict[str, _Run] = {
-    "acquireLock": lambda s, c, p, b: s.acquire(c, p["key"], b["owner_token"], b["ttl_seconds"]),
-    "renewLock": lambda s, c, p, b: s.renew(
-        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"]
+    "acquireLock": lambda s, c, p, b, w: s.acquire(
+        c, p["key"], b["owner_token"], b["ttl_seconds"], may_wait=w
     ),
-    "releaseLock": lambda s, c, p, b: s.release(c, p["key"], b["owner_token"], b["fencing_token"]),
-    "getLock": lambda s, c, p, _b: s.get(c, p["key"]),
-    "forceReleaseLock": lambda s, c, p, _b: s.force_release(c, p["key"]),
+    "renewLock": lambda s, c, p, b, w: s.renew(
+        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"], may_wait=w
+    ),
+    "releaseLock": lambda s, c, p, b, w: s.release(
+        c, p["key"], b["owner_token"], b["fencing_token"], may_wait=w
+    ),
+    "getLock": lambda s, c, p, _b, w: s.get(c, p["key"], may_wait=w),
+    "forceReleaseLock": lambda s, c, p, _b, w: s.force_release(c, p["key"], may_wait=w),
 }
 HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
 
 
 class _ClientGone(Exception):
-    """The client disconnected before sending its whole body."""
+    """The client disconnected before it could be answered."""
 
 
-@attrs.define
+@attrs.frozen
 class _Request:
     """What the event loop gathered about a request, still unjudged."""
 
@@ -73,7 +83,6 @@ class _Request:
     replayable: bool
     malformed_id: str | None  # why the client's X-Request-Id was refused
     body: bytes | None  # None when over the size limit
-    rate_counted: bool = False  # counted by the rate limiter already (before a WouldBlock)
 
 
 class Api:
@@ -123,7 +132,10 @@ class Api:
                 request = _Request(
                     operation, params, headers, request_id, replayable, malformed, body
                 )
-                answer = await self._run(request)
+                caller, params_checked, body_checked = await self._judge(request)
+                answer = await self._perform(
+                    operation, caller, params_checked, body_checked, receive
+                )
         except ApiError as error:
             answer = _error_answer(error, request_id)
         except _ClientGone:
@@ -144,6 +156,23 @@ class Api:
     async def not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         """404 for a path no operation has."""
         await self._refuse(ApiError.not_found("/".join(raw_segments(scope))), scope, send)
+
+    async def run_storage(self, work: Callable[[bool], T]) -> T:
+        """Run storage work, given whether it may wait: on the loop if nothing has to wait.
+
+        Only the storage work is repeated in a worker thread after a WouldBlock (it changed
+        nothing); what the caller judged before stays judged.
+        """
+        try:
+            if self._inline:
+                try:
+                    return work(False)
+                except WouldBlock:
+                    pass
+            return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
+        except StorageUnavailable as exc:
+            log.warning("storage unavailable: %s", exc)
+            raise ApiError.unavailable("storage is unavailable, retry later") from exc
 
     async def _refuse(self, error: ApiError, scope: Scope, send: Send) -> None:
         request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
@@ -172,24 +201,6 @@ class Api:
             return str(uuid.uuid4()), False, str(failure) if declared else None
         return sent[0], True, None
 
-    async def _run(self, request: _Request) -> Answer:
-        """Judge and run `request`: on the loop if nothing has to wait, else in a worker thread."""
-        try:
-            if self._inline:
-                token = NONBLOCKING.set(True)
-                try:
-                    return self._judge_and_run(request)
-                except WouldBlock:
-                    pass  # nothing changed: do it all again where waiting is fine
-                finally:
-                    NONBLOCKING.reset(token)
-            return await anyio.to_thread.run_sync(
-                self._judge_and_run, request, limiter=self._threads
-            )
-        except StorageUnavailable as exc:
-            log.warning("storage unavailable: %s", exc)
-            raise ApiError.unavailable("storage is unavailable, retry later") from exc
-
     async def _read_body(self, headers: Headers, receive: Receive) -> bytes | None:
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_body:
@@ -208,14 +219,16 @@ class Api:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    def _judge_and_run(self, request: _Request) -> Answer:
-        """Everything after routing, in the contract's order."""
+    async def _judge(self, request: _Request) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
+        """Everything after routing and before the operation, in the contract's order."""
         headers = request.headers
-        principal = self._auth.authenticate(headers.get("apikey"), headers.get("authorization"))
+        apikey, authorization = headers.get("apikey"), headers.get("authorization")
+        principal = await self.run_storage(
+            lambda wait: self._auth.authenticate(apikey, authorization, may_wait=wait)
+        )
         if request.malformed_id is not None:
             raise ApiError.invalid_request(request.malformed_id)
-        if self._limiter is not None and not request.rate_counted:
-            request.rate_counted = True
+        if self._limiter is not None:
             wait = self._limiter.check(principal.project_id)
             if wait is not None:
                 raise ApiError.rate_limited(wait)
@@ -224,11 +237,64 @@ class Api:
             if request.body is None:
                 raise ApiError.payload_too_large(self._max_body)
             body = _json_object(headers.get("content-type", ""), request.body)
-        params, body = _validated(request.operation, request.params, body)
+        checked_params, checked_body = _validated(request.operation, request.params, body)
         caller = Caller(
             principal.project_id, principal.credential, request.request_id, request.replayable
         )
-        return _OPERATIONS[request.operation.operation_id](self._service, caller, params, body)
+        return caller, checked_params, checked_body
+
+    async def _perform(
+        self,
+        operation: Operation,
+        caller: Caller,
+        params: dict[str, Any],
+        body: dict[str, Any],
+        receive: Receive,
+    ) -> Answer:
+        """Run the operation; a waiting acquire is held open until its turn."""
+        wait_seconds: float = body.get("wait_seconds", 0.0)
+        if operation.operation_id != "acquireLock" or not wait_seconds:
+            run = _OPERATIONS[operation.operation_id]
+            answer: Answer = await self.run_storage(
+                lambda wait: run(self._service, caller, params, body, wait)
+            )
+            return answer
+        service = self._service
+        entry = Entry(
+            project_id=caller.project_id,
+            key=params["key"],
+            owner_token=body["owner_token"],
+            ttl_seconds=body["ttl_seconds"],
+            request_id=caller.request_id,
+            replayable=caller.replayable,
+        )
+        result = await self.run_storage(
+            lambda wait: service.acquire(
+                caller,
+                entry.key,
+                entry.owner_token,
+                entry.ttl_seconds,
+                wait_seconds=wait_seconds,
+                entry=entry,
+                may_wait=wait,
+            )
+        )
+        if isinstance(result, Answer):
+            return result
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            answer_or_none = await service.room.wait_turn(entry, wait_seconds, gone)
+        finally:
+            gone.cancel()
+        if answer_or_none is None:
+            raise _ClientGone
+        return answer_or_none
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return when the client disconnects (its body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _json_object(content_type: str, raw: bytes) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ._ratelimit import RateLimiter
 from ._routing import Endpoint, SpecRoute
 from ._service import LockService
 from ._spec import Operation, Spec, load_spec
+from ._waiting import WaitingRoom
 from .storage import Storage, StorageUnavailable, open_storage
 
 __all__ = ["create_app"]
@@ -42,8 +43,10 @@ def create_app(
     storage = storage or open_storage(
         config.database_url, sqlite_synchronous=config.sqlite_synchronous
     )
+    room = WaitingRoom(config.waiting)
+    service = LockService(storage, config.retention_seconds, room)
     api = Api(
-        LockService(storage, config.retention_seconds),
+        service,
         Authenticator(storage, cache_seconds=config.auth_cache_seconds),
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
@@ -55,9 +58,11 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_purge_forever, storage, config)
+            tasks.start_soon(room.run, service, storage, api.run_storage)
             try:
                 yield
             finally:
+                room.close()
                 tasks.cancel_scope.cancel()
         storage.close()
 
@@ -65,6 +70,7 @@ def create_app(
     app.router.redirect_slashes = False
     app.router.default = api.not_found
     app.state.storage = storage
+    app.state.waiting_room = room
     return app
 
 
@@ -94,12 +100,21 @@ def _routes(spec: Spec, api: Api) -> list[BaseRoute]:
 
 
 async def _purge_forever(storage: Storage, config: ServerConfig) -> None:
-    """Delete expired request outcomes in bounded batches, so the store stays bounded under load."""
+    """Delete expired request outcomes and departed waiters in bounded batches.
+
+    So both stay bounded under load.
+    """
+    grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     while True:
         await anyio.sleep(config.purge_interval_seconds)
         try:
             while (
                 await anyio.to_thread.run_sync(storage.purge_outcomes, config.purge_batch)
+                >= config.purge_batch
+            ):
+                await anyio.lowlevel.checkpoint()
+            while (
+                await anyio.to_thread.run_sync(storage.purge_waiters, grace_us, config.purge_batch)
                 >= config.purge_batch
             ):
                 await anyio.lowlevel.checkpoint()

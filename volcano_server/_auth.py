@@ -67,7 +67,9 @@ class Authenticator:
         self._cache: dict[bytes, tuple[KeyRecord, float]] = {}
         self._lock = threading.Lock()
 
-    def authenticate(self, apikey: str | None, authorization: str | None) -> Principal:
+    def authenticate(
+        self, apikey: str | None, authorization: str | None, *, may_wait: bool = True
+    ) -> Principal:
         """Check both credentials in the contract's order.
 
         401 for missing or unknown keys or keys of two projects; 403 for the anon key used as
@@ -76,14 +78,14 @@ class Authenticator:
         if not apikey:
             raise ApiError.unauthorized("missing apikey header (the project's anon key)")
         bearer = _bearer_token(authorization)
-        anon = self._lookup(apikey)
+        anon = self._lookup(apikey, may_wait)
         if anon is None:
             raise ApiError.unauthorized("unknown apikey")
         if anon.kind != "anon":
             raise ApiError.unauthorized(
                 "the apikey header takes the project's anon key, not a service key"
             )
-        service = self._lookup(bearer)
+        service = self._lookup(bearer, may_wait)
         if service is None:
             raise ApiError.unauthorized("unknown service key in Authorization")
         if service.project_id != anon.project_id:
@@ -94,14 +96,14 @@ class Authenticator:
             raise ApiError.forbidden("the anon key cannot be used as the service credential")
         return Principal(service.project_id, service.key_hash)
 
-    def _lookup(self, key: str) -> KeyRecord | None:
+    def _lookup(self, key: str, may_wait: bool) -> KeyRecord | None:
         digest = hash_key(key)
         now = self._clock()
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
             record = cached[0]
         else:
-            found = self._storage.find_key(digest)
+            found = self._storage.find_key(digest, wait=may_wait)
             if found is None:
                 return None
             record = found

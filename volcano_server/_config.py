@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from ._waiting import WaitingSettings
 from .storage import DEFAULT_DATABASE_URL
 
 __all__ = ["ServerConfig"]
@@ -28,6 +29,8 @@ class ServerConfig:
     access_log: bool = True
     # How long a known key stays cached in memory.
     auth_cache_seconds: float = 60.0
+    # Waiting for a lock: how long places and reservations last, heartbeats, polling.
+    waiting: WaitingSettings = attrs.field(factory=WaitingSettings)
 
     def __attrs_post_init__(self) -> None:
         if self.retention_seconds < 600:

@@ -32,6 +32,7 @@ _KNOWN = _IGNORED | {
     "minimum",
     "maximum",
     "enum",
+    "default",
 }
 
 
@@ -110,6 +111,12 @@ def _compile_object(
     if missing_props:
         raise SchemaError(f"required fields without properties: {missing_props}")
     allowed = ", ".join(fields)
+    # Absent optional fields take their schema's default, itself checked against the schema now.
+    defaults = {
+        name: _checked_default(fields[name], default, name)
+        for name, sub in schema.get("properties", {}).items()
+        if (default := _default_of(sub, resolve)) is not None
+    }
 
     def validate_object(value: Any, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -122,9 +129,25 @@ def _compile_object(
         for name in required:
             if name not in value:
                 raise ValidationFailure(_where(path, name), "is required")
-        return {name: fields[name](item, _where(path, name)) for name, item in value.items()}
+        checked = {name: fields[name](item, _where(path, name)) for name, item in value.items()}
+        return {**defaults, **checked} if defaults else checked
 
     return validate_object
+
+
+def _checked_default(validate: Validator, default: Any, name: str) -> Any:
+    try:
+        return validate(default, name)
+    except ValidationFailure as failure:
+        raise SchemaError(f"the default of {name} breaks its own schema: {failure}") from None
+
+
+def _default_of(
+    schema: Mapping[str, Any], resolve: Callable[[str], Mapping[str, Any]]
+) -> Any | None:
+    while "$ref" in schema:
+        schema = resolve(schema["$ref"])
+    return schema.get("default")
 
 
 def _compile_string(

@@ -1,26 +1,44 @@
-"""The lock rules, written once over the storage interface.
+"""The lock operations, each one transaction over the storage interface.
 
-Each operation is one write transaction: replay a stored outcome for a repeated request id, or
-load the key's row, decide (pure functions below), save the row and store the outcome under the
-request id. Time is the storage's clock, read once inside the transaction.
+Each operation replays a stored outcome for a repeated request id, or loads the key's row,
+decides (the pure rules of `_rules`), saves the row and stores the outcome under the request id.
+Time is the storage's clock, read once inside the transaction. Every transaction that can leave
+a key free (a release, a force release, an expiry found by a timer, a waiter leaving) first
+hands it to the first waiter in line, so a free key never waits for anyone to poll.
+
+How a transaction may wait is an argument (`may_wait`): False asks the storage to raise
+`WouldBlock` instead, so the server can try cheap local work on its event loop first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from ._wire import dumps, error_body, rfc3339_us
-from .storage import LockRow, Storage, StoredOutcome
+from ._rules import (
+    Decision,
+    Reach,
+    decide_acquire,
+    decide_force_release,
+    decide_handoff,
+    decide_release,
+    decide_renew,
+    lease_payload,
+    lock_held,
+    lock_state,
+    vacated,
+)
+from ._waiting import Entry, Move, WaitingRoom, shutting_down
+from ._wire import Answer, dumps, error_body
+from .storage import LockRow, Storage, StoredOutcome, Waiter, WriteTx
 
-__all__ = ["MAX_FENCING_TOKEN", "Answer", "Caller", "LockService"]
+__all__ = ["Answer", "Caller", "LockService", "Queued", "fingerprint"]
 
-MAX_FENCING_TOKEN = 2**53 - 1
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -34,58 +52,107 @@ class Caller:
 
 
 @attrs.frozen
-class Answer:
-    """An HTTP answer to a lock operation."""
-
-    status: int
-    body: bytes
-    retry_after: int | None = None
-    replayed: bool = False
+class Queued:
+    """An acquire that joined the key's queue; its request now waits for its turn."""
 
 
-@attrs.frozen
-class _Decision:
-    """What an operation does to a key's row, and what it answers (before rendering)."""
-
-    row: LockRow | None  # the row to save, or None to leave storage unchanged
-    status: int
-    payload: dict[str, Any] | None = None  # the 2xx body
-    code: str = ""  # the 409 code
-    message: str = ""
-    retry_after: int | None = None
+# What an operation's step returns: the row to save, and a decision (rendered and stored by
+# `_mutate`), an answer made already (stored elsewhere, or never), or Queued.
+Step = tuple[LockRow | None, Decision | Answer | Queued]
+# What a transaction on a key returns: the row to save, and its result.
+Touched = tuple[LockRow | None, T]
 
 
-Decide = Callable[[LockRow | None, int], _Decision]
+class _Effects:
+    """What a transaction did to this server's waiting requests, applied once it commits."""
+
+    def __init__(self, room: WaitingRoom) -> None:
+        self._room = room
+        self.granted: list[tuple[Entry, LockRow, Answer]] = []
+        self.joined: list[Entry] = []
+        self.watched: list[tuple[tuple[int, str], float | None]] = []
+
+    def committed(self) -> None:
+        for entry, row, answer in self.granted:
+            entry.granted_row = row
+            self._room.move(entry, Move.COMMIT, answer)
+        for key_ref, seconds in self.watched:
+            self._room.watch(key_ref, seconds)
+
+    def rolled_back(self) -> None:
+        for entry, _, _ in self.granted:
+            self._room.move(entry, Move.ROLL_BACK)
+        for entry in self.joined:
+            self._room.forget(entry)
 
 
 class LockService:
-    """Acquire, renew, release, force release and get, with idempotent request ids."""
+    """Acquire (waiting or not), renew, release, force release and get; and the hand-offs."""
 
-    def __init__(self, storage: Storage, retention_seconds: float) -> None:
+    def __init__(
+        self, storage: Storage, retention_seconds: float, room: WaitingRoom | None = None
+    ) -> None:
         self._storage = storage
         self._retention_us = round(retention_seconds * 1_000_000)
+        self.room = room if room is not None else WaitingRoom()
+        settings = self.room.settings
+        self._reserve_us = round(settings.reserve_seconds * 1_000_000)
+        self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
+        self._lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
         self.runs_inline = storage.runs_inline
 
-    def acquire(self, caller: Caller, key: str, owner_token: str, ttl_seconds: float) -> Answer:
-        """Take a free or expired key, or extend the caller's own live lease."""
-        body = {"owner_token": owner_token, "ttl_seconds": ttl_seconds}
-        return self._mutate(
-            caller,
-            "acquire",
-            key,
-            body,
-            lambda row, now: decide_acquire(
-                row,
-                now,
-                project_id=caller.project_id,
-                key=key,
-                owner_token=owner_token,
-                ttl=ttl_seconds,
-            ),
-        )
+    # -- the operations of the API --------------------------------------------------------
+
+    def acquire(
+        self,
+        caller: Caller,
+        key: str,
+        owner_token: str,
+        ttl_seconds: float,
+        *,
+        wait_seconds: float = 0.0,
+        entry: Entry | None = None,
+        may_wait: bool = True,
+    ) -> Answer | Queued:
+        """Take a free or expired key, or extend the caller's own live lease.
+
+        With `entry` (a waiting acquire), a key held by another owner puts the caller in line
+        (or back at its old place) and returns `Queued`.
+        """
+        body: dict[str, Any] = {"owner_token": owner_token, "ttl_seconds": ttl_seconds}
+        if wait_seconds:
+            body["wait_seconds"] = wait_seconds
+        project_id = caller.project_id
+
+        if entry is not None:
+            entry.fingerprint = fingerprint("acquire", key, body, caller.credential)
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
+            row = self._hand_off(tx, row, now, effects)
+            decision = decide_acquire(
+                row, now, project_id=project_id, key=key, owner_token=owner_token, ttl=ttl_seconds
+            )
+            if decision.status == 200:
+                tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
+                self.room.supersede(project_id, key, owner_token)
+            elif decision.held_by_another and entry is not None:
+                if self.room.closing:
+                    return row, shutting_down(caller.request_id)
+                self._join(tx, effects, entry, row, now)
+                return row, Queued()
+            return decision.row or row, decision
+
+        return self._mutate(caller, "acquire", key, body, run, may_wait=may_wait)
 
     def renew(
-        self, caller: Caller, key: str, owner_token: str, fencing_token: int, ttl_seconds: float
+        self,
+        caller: Caller,
+        key: str,
+        owner_token: str,
+        fencing_token: int,
+        ttl_seconds: float,
+        *,
+        may_wait: bool = True,
     ) -> Answer:
         """Extend the live lease that matches both tokens."""
         body = {
@@ -93,200 +160,338 @@ class LockService:
             "fencing_token": fencing_token,
             "ttl_seconds": ttl_seconds,
         }
-        return self._mutate(
-            caller,
-            "renew",
-            key,
-            body,
-            lambda row, now: decide_renew(
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
+            decision = decide_renew(
                 row,
                 now,
                 key=key,
                 owner_token=owner_token,
                 fencing_token=fencing_token,
                 ttl=ttl_seconds,
-            ),
-        )
+            )
+            return decision.row or row, decision
 
-    def release(self, caller: Caller, key: str, owner_token: str, fencing_token: int) -> Answer:
-        """End the live lease that matches both tokens."""
+        return _answer(self._mutate(caller, "renew", key, body, run, may_wait=may_wait))
+
+    def release(
+        self,
+        caller: Caller,
+        key: str,
+        owner_token: str,
+        fencing_token: int,
+        *,
+        may_wait: bool = True,
+    ) -> Answer:
+        """End the live lease that matches both tokens, and hand the key to the next in line."""
         body = {"owner_token": owner_token, "fencing_token": fencing_token}
-        return self._mutate(
-            caller,
-            "release",
-            key,
-            body,
-            lambda row, now: decide_release(
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
+            decision = decide_release(
                 row, now, key=key, owner_token=owner_token, fencing_token=fencing_token
-            ),
-        )
+            )
+            return self._hand_off(tx, decision.row or row, now, effects), decision
 
-    def force_release(self, caller: Caller, key: str) -> Answer:
-        """End the live lease, whoever holds it."""
-        return self._mutate(
-            caller,
-            "force_release",
-            key,
-            {},
-            lambda row, now: decide_force_release(row, now, key=key),
-        )
+        return _answer(self._mutate(caller, "release", key, body, run, may_wait=may_wait))
 
-    def get(self, caller: Caller, key: str) -> Answer:
+    def force_release(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
+        """End the live lease, whoever holds it, and hand the key to the next in line."""
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
+            decision = decide_force_release(row, now, key=key)
+            return self._hand_off(tx, decision.row or row, now, effects), decision
+
+        return _answer(self._mutate(caller, "force_release", key, {}, run, may_wait=may_wait))
+
+    def get(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
         """Report the key's state without changing it."""
-        with self._storage.read() as tx:
+        with self._storage.read(wait=may_wait) as tx:
             now = tx.now_us()
             row = tx.load_lock(caller.project_id, key)
         return Answer(200, dumps(lock_state(row, now, key)))
 
-    def _mutate(
-        self, caller: Caller, operation: str, key: str, body: dict[str, Any], decide: Decide
-    ) -> Answer:
-        # Computed before the transaction, so the write lock is held no longer than needed.
-        fingerprint = (
-            _fingerprint(operation, key, body, caller.credential) if caller.replayable else b""
+    # -- the life of a waiting request -----------------------------------------------------
+
+    def settle(self, key_ref: tuple[int, str], *, may_wait: bool = True) -> float | None:
+        """Take a key reserved for one of ours, or hand a free key over; seconds until it frees.
+
+        Run when a timer fires at a lease's expiry, when another server announces a
+        reservation, or by polling. Returns how long the live lease has left (None: not held).
+        """
+        project_id, key = key_ref
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
+            if row is not None and row.live(now):
+                row = self._take_reserved(tx, effects, row, now)
+            return self._hand_off(tx, row, now, effects), None
+
+        row, now, _ = self._on_key(project_id, key, run, may_wait=may_wait)
+        if row is None or not row.live(now):
+            return None
+        assert row.expires_at_us is not None  # noqa: S101 - live() checked it
+        return (row.expires_at_us - now) / 1_000_000
+
+    def give_up(self, entry: Entry, *, may_wait: bool = True) -> Answer | None:
+        """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
+
+        None when the entry was granted the key meanwhile (by this very transaction, or by one
+        whose commit it has not heard of yet): its request then waits for that answer.
+        """
+
+        def run(
+            tx: WriteTx, effects: _Effects, now: int, row: LockRow | None
+        ) -> Touched[Answer | None]:
+            row = self._hand_off(tx, row, now, effects)
+            if not self.room.move(entry, Move.LEAVE):
+                return row, None
+            row = self._step_out(tx, entry, row, now)
+            answer = _wait_ran_out(row, now, entry)
+            if entry.replayable:
+                tx.save_outcome(
+                    entry.project_id, entry.request_id, self._stored(entry.fingerprint, answer, now)
+                )
+            return row, answer
+
+        return self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)[2]
+
+    def leave(self, entry: Entry, *, may_wait: bool = True) -> None:
+        """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while."""
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
+            return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
+
+        self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)
+
+    def release_undelivered(self, entry: Entry, *, may_wait: bool = True) -> None:
+        """End the lease granted to an entry whose client left before it was answered.
+
+        Only that very lease, unchanged: if a retry with the same owner token has already
+        taken it over (a new expiry), it stays.
+        """
+        granted = entry.granted_row
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
+            if granted is not None and row == granted and row.live(now):
+                row = vacated(row)
+            return self._hand_off(tx, row, now, effects), None
+
+        self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)
+
+    def beat(self, server_id: str, lifetime_us: int, *, may_wait: bool = True) -> bool:
+        """Record this server's heartbeat; return whether any other server is alive."""
+        with self._storage.write(wait=may_wait) as tx:
+            tx.touch_server(server_id, tx.now_us() + lifetime_us)
+            return tx.others_alive(server_id)
+
+    # -- hand-offs ------------------------------------------------------------------------
+
+    def _hand_off(
+        self, tx: WriteTx, row: LockRow | None, now: int, effects: _Effects
+    ) -> LockRow | None:
+        """Give a free key to the first waiter in line that can take it; return the new row."""
+        if row is None or row.live(now):
+            return row  # held, or never acquired (so nobody can be waiting)
+        while True:
+            line = tx.queued(row.project_id, row.key, 16)
+            if not line:
+                return row
+            for waiter in line:
+                reach, entry = self._reach(waiter)
+                handoff = decide_handoff(
+                    row, now, waiter, reach, reserve_us=self._reserve_us, rejoin_us=self._rejoin_us
+                )
+                if handoff.waiter_state == "away":
+                    self._update(tx, waiter, "away", handoff.until_us)
+                    continue
+                assert handoff.row is not None  # noqa: S101 - granted or reserved
+                if entry is not None:
+                    tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
+                    self._granted(tx, effects, entry, handoff.row, now)
+                else:
+                    self._update(tx, waiter, "reserved", handoff.until_us)
+                    tx.announce(waiter.server_id, waiter.seq)
+                return handoff.row
+
+    def _reach(self, waiter: Waiter) -> tuple[Reach, Entry | None]:
+        if waiter.server_id == self.room.server_id:
+            entry = self.room.claim(waiter.seq)
+            return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
+        return (Reach.THERE if waiter.server_alive else Reach.GONE), None
+
+    def _take_reserved(
+        self, tx: WriteTx, effects: _Effects, row: LockRow, now: int
+    ) -> LockRow | None:
+        """A live lease reserved for a waiter of ours becomes its full lease (ttl from now)."""
+        assert row.owner_token is not None  # noqa: S101 - live rows have an owner
+        waiter = tx.find_waiter(row.project_id, row.key, row.owner_token)
+        if waiter is None or waiter.state != "reserved" or waiter.server_id != self.room.server_id:
+            return row
+        entry = self.room.claim(waiter.seq)
+        if entry is None:  # its request left: give the reservation back
+            self._update(tx, waiter, "away", now + self._rejoin_us)
+            return vacated(row)
+        tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
+        taken = attrs.evolve(
+            row,
+            expires_at_us=now + round(entry.ttl_seconds * 1_000_000),
+            ttl_seconds=entry.ttl_seconds,
         )
-        with self._storage.write() as tx:
+        self._granted(tx, effects, entry, taken, now)
+        return taken
+
+    def _granted(
+        self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow, now: int
+    ) -> None:
+        answer = Answer(200, dumps(lease_payload(row)))
+        if entry.replayable:
+            tx.save_outcome(
+                entry.project_id, entry.request_id, self._stored(entry.fingerprint, answer, now)
+            )
+        effects.granted.append((entry, row, answer))
+
+    def _join(
+        self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
+    ) -> None:
+        """Put the entry in line: at its old place if its owner token has one, else last."""
+        room = self.room
+        mine = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
+        if mine is None:
+            seq = tx.add_waiter(
+                entry.project_id, entry.key, entry.owner_token, entry.ttl_seconds, room.server_id
+            )
+        else:
+            seq = mine.seq
+            tx.update_waiter(
+                seq,
+                state="waiting",
+                until_us=None,
+                server_id=room.server_id,
+                ttl_seconds=entry.ttl_seconds,
+            )
+        tx.touch_server(room.server_id, now + self._lifetime_us)
+        room.join(entry, seq)
+        effects.joined.append(entry)
+        left = None
+        if row is not None and row.expires_at_us is not None and row.live(now):
+            left = (row.expires_at_us - now) / 1_000_000
+        effects.watched.append((entry.key_ref, left))
+
+    def _step_out(self, tx: WriteTx, entry: Entry, row: LockRow | None, now: int) -> LockRow | None:
+        """Mark the entry's row away (its place kept a while), giving back a reservation."""
+        waiter = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
+        if waiter is None or waiter.seq != entry.seq:
+            return row  # already granted, or a newer request holds this place
+        if (
+            waiter.state == "reserved"
+            and row is not None
+            and row.live(now)
+            and row.owner_token == entry.owner_token
+        ):
+            row = vacated(row)
+        self._update(tx, waiter, "away", now + self._rejoin_us)
+        return row
+
+    @staticmethod
+    def _update(tx: WriteTx, waiter: Waiter, state: Any, until_us: int | None) -> None:
+        tx.update_waiter(
+            waiter.seq,
+            state=state,
+            until_us=until_us,
+            server_id=waiter.server_id,
+            ttl_seconds=waiter.ttl_seconds,
+        )
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _mutate(
+        self,
+        caller: Caller,
+        operation: str,
+        key: str,
+        body: dict[str, Any],
+        run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
+        *,
+        may_wait: bool,
+    ) -> Answer | Queued:
+        """One operation of the API: replay, or run it and store its outcome."""
+        # Computed before the transaction, so the write lock is held no longer than needed.
+        print_ = fingerprint(operation, key, body, caller.credential) if caller.replayable else b""
+
+        def work(tx: WriteTx, effects: _Effects) -> Answer | Queued:
             if caller.replayable:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
-                    return _replay(prior, fingerprint, caller.request_id)
+                    return _replay(prior, print_, caller.request_id)
             now = tx.now_us()
-            decision = decide(tx.load_lock(caller.project_id, key), now)
-            if decision.row is not None:
-                tx.save_lock(decision.row)
-            answer = _render(decision, caller.request_id)
+            loaded = tx.load_lock(caller.project_id, key)
+            row, outcome = run(tx, effects, now, loaded)
+            if row is not None and row != loaded:
+                tx.save_lock(row)
+            if isinstance(outcome, Queued | Answer):
+                return outcome
+            answer = _render(outcome, caller.request_id)
             if caller.replayable:
-                stored = StoredOutcome(
-                    fingerprint,
-                    answer.status,
-                    answer.body,
-                    answer.retry_after,
-                    now + self._retention_us,
+                tx.save_outcome(
+                    caller.project_id, caller.request_id, self._stored(print_, answer, now)
                 )
-                tx.save_outcome(caller.project_id, caller.request_id, stored)
             return answer
 
+        return self._in_transaction(work, may_wait=may_wait)
 
-def decide_acquire(
-    row: LockRow | None, now: int, *, project_id: int, key: str, owner_token: str, ttl: float
-) -> _Decision:
-    """Decide an acquire.
+    def _on_key(
+        self,
+        project_id: int,
+        key: str,
+        run: Callable[[WriteTx, _Effects, int, LockRow | None], Touched[T]],
+        *,
+        may_wait: bool,
+    ) -> tuple[LockRow | None, int, T]:
+        """A transaction on one key's row that answers no API request: (row after, now, result)."""
 
-    A free or expired key gets the next fencing token; the live holder's own token gets its
-    lease back with a new expiry; anyone else gets 409 lock_held.
-    """
-    expires = now + _micros(ttl)
+        def work(tx: WriteTx, effects: _Effects) -> tuple[LockRow | None, int, T]:
+            now = tx.now_us()
+            loaded = tx.load_lock(project_id, key)
+            row, result = run(tx, effects, now, loaded)
+            if row is not None and row != loaded:
+                tx.save_lock(row)
+            return row, now, result
+
+        return self._in_transaction(work, may_wait=may_wait)
+
+    def _in_transaction(self, work: Callable[[WriteTx, _Effects], T], *, may_wait: bool) -> T:
+        """Run `work` in one write transaction; its effects on waiting requests follow commit."""
+        effects = _Effects(self.room)
+        try:
+            with self._storage.write(wait=may_wait) as tx:
+                result = work(tx, effects)
+        except BaseException:
+            effects.rolled_back()
+            raise
+        effects.committed()
+        return result
+
+    def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
+        return StoredOutcome(
+            print_, answer.status, answer.body, answer.retry_after, now + self._retention_us
+        )
+
+
+def _answer(result: Answer | Queued) -> Answer:
+    assert isinstance(result, Answer)  # noqa: S101 - only acquire queues
+    return result
+
+
+def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
+    message = f"the wait for {entry.key} ran out"
+    retry_after = 1
     if row is not None and row.live(now):
-        if row.owner_token != owner_token:
-            assert row.expires_at_us is not None  # noqa: S101 - live() checked it
-            wait = max(1, math.ceil((row.expires_at_us - now) / 1_000_000))
-            message = f"{key} is held by another owner for up to {wait} more seconds"
-            return _Decision(None, 409, code="lock_held", message=message, retry_after=wait)
-        kept = attrs.evolve(row, expires_at_us=expires, ttl_seconds=ttl)
-        return _Decision(kept, 200, payload=_lease(kept))
-    last = row.fencing_token if row is not None else 0
-    if last >= MAX_FENCING_TOKEN:  # 2^53 acquisitions of one key: unreachable in practice
-        raise RuntimeError(f"fencing tokens of {key!r} in project {project_id} are exhausted")
-    granted = LockRow(project_id, key, last + 1, owner_token, expires, ttl)
-    return _Decision(granted, 200, payload=_lease(granted))
+        held = lock_held(row, now, entry.key)
+        message += f"; {held.message}"
+        retry_after = held.retry_after or 1
+    return Answer(409, error_body("lock_held", message, entry.request_id), retry_after)
 
 
-def decide_renew(
-    row: LockRow | None, now: int, *, key: str, owner_token: str, fencing_token: int, ttl: float
-) -> _Decision:
-    """The matching live lease gets a new expiry and keeps its fencing token."""
-    refusal = _refusal(row, now, key, owner_token, fencing_token)
-    if refusal is not None:
-        return refusal
-    assert row is not None  # noqa: S101 - _refusal checked it
-    renewed = attrs.evolve(row, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
-    return _Decision(renewed, 200, payload=_lease(renewed))
-
-
-def decide_release(
-    row: LockRow | None, now: int, *, key: str, owner_token: str, fencing_token: int
-) -> _Decision:
-    """The matching live lease ends; the key keeps its last fencing token."""
-    refusal = _refusal(row, now, key, owner_token, fencing_token)
-    if refusal is not None:
-        return refusal
-    assert row is not None  # noqa: S101 - _refusal checked it
-    return _Decision(_vacated(row), 204)
-
-
-def decide_force_release(row: LockRow | None, now: int, *, key: str) -> _Decision:
-    """The live lease, if any, ends whatever its owner."""
-    if row is None or not row.live(now):
-        return _Decision(None, 200, payload={"key": key, "released": False, "fencing_token": None})
-    return _Decision(
-        _vacated(row),
-        200,
-        payload={"key": key, "released": True, "fencing_token": row.fencing_token},
-    )
-
-
-def lock_state(row: LockRow | None, now: int, key: str) -> dict[str, Any]:
-    """The public view of a key: never the owner token."""
-    if row is not None and row.live(now):
-        assert row.expires_at_us is not None  # noqa: S101 - live() checked it
-        return {
-            "key": key,
-            "held": True,
-            "expires_at": rfc3339_us(row.expires_at_us),
-            "fencing_token": row.fencing_token,
-        }
-    return {
-        "key": key,
-        "held": False,
-        "expires_at": None,
-        "fencing_token": row.fencing_token if row else None,
-    }
-
-
-def _refusal(
-    row: LockRow | None, now: int, key: str, owner_token: str, fencing_token: int
-) -> _Decision | None:
-    if (
-        row is not None
-        and row.live(now)
-        and row.owner_token == owner_token
-        and row.fencing_token == fencing_token
-    ):
-        return None
-    if row is None:
-        why = "it has never been acquired"
-    elif row.live(now) and row.fencing_token != fencing_token:
-        why = f"it is held under fencing token {row.fencing_token}"
-    elif row.live(now):
-        why = "the owner token does not match the live lease"
-    else:
-        why = "no lease is live (it expired or was released)"
-    message = (
-        f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
-    )
-    return _Decision(None, 409, code="lease_not_held", message=message)
-
-
-def _vacated(row: LockRow) -> LockRow:
-    return attrs.evolve(row, owner_token=None, expires_at_us=None, ttl_seconds=None)
-
-
-def _lease(row: LockRow) -> dict[str, Any]:
-    assert row.expires_at_us is not None  # noqa: S101 - only live rows become leases
-    return {
-        "key": row.key,
-        "owner_token": row.owner_token,
-        "fencing_token": row.fencing_token,
-        "expires_at": rfc3339_us(row.expires_at_us),
-        "ttl_seconds": row.ttl_seconds,
-    }
-
-
-def _micros(seconds: float) -> int:
-    return round(seconds * 1_000_000)
-
-
-def _render(decision: _Decision, request_id: str) -> Answer:
+def _render(decision: Decision, request_id: str) -> Answer:
     if decision.status >= 400:
         return Answer(
             decision.status,
@@ -296,8 +501,8 @@ def _render(decision: _Decision, request_id: str) -> Answer:
     return Answer(decision.status, dumps(decision.payload) if decision.payload is not None else b"")
 
 
-def _replay(prior: StoredOutcome, fingerprint: bytes, request_id: str) -> Answer:
-    if hmac.compare_digest(prior.fingerprint, fingerprint):
+def _replay(prior: StoredOutcome, print_: bytes, request_id: str) -> Answer:
+    if hmac.compare_digest(prior.fingerprint, print_):
         return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
     message = (
         f"request id {request_id} was already used for a different request; use a new request id"
@@ -305,6 +510,6 @@ def _replay(prior: StoredOutcome, fingerprint: bytes, request_id: str) -> Answer
     return Answer(409, error_body("request_id_reused", message, request_id))
 
 
-def _fingerprint(operation: str, key: str, body: dict[str, Any], credential: bytes) -> bytes:
+def fingerprint(operation: str, key: str, body: dict[str, Any], credential: bytes) -> bytes:
     """What makes two requests "the same": operation, key, validated body and credential."""
     return hashlib.sha256(dumps([operation, key, sorted(body.items()), credential.hex()])).digest()

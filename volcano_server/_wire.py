@@ -1,4 +1,4 @@
-"""JSON bodies as the spec spells them: leases, states, errors, RFC 3339 UTC timestamps."""
+"""Answers as the spec spells them: JSON bodies, error bodies, RFC 3339 UTC timestamps."""
 
 from __future__ import annotations
 
@@ -6,7 +6,20 @@ import json
 import time
 from typing import Any
 
-__all__ = ["dumps", "error_body", "rfc3339_us"]
+import attrs
+
+__all__ = ["Answer", "dumps", "error_body", "rfc3339_us"]
+
+
+@attrs.frozen
+class Answer:
+    """An HTTP answer: status, JSON body (or empty), and the headers an answer may carry."""
+
+    status: int
+    body: bytes
+    retry_after: int | None = None
+    replayed: bool = False
+
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 

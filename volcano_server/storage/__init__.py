@@ -6,7 +6,6 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ._base import (
-    NONBLOCKING,
     KeyKind,
     KeyRecord,
     LockRow,
@@ -15,13 +14,14 @@ from ._base import (
     Storage,
     StorageUnavailable,
     StoredOutcome,
+    Waiter,
+    WaiterState,
     WouldBlock,
     WriteTx,
 )
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
-    "NONBLOCKING",
     "KeyKind",
     "KeyRecord",
     "LockRow",
@@ -31,6 +31,8 @@ __all__ = [
     "StorageUnavailable",
     "StoredOutcome",
     "UnsupportedDatabaseURL",
+    "Waiter",
+    "WaiterState",
     "WouldBlock",
     "WriteTx",
     "open_storage",

@@ -6,15 +6,24 @@ the service reads and writes rows through the handle, and leaving the `with` blo
 rolls back on an exception). Time inside a transaction is the storage's clock (`now_us`), in
 integer microseconds since the Unix epoch, read once per transaction.
 
+Every way into a transaction takes `wait`: with `wait=False` a backend that would have to wait
+(for the write lock, a free connection, another process) raises `WouldBlock` at once, before it
+changes anything, so the server can run cheap local work on its event loop and send only what
+must wait to a worker thread.
+
 Backends raise `StorageUnavailable` when the database cannot be reached or locked in time; the
 server answers that with 503 and a `Retry-After`.
+
+The queue of callers waiting for a key lives in the database too (`Waiter` rows), so that
+several server processes on one database share it; each row names the server process holding
+the waiting request, and `servers` rows (a heartbeat) tell which of those are alive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from contextvars import ContextVar
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -27,10 +36,16 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "Waiter",
+    "WaiterState",
+    "WouldBlock",
     "WriteTx",
 ]
 
 KeyKind = Literal["anon", "service"]
+# waiting: in line; reserved: first in line, the lock set aside for it until its server takes
+# it; away: left (timed out, disconnected), its place kept for a short while to come back to.
+WaiterState = Literal["waiting", "reserved", "away"]
 
 
 class StorageUnavailable(Exception):
@@ -38,13 +53,7 @@ class StorageUnavailable(Exception):
 
 
 class WouldBlock(Exception):
-    """Raised instead of waiting while NONBLOCKING is set; nothing was changed."""
-
-
-# Set by the server while it runs storage work on its event loop: a backend that would have to
-# wait (for a lock, a pooled connection, another process) raises WouldBlock at once instead,
-# before it changes anything, and the server repeats the work in a worker thread.
-NONBLOCKING: ContextVar[bool] = ContextVar("volcano_storage_nonblocking", default=False)
+    """Raised by a `wait=False` call that would have had to wait; nothing was changed."""
 
 
 @attrs.frozen
@@ -108,6 +117,31 @@ class StoredOutcome:
     expires_at_us: int
 
 
+@attrs.frozen
+class Waiter:
+    """A caller in a key's queue, as stored. `seq` orders the queue: lower arrived earlier.
+
+    `until_us` is when an away waiter's place is given up, or when a reservation lapses.
+    `server_alive` is read with the row: whether the server holding the request still beats.
+    """
+
+    seq: int
+    project_id: int
+    key: str
+    owner_token: str
+    ttl_seconds: float
+    server_id: str
+    state: WaiterState
+    until_us: int | None
+    server_alive: bool
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Waiter:
+        """A waiter from a row of its fields in order, the last one `server_alive`."""
+        seq, project_id, key, owner_token, ttl, server_id, state, until_us, alive = row
+        return cls(seq, project_id, key, owner_token, ttl, server_id, state, until_us, bool(alive))
+
+
 class ReadTx(Protocol):
     """A read-only snapshot."""
 
@@ -142,24 +176,68 @@ class WriteTx(ReadTx, Protocol):
         """Store (or replace an expired) outcome for this request id."""
         ...
 
+    def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
+        """Up to `limit` waiters of the key that are in line (waiting or reserved), in order."""
+        ...
+
+    def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
+        """The key's waiter row for this owner token, in any state."""
+        ...
+
+    def add_waiter(
+        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+    ) -> int:
+        """Put a new waiter at the end of the key's queue; return its `seq`."""
+        ...
+
+    def update_waiter(
+        self,
+        seq: int,
+        *,
+        state: WaiterState,
+        until_us: int | None,
+        server_id: str,
+        ttl_seconds: float,
+    ) -> None:
+        """Change a waiter's state (its place, `seq`, stays)."""
+        ...
+
+    def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
+        """Take the owner token's waiter (if any) out of the key's queue for good."""
+        ...
+
+    def touch_server(self, server_id: str, alive_until_us: int) -> None:
+        """Record that `server_id` is alive until `alive_until_us` (its heartbeat)."""
+        ...
+
+    def others_alive(self, server_id: str) -> bool:
+        """Whether any server but `server_id` has a heartbeat that has not run out."""
+        ...
+
+    def announce(self, server_id: str, seq: int) -> None:
+        """Tell `server_id`, once this transaction commits, that waiter `seq` was reserved."""
+        ...
+
 
 class Storage(Protocol):
     """A lock database."""
 
     url_for_display: str
-    # Whether operations are short local calls worth running on the event loop (honouring
-    # NONBLOCKING); False sends every operation to a worker thread.
+    # Whether other servers' `announce` calls reach `listen`; if not, servers poll.
+    pushes_handoffs: bool
+    # Whether operations are short local calls worth trying on the event loop with wait=False;
+    # False sends every operation to a worker thread.
     runs_inline: bool
 
-    def write(self) -> AbstractContextManager[WriteTx]:
+    def write(self, *, wait: bool = True) -> AbstractContextManager[WriteTx]:
         """Begin a read-write transaction."""
         ...
 
-    def read(self) -> AbstractContextManager[ReadTx]:
+    def read(self, *, wait: bool = True) -> AbstractContextManager[ReadTx]:
         """Begin a read-only transaction."""
         ...
 
-    def find_key(self, key_hash: bytes) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
         ...
 
@@ -169,6 +247,25 @@ class Storage(Protocol):
 
     def purge_outcomes(self, limit: int) -> int:
         """Delete up to `limit` stored outcomes whose retention has ended; return how many."""
+        ...
+
+    def purge_waiters(self, grace_us: int, limit: int) -> int:
+        """Delete up to `limit` waiters that are gone for good; return how many.
+
+        Gone: away past `until_us`, or held by a server whose heartbeat ran out more than
+        `grace_us` ago (and heartbeat rows of such servers).
+        """
+        ...
+
+    async def listen(
+        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
+    ) -> None:
+        """Deliver other servers' `announce` calls until cancelled.
+
+        Calls `on_connected` each time the listening connection is (re)established, since
+        announcements made while it was down are lost. Backends that cannot push (SQLite)
+        return at once; the server then polls.
+        """
         ...
 
     def close(self) -> None:

@@ -21,6 +21,11 @@
   trips per acquire, renew or release. Nothing is kept in the session (no prepared statements,
   no session SET, no session advisory locks), so a transaction-mode pooler such as PgBouncer
   can sit in between.
+- The queue of waiters is a table shared by every server; a server that reserves the lock for
+  a waiter held by another server tells it with `NOTIFY` (sent when the transaction commits),
+  and each server `LISTEN`s on one connection of its own, outside the pool. That connection
+  needs a real session: behind a transaction-mode pooler, point the servers' `LISTEN` at the
+  database directly or rely on their timers (see the README).
 - Anything that says "the database cannot serve right now" (connection refused or lost, pool
   timeout, admin shutdown, the database starting up, lock or statement timeouts, serialization
   failures, a read-only standby) is `StorageUnavailable`: the API answers 503. A connection
@@ -30,6 +35,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import select
 import time
@@ -43,13 +49,20 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import UnsupportedDatabaseURL, redact_url
-from ._base import KeyRecord, LockRow, StorageUnavailable, StoredOutcome
+from ._base import (
+    KeyRecord,
+    LockRow,
+    StorageUnavailable,
+    StoredOutcome,
+    Waiter,
+    WaiterState,
+    WouldBlock,
+)
 
 __all__ = ["PostgresStorage"]
 
 log = logging.getLogger("volcano_server")
 
-_SCHEMA_VERSION = 1
 # Schema changes, by the version they bring the database to; each runs once, in order.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -85,7 +98,26 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS request_outcomes_by_expiry ON request_outcomes (expires_at_us)",
     ),
+    2: (
+        """CREATE TABLE lock_waiters (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            project_id bigint NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            owner_token text COLLATE "C" NOT NULL,
+            ttl_seconds double precision NOT NULL,
+            server_id text COLLATE "C" NOT NULL,
+            state text NOT NULL CHECK (state IN ('waiting', 'reserved', 'away')),
+            until_us bigint,
+            UNIQUE (project_id, key, owner_token)
+        )""",
+        "CREATE INDEX lock_waiters_in_line ON lock_waiters (project_id, key, seq)",
+        """CREATE TABLE servers (
+            server_id text COLLATE "C" PRIMARY KEY,
+            alive_until_us bigint NOT NULL
+        )""",
+    ),
 }
+_SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
 _MIGRATION_LOCK = 0x766F6C63616E6F  # "volcano"
 
@@ -143,6 +175,29 @@ _PURGE = (
     " WHERE expires_at_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + %s"
     " LIMIT %s FOR UPDATE SKIP LOCKED)"
 )
+
+_WAITERS = (
+    "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
+    " w.until_us, coalesce(s.alive_until_us > %s, false)"
+    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
+)
+_QUEUED = _WAITERS + (
+    " WHERE w.project_id = %s AND w.key = %s AND w.state != 'away' ORDER BY w.seq LIMIT %s"
+)
+_FIND_WAITER = _WAITERS + " WHERE w.project_id = %s AND w.key = %s AND w.owner_token = %s"
+_PURGE_WAITERS = (
+    "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
+    " LEFT JOIN servers s USING (server_id)"
+    " WHERE (w.state = 'away' AND w.until_us < %(now)s)"
+    " OR coalesce(s.alive_until_us, 0) + %(grace)s < %(now)s"
+    " LIMIT %(limit)s FOR UPDATE OF w SKIP LOCKED)"
+)
+_PURGE_SERVERS = (
+    "DELETE FROM servers s WHERE alive_until_us + %(grace)s < %(now)s"
+    " AND NOT EXISTS (SELECT 1 FROM lock_waiters w WHERE w.server_id = s.server_id)"
+)
+# The channel on which servers tell each other that a waiter's lock was reserved.
+HANDOFF_CHANNEL = "volcano_handoff"
 
 # SQLSTATEs outside OperationalError that still mean "not now": a read-only standby (after a
 # failover) and a transaction killed for idling too long.
@@ -253,6 +308,66 @@ class _WriteTx:
             ),
         )
 
+    def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
+        rows = self._conn.execute(_QUEUED, (self.now_us(), project_id, key, limit)).fetchall()
+        return [Waiter.from_row(row) for row in rows]
+
+    def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
+        row = self._conn.execute(
+            _FIND_WAITER, (self.now_us(), project_id, key, owner_token)
+        ).fetchone()
+        return None if row is None else Waiter.from_row(row)
+
+    def add_waiter(
+        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+    ) -> int:
+        (seq,) = _fetch(
+            self._conn,
+            "INSERT INTO lock_waiters"
+            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
+            " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL) RETURNING seq",
+            (project_id, key, owner_token, ttl_seconds, server_id),
+        )
+        return int(seq)
+
+    def update_waiter(
+        self,
+        seq: int,
+        *,
+        state: WaiterState,
+        until_us: int | None,
+        server_id: str,
+        ttl_seconds: float,
+    ) -> None:
+        self._conn.execute(
+            "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
+            " ttl_seconds = %s WHERE seq = %s",
+            (state, until_us, server_id, ttl_seconds, seq),
+        )
+
+    def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
+        self._conn.execute(
+            "DELETE FROM lock_waiters WHERE project_id = %s AND key = %s AND owner_token = %s",
+            (project_id, key, owner_token),
+        )
+
+    def touch_server(self, server_id: str, alive_until_us: int) -> None:
+        self._conn.execute(
+            "INSERT INTO servers (server_id, alive_until_us) VALUES (%s, %s)"
+            " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
+            (server_id, alive_until_us),
+        )
+
+    def others_alive(self, server_id: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM servers WHERE server_id != %s AND alive_until_us > %s LIMIT 1",
+            (server_id, self.now_us()),
+        ).fetchone()
+        return row is not None
+
+    def announce(self, server_id: str, seq: int) -> None:
+        self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
+
 
 class PostgresStorage:
     """Lock storage in a PostgreSQL (or PostgreSQL-compatible) database, through a pool.
@@ -278,7 +393,9 @@ class PostgresStorage:
     ) -> None:
         self.url_for_display = redact_url(url)
         self.runs_inline = False  # network round trips: always from a worker thread
+        self.pushes_handoffs = True
         conninfo, url_pool_size = _conninfo(url, connect_timeout)
+        self._conninfo = conninfo
         size = pool_size or url_pool_size or 10
         self._offset = clock_offset_us or _offset_none
         self._pool_timeout = pool_timeout
@@ -306,8 +423,10 @@ class PostgresStorage:
         self._pool.open(wait=False)
 
     @contextmanager
-    def write(self) -> Iterator[_WriteTx]:
+    def write(self, *, wait: bool = True) -> Iterator[_WriteTx]:
         """One READ COMMITTED transaction, committed when the block ends without an error."""
+        if not wait:
+            raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             tx = _WriteTx(conn, self._offset)
             try:
@@ -320,13 +439,17 @@ class PostgresStorage:
                 raise
 
     @contextmanager
-    def read(self) -> Iterator[_ReadTx]:
+    def read(self, *, wait: bool = True) -> Iterator[_ReadTx]:
         """Reads on a pooled connection, outside any transaction."""
+        if not wait:
+            raise WouldBlock
         with _mapped_errors(), self._connection() as conn:
             yield _ReadTx(conn, self._offset)
 
-    def find_key(self, key_hash: bytes) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
+        if not wait:
+            raise WouldBlock
         with _mapped_errors(), self._connection() as conn:
             row = conn.execute(
                 "SELECT project_id, kind FROM api_keys WHERE key_hash = %s", (key_hash,)
@@ -356,6 +479,44 @@ class PostgresStorage:
         """Delete up to `limit` outcomes whose retention has ended; return how many."""
         with _mapped_errors(), self._connection() as conn:
             return conn.execute(_PURGE, (self._offset(), limit)).rowcount
+
+    def purge_waiters(self, grace_us: int, limit: int) -> int:
+        """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
+        with _mapped_errors(), self._connection() as conn, conn.transaction():
+            (now,) = _fetch(conn, _CLOCK, ())
+            now += self._offset()
+            values = {"now": now, "grace": grace_us, "limit": limit}
+            gone = conn.execute(_PURGE_WAITERS, values).rowcount
+            conn.execute(_PURGE_SERVERS, values)
+            return gone
+
+    async def listen(
+        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
+    ) -> None:
+        """LISTEN for reservations on a connection of its own, reconnecting when it drops."""
+        pause = 0.2
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            except psycopg.Error as exc:
+                log.warning("listening for hand-offs: cannot connect, retrying: %s", _one_line(exc))
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            try:
+                async with conn:
+                    await conn.execute(f"LISTEN {HANDOFF_CHANNEL}")
+                    pause = 0.2
+                    on_connected()
+                    async for notify in conn.notifies():
+                        server_id, _, seq = notify.payload.partition(" ")
+                        if seq.isdigit():
+                            on_announce(server_id, int(seq))
+            except psycopg.Error as exc:
+                log.warning(
+                    "listening for hand-offs: connection lost, reconnecting: %s", _one_line(exc)
+                )
+                await asyncio.sleep(pause)
 
     def close(self) -> None:
         """Close the pool and its connections."""

@@ -10,10 +10,12 @@
   decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
   writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
   which the request gets 503 rather than hanging.
-- `runs_inline`: the server runs operations on its event loop (no thread hop) while NONBLOCKING
-  is set. Then nothing waits: a busy process lock, a busy file (another process writing) or no
-  free reader raises WouldBlock before anything changed, and the server repeats the work in a
+- `runs_inline`: the server runs operations on its event loop (no thread hop) with `wait=False`.
+  Then nothing waits: a busy process lock, a busy file (another process writing) or no free
+  reader raises WouldBlock before anything changed, and the server repeats the transaction in a
   worker thread, where the waits above apply.
+- No push between processes: a server polls for the hand-offs other processes on the same file
+  make to its waiters (`listen` returns at once).
 - The clock is this machine's (every process on one file shares it), read after the write lock
   is taken.
 """
@@ -30,11 +32,12 @@ from pathlib import Path
 from typing import Literal
 
 from ._base import (
-    NONBLOCKING,
     KeyRecord,
     LockRow,
     StorageUnavailable,
     StoredOutcome,
+    Waiter,
+    WaiterState,
     WouldBlock,
 )
 
@@ -42,8 +45,9 @@ __all__ = ["SQLiteStorage"]
 
 Synchronous = Literal["full", "normal"]
 
-_SCHEMA_VERSION = 1
-_SCHEMA = """
+# Schema changes, by the version they bring the database to; each runs once, in order.
+_MIGRATIONS: dict[int, str] = {
+    1: """
 CREATE TABLE IF NOT EXISTS projects (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -75,7 +79,37 @@ CREATE TABLE IF NOT EXISTS request_outcomes (
     PRIMARY KEY (project_id, request_id)
 );
 CREATE INDEX IF NOT EXISTS request_outcomes_by_expiry ON request_outcomes (expires_at_us);
-"""
+""",
+    2: """
+CREATE TABLE lock_waiters (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    owner_token TEXT NOT NULL,
+    ttl_seconds REAL NOT NULL,
+    server_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('waiting', 'reserved', 'away')),
+    until_us INTEGER,
+    UNIQUE (project_id, key, owner_token)
+);
+CREATE INDEX lock_waiters_in_line ON lock_waiters (project_id, key, seq);
+CREATE TABLE servers (
+    server_id TEXT PRIMARY KEY,
+    alive_until_us INTEGER NOT NULL
+) WITHOUT ROWID;
+""",
+}
+_SCHEMA_VERSION = max(_MIGRATIONS)
+
+_WAITERS = (
+    "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
+    " w.until_us, coalesce(s.alive_until_us > ?, 0)"
+    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
+)
+_QUEUED = _WAITERS + (
+    " WHERE w.project_id = ? AND w.key = ? AND w.state != 'away' ORDER BY w.seq LIMIT ?"
+)
+_FIND_WAITER = _WAITERS + " WHERE w.project_id = ? AND w.key = ? AND w.owner_token = ?"
 
 # Error codes that mean "the database cannot serve right now", answered with 503.
 _UNAVAILABLE = frozenset(
@@ -158,6 +192,64 @@ class _Tx:
             ),
         )
 
+    def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
+        rows = self._conn.execute(_QUEUED, (self._now, project_id, key, limit)).fetchall()
+        return [Waiter.from_row(row) for row in rows]
+
+    def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
+        row = self._conn.execute(_FIND_WAITER, (self._now, project_id, key, owner_token)).fetchone()
+        return None if row is None else Waiter.from_row(row)
+
+    def add_waiter(
+        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+    ) -> int:
+        cursor = self._conn.execute(
+            "INSERT INTO lock_waiters"
+            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
+            " VALUES (?, ?, ?, ?, ?, 'waiting', NULL)",
+            (project_id, key, owner_token, ttl_seconds, server_id),
+        )
+        assert cursor.lastrowid is not None  # noqa: S101 - an INSERT always has one
+        return cursor.lastrowid
+
+    def update_waiter(
+        self,
+        seq: int,
+        *,
+        state: WaiterState,
+        until_us: int | None,
+        server_id: str,
+        ttl_seconds: float,
+    ) -> None:
+        self._conn.execute(
+            "UPDATE lock_waiters SET state = ?, until_us = ?, server_id = ?, ttl_seconds = ?"
+            " WHERE seq = ?",
+            (state, until_us, server_id, ttl_seconds, seq),
+        )
+
+    def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
+        self._conn.execute(
+            "DELETE FROM lock_waiters WHERE project_id = ? AND key = ? AND owner_token = ?",
+            (project_id, key, owner_token),
+        )
+
+    def touch_server(self, server_id: str, alive_until_us: int) -> None:
+        self._conn.execute(
+            "INSERT INTO servers (server_id, alive_until_us) VALUES (?, ?)"
+            " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
+            (server_id, alive_until_us),
+        )
+
+    def others_alive(self, server_id: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM servers WHERE server_id != ? AND alive_until_us > ? LIMIT 1",
+            (server_id, self._now),
+        ).fetchone()
+        return row is not None
+
+    def announce(self, server_id: str, seq: int) -> None:
+        """Nothing to send: other processes on this file poll for their reservations."""
+
 
 class SQLiteStorage:
     """Lock storage in one SQLite file."""
@@ -177,6 +269,7 @@ class SQLiteStorage:
         self._busy_ms = round(busy_timeout * 1000)
         self.url_for_display = f"sqlite:///{self._path}"
         self.runs_inline = True
+        self.pushes_handoffs = False
         self._write_lock = threading.Lock()
         self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
         self._all: list[sqlite3.Connection] = []
@@ -211,16 +304,15 @@ class SQLiteStorage:
                 raise
 
     @contextmanager
-    def write(self) -> Iterator[_Tx]:
+    def write(self, *, wait: bool = True) -> Iterator[_Tx]:
         """One BEGIN IMMEDIATE transaction on the shared writer connection."""
-        nonblocking = NONBLOCKING.get()
-        if not self._write_lock.acquire(blocking=not nonblocking):
+        if not self._write_lock.acquire(blocking=wait):
             raise WouldBlock
         try:
             with _mapped_errors():
                 self._check_open()
-                conn = self._writer_now if nonblocking else self._writer
-                _begin_immediate(conn, nonblocking)
+                conn = self._writer if wait else self._writer_now
+                _begin_immediate(conn, nonblocking=not wait)
                 try:
                     yield _Tx(conn, self._clock)
                     conn.execute("COMMIT")
@@ -232,11 +324,11 @@ class SQLiteStorage:
             self._write_lock.release()
 
     @contextmanager
-    def read(self) -> Iterator[_Tx]:
+    def read(self, *, wait: bool = True) -> Iterator[_Tx]:
         """A read snapshot on a pooled reader connection."""
         self._check_open()
         try:
-            conn = self._readers.get_nowait() if NONBLOCKING.get() else self._readers.get()
+            conn = self._readers.get() if wait else self._readers.get_nowait()
         except queue.Empty:
             raise WouldBlock from None
         try:
@@ -249,9 +341,9 @@ class SQLiteStorage:
         finally:
             self._readers.put(conn)
 
-    def find_key(self, key_hash: bytes) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
-        with self.read() as tx:
+        with self.read(wait=wait) as tx:
             row = tx.execute(
                 "SELECT project_id, kind FROM api_keys WHERE key_hash = ?", (key_hash,)
             ).fetchone()
@@ -284,6 +376,28 @@ class SQLiteStorage:
             )
             return cursor.rowcount
 
+    def purge_waiters(self, grace_us: int, limit: int) -> int:
+        """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
+        with self.write() as tx:
+            now = tx.now_us()
+            gone = tx.execute(
+                "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
+                " LEFT JOIN servers s USING (server_id) WHERE (w.state = 'away' AND w.until_us < ?)"
+                " OR coalesce(s.alive_until_us, 0) + ? < ? LIMIT ?)",
+                (now, grace_us, now, limit),
+            ).rowcount
+            tx.execute(
+                "DELETE FROM servers WHERE alive_until_us + ? < ? AND server_id NOT IN"
+                " (SELECT server_id FROM lock_waiters)",
+                (grace_us, now),
+            )
+            return gone
+
+    async def listen(
+        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
+    ) -> None:
+        """SQLite cannot push: servers on one file poll for their waiters instead."""
+
     def close(self) -> None:
         """Close every connection."""
         with self._write_lock:
@@ -296,7 +410,7 @@ class SQLiteStorage:
             raise StorageUnavailable("the server is shutting down")
 
 
-def _begin_immediate(conn: sqlite3.Connection, nonblocking: bool) -> None:
+def _begin_immediate(conn: sqlite3.Connection, *, nonblocking: bool) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
@@ -311,11 +425,11 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         raise RuntimeError(
             f"{path} has schema version {version}; this server knows {_SCHEMA_VERSION}"
         )
-    if version < _SCHEMA_VERSION:
-        for statement in _SCHEMA.split(";"):
+    for target in range(version + 1, _SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[target].split(";"):
             if statement.strip():
                 conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        conn.execute(f"PRAGMA user_version = {target}")
 
 
 @contextmanager

@@ -5,6 +5,8 @@ from typing import Any, Self, TypeVar
 
 from attrs import define as _attrs_define
 
+from ..types import UNSET, Unset
+
 T = TypeVar("T", bound="AcquireRequest")
 
 
@@ -15,15 +17,23 @@ class AcquireRequest:
         owner_token (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
             (Not `format: uuid`: tools that parse it would change its spelling.)
         ttl_seconds (float): The lease's time to live in seconds, from 0.1 to 86400.
+        wait_seconds (float | Unset): How long an acquire may wait in the key's queue for the lock, in seconds: 0 (the
+            default) answers at once; at most 60 per request, so that no request outlives common
+            proxy and load-balancer timeouts. Wait longer by acquiring again with the same
+            `owner_token` as soon as a wait runs out: the queue keeps the caller's place for a few
+            seconds.
     """
 
     owner_token: str
     ttl_seconds: float
+    wait_seconds: float | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         owner_token = self.owner_token
 
         ttl_seconds = self.ttl_seconds
+
+        wait_seconds = self.wait_seconds
 
         field_dict: dict[str, Any] = {}
 
@@ -33,6 +43,8 @@ class AcquireRequest:
                 "ttl_seconds": ttl_seconds,
             }
         )
+        if wait_seconds is not UNSET:
+            field_dict["wait_seconds"] = wait_seconds
 
         return field_dict
 
@@ -43,9 +55,12 @@ class AcquireRequest:
 
         ttl_seconds = d.pop("ttl_seconds")
 
+        wait_seconds = d.pop("wait_seconds", UNSET)
+
         acquire_request = cls(
             owner_token=owner_token,
             ttl_seconds=ttl_seconds,
+            wait_seconds=wait_seconds,
         )
 
         return acquire_request

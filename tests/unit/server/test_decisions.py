@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_server._service import (
-    _Decision,
+from volcano_server._rules import (
+    Decision,
     decide_acquire,
     decide_force_release,
     decide_release,
@@ -23,15 +23,15 @@ def held(owner: str = A, fence: int = 7, left_us: int = 10_000_000) -> LockRow:
     return LockRow(1, "k", fence, owner, NOW + left_us, 30.0)
 
 
-def acquire(row: LockRow | None, ttl: float = 1, owner: str = A) -> _Decision:
+def acquire(row: LockRow | None, ttl: float = 1, owner: str = A) -> Decision:
     return decide_acquire(row, NOW, project_id=1, key="k", owner_token=owner, ttl=ttl)
 
 
-def renew(row: LockRow | None, owner: str, fence: int, ttl: float = 5) -> _Decision:
+def renew(row: LockRow | None, owner: str, fence: int, ttl: float = 5) -> Decision:
     return decide_renew(row, NOW, key="k", owner_token=owner, fencing_token=fence, ttl=ttl)
 
 
-def release(row: LockRow | None, owner: str, fence: int) -> _Decision:
+def release(row: LockRow | None, owner: str, fence: int) -> Decision:
     return decide_release(row, NOW, key="k", owner_token=owner, fencing_token=fence)
 
 

@@ -118,8 +118,20 @@ def sync_detailed(
 
      Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
     live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease the answer is
-    `409 lock_held` with `Retry-After` set to the whole seconds until it expires (at least 1).
+    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
+    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
+    the whole seconds until the live lease expires (at least 1).
+
+    With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
+    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
+    served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
+    release, a force release or an expiry hands the lock to the first waiter at once. A waiter
+    whose connection closes, or whose wait runs out, leaves the queue at once and is never
+    granted a lease; if it acquires again with the same `owner_token` within a few seconds
+    (a retry with the same `X-Request-Id`, or the next request of a longer wait made of
+    several), it gets its old place back. Send `X-Request-Id` with a waiting acquire: should
+    the answer be lost, a retry with the same id gets the granted lease back.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -161,8 +173,20 @@ def sync(
 
      Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
     live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease the answer is
-    `409 lock_held` with `Retry-After` set to the whole seconds until it expires (at least 1).
+    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
+    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
+    the whole seconds until the live lease expires (at least 1).
+
+    With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
+    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
+    served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
+    release, a force release or an expiry hands the lock to the first waiter at once. A waiter
+    whose connection closes, or whose wait runs out, leaves the queue at once and is never
+    granted a lease; if it acquires again with the same `owner_token` within a few seconds
+    (a retry with the same `X-Request-Id`, or the next request of a longer wait made of
+    several), it gets its old place back. Send `X-Request-Id` with a waiting acquire: should
+    the answer be lost, a retry with the same id gets the granted lease back.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -199,8 +223,20 @@ async def asyncio_detailed(
 
      Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
     live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease the answer is
-    `409 lock_held` with `Retry-After` set to the whole seconds until it expires (at least 1).
+    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
+    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
+    the whole seconds until the live lease expires (at least 1).
+
+    With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
+    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
+    served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
+    release, a force release or an expiry hands the lock to the first waiter at once. A waiter
+    whose connection closes, or whose wait runs out, leaves the queue at once and is never
+    granted a lease; if it acquires again with the same `owner_token` within a few seconds
+    (a retry with the same `X-Request-Id`, or the next request of a longer wait made of
+    several), it gets its old place back. Send `X-Request-Id` with a waiting acquire: should
+    the answer be lost, a retry with the same id gets the granted lease back.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -240,8 +276,20 @@ async def asyncio(
 
      Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
     live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease the answer is
-    `409 lock_held` with `Retry-After` set to the whole seconds until it expires (at least 1).
+    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
+    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
+    the whole seconds until the live lease expires (at least 1).
+
+    With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
+    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
+    served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
+    release, a force release or an expiry hands the lock to the first waiter at once. A waiter
+    whose connection closes, or whose wait runs out, leaves the queue at once and is never
+    granted a lease; if it acquires again with the same `owner_token` within a few seconds
+    (a retry with the same `X-Request-Id`, or the next request of a longer wait made of
+    several), it gets its old place back. Send `X-Request-Id` with a waiting acquire: should
+    the answer be lost, a retry with the same id gets the granted lease back.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or

@@ -50,9 +50,8 @@ class LiveServer:
         is checked against openapi.yaml unless `check` is False."""
         headers = project.headers() if project is not None else {}
         hooks = {"response": [check_response]} if check else {}
-        return httpx.Client(
-            base_url=self.url, headers=headers, event_hooks=hooks, timeout=30, **kwargs
-        )  # type: ignore[arg-type]
+        options: dict[str, object] = {"timeout": 30, **kwargs}
+        return httpx.Client(base_url=self.url, headers=headers, event_hooks=hooks, **options)  # type: ignore[arg-type]
 
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

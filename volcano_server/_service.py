@@ -212,11 +212,12 @@ class LockService:
 
     # -- the life of a waiting request -----------------------------------------------------
 
-    def settle(self, key_ref: tuple[int, str], *, may_wait: bool = True) -> float | None:
-        """Take a key reserved for one of ours, or hand a free key over; seconds until it frees.
+    def settle(self, key_ref: tuple[int, str], *, may_wait: bool = True) -> None:
+        """Take a key reserved for one of ours, or hand a free key over.
 
         Run when a timer fires at a lease's expiry, when another server announces a
-        reservation, or by polling. Returns how long the live lease has left (None: not held).
+        reservation, or by polling; like every transaction on a key we wait for, it re-times
+        the key's timer to the lease it leaves.
         """
         project_id, key = key_ref
 
@@ -225,11 +226,7 @@ class LockService:
                 row = self._take_reserved(tx, effects, row, now)
             return self._hand_off(tx, row, now, effects), None
 
-        row, now, _ = self._on_key(project_id, key, run, may_wait=may_wait)
-        if row is None or not row.live(now):
-            return None
-        assert row.expires_at_us is not None  # noqa: S101 - live() checked it
-        return (row.expires_at_us - now) / 1_000_000
+        self._on_key(project_id, key, run, may_wait=may_wait)
 
     def give_up(self, entry: Entry, *, may_wait: bool = True) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
@@ -371,10 +368,6 @@ class LockService:
         tx.touch_server(room.server_id, now + self._lifetime_us)
         room.join(entry, seq)
         effects.joined.append(entry)
-        left = None
-        if row is not None and row.expires_at_us is not None and row.live(now):
-            left = (row.expires_at_us - now) / 1_000_000
-        effects.watched.append((entry.key_ref, left))
 
     def _step_out(self, tx: WriteTx, entry: Entry, row: LockRow | None, now: int) -> LockRow | None:
         """Mark the entry's row away (its place kept a while), giving back a reservation."""
@@ -425,8 +418,7 @@ class LockService:
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
-            if row is not None and row != loaded:
-                tx.save_lock(row)
+            self._save(tx, effects, loaded, row, now)
             if isinstance(outcome, Queued | Answer):
                 return outcome
             answer = _render(outcome, caller.request_id)
@@ -452,11 +444,26 @@ class LockService:
             now = tx.now_us()
             loaded = tx.load_lock(project_id, key)
             row, result = run(tx, effects, now, loaded)
-            if row is not None and row != loaded:
-                tx.save_lock(row)
+            self._save(tx, effects, loaded, row, now)
             return row, now, result
 
         return self._in_transaction(work, may_wait=may_wait)
+
+    def _save(
+        self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow | None, now: int
+    ) -> None:
+        """Save the key's row if it changed; re-time the key's hand-off if requests wait here."""
+        if row is None:
+            return
+        if row != loaded:
+            tx.save_lock(row)
+        key_ref = (row.project_id, row.key)
+        if self.room.entries_of(key_ref):
+            left = None
+            if row.live(now):
+                assert row.expires_at_us is not None  # noqa: S101 - live() checked it
+                left = (row.expires_at_us - now) / 1_000_000
+            effects.watched.append((key_ref, left))
 
     def _in_transaction(self, work: Callable[[WriteTx, _Effects], T], *, may_wait: bool) -> T:
         """Run `work` in one write transaction; its effects on waiting requests follow commit."""

@@ -292,8 +292,7 @@ class WaitingRoom:
         try:
             again = True
             while again:
-                seconds = await run(lambda wait: service.settle(key_ref, may_wait=wait))
-                self._arm(key_ref, seconds)
+                await run(lambda wait: service.settle(key_ref, may_wait=wait))
                 again = self._settling.get(key_ref, False)
                 self._settling[key_ref] = False
         except Exception as exc:  # noqa: BLE001 - a timer must survive a failing database

@@ -1,4 +1,4 @@
-"""Schemathesis hooks for the Volcano contract: a string format and a credential check.
+"""Schemathesis hooks for the Volcano contract: a string format, short waits, a credential check.
 
 Loaded by the contract suite and by `scripts/contract.sh` (SCHEMATHESIS_HOOKS), so a run against
 any server uses the same rules.
@@ -20,6 +20,23 @@ schemathesis.openapi.format(
     "uuid-any-case",
     st.uuids().flatmap(lambda u: st.sampled_from([str(u), str(u).upper()])),
 )
+
+# A valid wait_seconds (up to 60) on a key some earlier case holds makes the request wait that
+# long; every generated wait is cut to this, still valid, so the suite stays fast. Invalid
+# values (negative, over 60, not a number) are left alone, so negative cases stay negative.
+WAIT_CAP_SECONDS = 0.2
+
+
+@schemathesis.hook
+def before_call(ctx: schemathesis.HookContext, case: schemathesis.Case, **kwargs: Any) -> None:
+    """Cut every valid generated wait_seconds to WAIT_CAP_SECONDS."""
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    wait = body.get("wait_seconds")
+    if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 60:
+        body["wait_seconds"] = min(wait, WAIT_CAP_SECONDS)
+
 
 _probed: set[str] = set()
 

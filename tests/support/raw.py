@@ -45,9 +45,18 @@ class Locks:
         self.http = http
 
     def acquire(
-        self, key: str, owner: str, ttl: float = 30, *, request_id: str | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl: float = 30,
+        *,
+        request_id: str | None = None,
+        wait: float | None = None,
     ) -> httpx.Response:
-        return self._post(key, "acquire", {"owner_token": owner, "ttl_seconds": ttl}, request_id)
+        body: dict[str, Any] = {"owner_token": owner, "ttl_seconds": ttl}
+        if wait is not None:
+            body["wait_seconds"] = wait
+        return self._post(key, "acquire", body, request_id)
 
     def renew(
         self, key: str, owner: str, fence: int, ttl: float = 30, *, request_id: str | None = None

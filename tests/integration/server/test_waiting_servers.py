@@ -1,0 +1,146 @@
+"""Waiting across several servers on one database: one queue, hand-offs between servers.
+
+On PostgreSQL a server tells another through NOTIFY; on SQLite, servers sharing a file poll.
+Every test takes a lease through one server and waits through another, with waits shorter than
+the lease's ttl, so only a hand-off between servers (not an expiry) can answer in time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import httpx
+import pytest
+
+from tests.conftest import LiveServer
+from tests.support.databases import process_database
+from tests.support.raw import Locks, new_id, wait_for
+from tests.support.server import ServerProcess, create_project, serve_in_thread
+from volcano_server import ServerConfig, create_app
+
+from .test_waiting import Waiter, hold, in_line
+
+pytestmark = pytest.mark.slow
+
+
+@attrs.frozen
+class Pair:
+    """Two servers on one database, and a LiveServer view of each."""
+
+    a: LiveServer
+    b: LiveServer
+
+
+@pytest.fixture(scope="module")
+def pair(live_server: LiveServer) -> Iterator[Pair]:
+    """A second in-thread server on the session server's database."""
+    app = create_app(ServerConfig(database_url=live_server.database_url, access_log=False))
+    with serve_in_thread(app) as url:
+        yield Pair(live_server, attrs.evolve(live_server, url=url))
+
+
+@pytest.fixture
+def a(pair: Pair) -> Iterator[Locks]:
+    """Raw lock calls through server A."""
+    with pair.a.http(pair.a.project) as http:
+        yield Locks(http)
+
+
+class TestAcrossServers:
+    def test_a_release_through_one_server_wakes_a_waiter_on_another(
+        self, pair: Pair, a: Locks, key: str
+    ) -> None:
+        """The waiter held by B gets the key released through A, long before any expiry."""
+        owner, lease = hold(a, key, ttl=60)
+        waiter = Waiter(pair.b, key, wait=15)
+        wait_for(lambda: in_line(pair.a, key) == 1)
+        assert a.release(key, owner, lease["fencing_token"]).status_code == 204
+        assert waiter.lease["fencing_token"] == lease["fencing_token"] + 1
+
+    def test_waiters_on_two_servers_keep_one_order(self, pair: Pair, a: Locks, key: str) -> None:
+        """Waiters queued alternately through A and B are served in arrival order."""
+        owner, lease = hold(a, key, ttl=60)
+        waiters = []
+        for index in range(4):
+            waiters.append(Waiter(pair.b if index % 2 else pair.a, key, wait=20))
+            wait_for(lambda: in_line(pair.a, key) == len(waiters))
+        fence = lease["fencing_token"]
+        assert a.release(key, owner, fence).status_code == 204
+        for expected, waiter in enumerate(waiters, start=fence + 1):
+            assert waiter.lease["fencing_token"] == expected
+            assert a.release(key, waiter.owner, expected).status_code == 204
+
+    def test_no_newcomer_on_one_server_passes_a_waiter_on_another(
+        self, pair: Pair, a: Locks, key: str
+    ) -> None:
+        """Around an expiry, a newcomer polling A never gets the key ahead of B's waiter."""
+        _, lease = hold(a, key, ttl=0.5)
+        waiter = Waiter(pair.b, key, wait=15)
+        wait_for(lambda: in_line(pair.a, key) == 1)
+        newcomer = new_id()
+        while waiter.response is None:
+            assert a.acquire(key, newcomer, 30).status_code == 409
+        assert waiter.lease["fencing_token"] == lease["fencing_token"] + 1
+
+
+class TestServerKilled:
+    def test_waiters_of_a_killed_server_block_others_only_briefly(
+        self, live_server: LiveServer, tmp_path: Path, key: str
+    ) -> None:
+        """B dies (SIGKILL) holding the first waiter; A's waiter behind it gets the key soon.
+
+        The dead server's waiter is passed over once its heartbeat (3 s) and any reservation
+        made for it (2 s) run out: well within the 20 s this waiter waits, and long before the
+        60 s lease it stood behind would have ended.
+        """
+        database = process_database(live_server.database_url, tmp_path / "shared.db")
+        project = (
+            live_server.project
+            if database == live_server.database_url
+            else create_project(database, "killed")
+        )
+        with contextlib.ExitStack() as stack:
+            a_url = stack.enter_context(
+                serve_in_thread(create_app(ServerConfig(database_url=database, access_log=False)))
+            )
+            a = attrs.evolve(live_server, url=a_url, database_url=database, project=project)
+            a_locks = Locks(stack.enter_context(a.http(project)))
+            b_process = stack.enter_context(ServerProcess(database, "--no-access-log"))
+            b = attrs.evolve(a, url=b_process.url)
+            owner, lease = hold(a_locks, key, ttl=60)
+            doomed = Waiter(b, key, wait=60)
+            wait_for(lambda: in_line(a, key) == 1)
+            survivor = Waiter(a, key, wait=20)
+            wait_for(lambda: in_line(a, key) == 2)
+            b_process.kill()
+            assert a_locks.release(key, owner, lease["fencing_token"]).status_code == 204
+            granted = survivor.lease
+            assert granted["owner_token"] == survivor.owner
+            assert isinstance(doomed.outcome(), httpx.HTTPError)  # it died with its server
+
+
+class TestShutdown:
+    def test_sigterm_answers_waiters_at_once(
+        self, live_server: LiveServer, tmp_path: Path, key: str
+    ) -> None:
+        """SIGTERM answers a queued request 503 right away, not when its minute is up."""
+        database = process_database(live_server.database_url, tmp_path / "term.db")
+        project = (
+            live_server.project
+            if database == live_server.database_url
+            else create_project(database, "term")
+        )
+        with ServerProcess(database, "--no-access-log") as server:
+            view = attrs.evolve(live_server, url=server.url, database_url=database, project=project)
+            with view.http(project) as http:
+                hold(Locks(http), key, ttl=60)
+            waiter = Waiter(view, key, wait=60)
+            wait_for(lambda: in_line(view, key) == 1)
+            assert server.terminate() != 0  # uvicorn re-raises SIGTERM
+            answer = waiter.result(timeout=20)
+        assert answer.status_code == 503
+        assert answer.json()["error"]["code"] == "unavailable"
+        assert answer.headers["Retry-After"] == "1"

@@ -12,10 +12,11 @@ import httpx
 
 from . import _config, _requests
 from ._clock import SYSTEM_CLOCK, Clock
-from ._exceptions import ClientClosedError, InvalidArgumentError
+from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import AsyncLockGuard
 from ._retry import retry_once_async
 from ._transport import AsyncTransport
+from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._models import ForceReleaseResult, LockLease, LockState
+    from ._requests import Acquisition
     from ._transport import Call
 
 T = TypeVar("T")
@@ -132,22 +134,36 @@ class AsyncClient:
         self._check_open()
         return await self._transport.send(call, request_timeout=request_timeout)
 
-    async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
-        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
+    async def _acquire(self, acquisition: Acquisition) -> tuple[LockLease, float, bool]:
+        """Acquire: (lease, send time of the request that got it, the answer was a replay).
 
-        The retry repeats the request id, so its answer may replay the lease the first attempt
-        created: the lease dates from the first send, never from the retry's.
+        Each request is retried once after a transport failure or a 503, repeating its request
+        id, so its answer may replay the lease the first attempt created: the lease dates from
+        that request's first send, never from the retry's. A wait longer than one request may
+        hold is a chain of requests (`WaitChain`).
         """
+        clock = self._clock
+        chain = WaitChain(acquisition, clock.monotonic())
+        while True:
+            call, wait = chain.next_call(clock.monotonic())
+            timeout = self.timeout + wait  # the request stays open while it waits
 
-        async def attempt() -> tuple[LockLease, bool]:
-            self._check_open()
-            return await self._transport.send_noting_replay(call)
+            async def attempt(
+                call: Call[LockLease] = call, seconds: float = timeout
+            ) -> tuple[LockLease, bool]:
+                self._check_open()
+                return await self._transport.send_noting_replay(call, request_timeout=seconds)
 
-        sent_at = self._clock.monotonic()
-        lease, replayed = await retry_once_async(
-            attempt, self._clock.async_sleep, f"acquire {call.key}"
-        )
-        return lease, sent_at, replayed
+            sent_at = clock.monotonic()
+            try:
+                lease, replayed = await retry_once_async(
+                    attempt, self._clock.async_sleep, f"acquire {call.key}"
+                )
+            except LockHeldError:
+                if chain.goes_on(clock.monotonic()):
+                    continue
+                raise
+            return lease, sent_at, replayed
 
     def _track(self, guard: AsyncLockGuard) -> bool:
         """Keep `guard` to stop at close; a closed client marks it lost and returns False."""
@@ -178,16 +194,18 @@ class AsyncLocks:
         key: str,
         *,
         ttl: float | timedelta,
+        wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
-        """Acquire a lease on `key` for `ttl` seconds; see `Locks.acquire`.
+        """Acquire a lease on `key` for `ttl` seconds, waiting up to `wait`; see `Locks.acquire`.
 
         A transport failure or a 503 is retried once with the very same owner token, request
-        id, key, ttl and credentials; nothing else is retried.
+        id, key, ttl and credentials; nothing else is retried. Cancelling a waiting acquire
+        closes its connection, which takes it out of the key's queue.
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _, _ = await self._client._acquire(call)
+        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        lease, _, _ = await self._client._acquire(acquisition)
         return lease
 
     async def renew(
@@ -223,6 +241,7 @@ class AsyncLocks:
         key: str,
         *,
         ttl: float | timedelta,
+        wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> AsyncLockGuard:
@@ -234,5 +253,5 @@ class AsyncLocks:
                 raise RuntimeError("lock ownership was lost")
         ```
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return AsyncLockGuard(self._client, call, replayable=request_id is not None)
+        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        return AsyncLockGuard(self._client, acquisition, replayable=request_id is not None)

@@ -9,11 +9,12 @@ import httpx
 
 from . import _config, _requests
 from ._clock import SYSTEM_CLOCK, Clock
-from ._exceptions import ClientClosedError, InvalidArgumentError
+from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import LockGuard
 from ._renewer import Renewer
 from ._retry import retry_once
 from ._transport import SyncTransport
+from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._models import ForceReleaseResult, LockLease, LockState
+    from ._requests import Acquisition
     from ._transport import Call
 
 T = TypeVar("T")
@@ -131,20 +133,34 @@ class Client:
         self._check_open()
         return self._transport.send(call, request_timeout=request_timeout)
 
-    def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
-        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
+    def _acquire(self, acquisition: Acquisition) -> tuple[LockLease, float, bool]:
+        """Acquire: (lease, send time of the request that got it, the answer was a replay).
 
-        The retry repeats the request id, so its answer may replay the lease the first attempt
-        created: the lease dates from the first send, never from the retry's.
+        Each request is retried once after a transport failure or a 503, repeating its request
+        id, so its answer may replay the lease the first attempt created: the lease dates from
+        that request's first send, never from the retry's. A wait longer than one request may
+        hold is a chain of requests (`WaitChain`).
         """
+        clock = self._clock
+        chain = WaitChain(acquisition, clock.monotonic())
+        while True:
+            call, wait = chain.next_call(clock.monotonic())
+            timeout = self.timeout + wait  # the request stays open while it waits
 
-        def attempt() -> tuple[LockLease, bool]:
-            self._check_open()
-            return self._transport.send_noting_replay(call)
+            def attempt(
+                call: Call[LockLease] = call, seconds: float = timeout
+            ) -> tuple[LockLease, bool]:
+                self._check_open()
+                return self._transport.send_noting_replay(call, request_timeout=seconds)
 
-        sent_at = self._clock.monotonic()
-        lease, replayed = retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
-        return lease, sent_at, replayed
+            sent_at = clock.monotonic()
+            try:
+                lease, replayed = retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
+            except LockHeldError:
+                if chain.goes_on(clock.monotonic()):
+                    continue
+                raise
+            return lease, sent_at, replayed
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""
@@ -177,10 +193,18 @@ class Locks:
         key: str,
         *,
         ttl: float | timedelta,
+        wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
-        """Acquire a lease on `key` for `ttl` seconds.
+        """Acquire a lease on `key` for `ttl` seconds, waiting up to `wait` seconds for it.
+
+        With `wait`, a key held by another owner puts this caller in the key's queue on the
+        server: callers are served in order of arrival, and the lock is handed over the moment
+        its holder releases it or its lease expires (no polling). The lease's ttl counts from
+        that moment. A wait longer than one request may hold (50 s) is a chain of requests
+        with the same owner token, which keeps the place in line. Interrupting a waiting call
+        (Ctrl-C, or cancelling the task) closes its connection, which takes it out of line.
 
         A transport failure or a 503 is retried once with the very same owner token, request
         id, key, ttl and credentials; nothing else is retried. To recover after the retry also
@@ -191,18 +215,21 @@ class Locks:
             key: The lock's name: 1 to 255 characters, a letter or digit, then letters,
                 digits, `.`, `_`, `:` or `-`.
             ttl: The lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            wait: How long to wait for a held lock: seconds or a `timedelta`; 0 (the default)
+                answers at once.
             token: The owner token (a UUID); a fresh one by default. Keep it private.
-            request_id: The request id (a UUID); a fresh one by default.
+            request_id: The request id (a UUID) of the first request; a fresh one by default.
 
         Returns:
             The new lease. Acquiring again with the live holder's own token returns that
             lease, its expiry moved to now + ttl.
 
         Raises:
-            LockHeldError: Another owner holds a live lease (`retry_after` says how long).
+            LockHeldError: Another owner holds a live lease and the wait ran out
+                (`retry_after` says how long the current lease has left).
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _, _ = self._client._acquire(call)
+        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        lease, _, _ = self._client._acquire(acquisition)
         return lease
 
     def renew(
@@ -273,6 +300,7 @@ class Locks:
         key: str,
         *,
         ttl: float | timedelta,
+        wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockGuard:
@@ -284,9 +312,11 @@ class Locks:
                 raise RuntimeError("lock ownership was lost")
         ```
 
-        Entering acquires like `acquire` (same retry-once, with `token` and `request_id`);
-        renewals and the release use fresh request ids. With `request_id`, a replayed answer
-        may describe an earlier acquisition whose age this client cannot know, so entering then
+        Entering acquires like `acquire` (same retry-once and waiting, with `wait`, `token`
+        and `request_id`); renewals and the release use fresh request ids. With `request_id`,
+        a replayed answer may describe an earlier acquisition whose age this client cannot
+        know; and after a wait the lease was granted at a moment this client cannot know
+        either. So when the answer is a replay, or came after a third of the ttl, entering
         renews the lease once (not retried) and dates it from that renewal; a lease that has
         meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
         entering. Exiting does not raise when the lease was lost: check `guard.lost`.
@@ -294,8 +324,9 @@ class Locks:
         Args:
             key: The lock's name.
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            wait: How long entering may wait for a held lock (see `acquire`); default 0.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return LockGuard(self._client, call, replayable=request_id is not None)
+        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        return LockGuard(self._client, acquisition, replayable=request_id is not None)

@@ -8,16 +8,16 @@ with client.locks.with_lock("daily-report", ttl=30) as guard:
         write(item, fence=guard.lease.fencing_token)
 ```
 
-Entering acquires (retrying once, like `acquire`); when a caller's `request_id` is answered with
-a replayed outcome, it then renews once, because that lease may come from an earlier call, made
-at a time this client never saw. While the block runs, the lease is renewed before it can
-expire; `guard.lease` is the latest lease and `guard.lost` turns True when a renewal is refused
-(409, or another 4xx) or none succeeded before the lease's deadline by the client's monotonic
-clock. Leaving the block stops renewal and releases the latest lease unless it was lost. Exiting
-never raises because the lease was lost, and a failed release is logged, never raised, so an
-exception from the block is never masked: **the block must check `guard.lost`** (or `wait_lost`)
-and stop its protected work, and the protected resource should check fencing tokens, because
-renewal cannot stop code that is already running.
+Entering acquires (retrying once and waiting, like `acquire`); when a caller's `request_id` is
+answered with a replayed outcome, or the answer came after a third of the ttl (a wait), it then
+renews once, because that lease may have been granted at a time this client never saw. While the
+block runs, the lease is renewed before it can expire; `guard.lease` is the latest lease and
+`guard.lost` turns True when a renewal is refused (409, or another 4xx) or none succeeded before
+the lease's deadline by the client's monotonic clock. Leaving the block stops renewal and releases
+the latest lease unless it was lost. Exiting never raises because the lease was lost, and a failed
+release is logged, never raised, so an exception from the block is never masked: **the block must
+check `guard.lost`** (or `wait_lost`) and stop its protected work, and the protected resource
+should check fencing tokens, because renewal cannot stop code that is already running.
 
 A guard is single use: it cannot be entered twice or re-entered after it exits. After exit,
 `lease`, `lost` and `lost_reason` keep telling what happened; a release refused because the
@@ -36,7 +36,7 @@ import attrs
 
 from . import _requests
 from ._exceptions import Error, GuardStateError, LeaseNotHeldError, LockLostError
-from ._renewal import Timeline
+from ._renewal import RENEW_AFTER_FRACTION, Timeline
 
 if TYPE_CHECKING:
     import asyncio
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._client import Client
     from ._clock import Clock
     from ._models import LockLease
+    from ._requests import Acquisition
     from ._transport import Call
 
 logger = logging.getLogger("volcano")
@@ -72,7 +73,7 @@ class _GuardState:
     """The state both guards share: phase, timeline, and the answers to lease/lost/lost_reason."""
 
     def __init__(
-        self, acquisition: Call[LockLease], clock: Clock, timeout: float, *, replayable: bool
+        self, acquisition: Acquisition, clock: Clock, timeout: float, *, replayable: bool
     ) -> None:
         self._acquisition = acquisition
         # The acquisition carries a caller's request id, so a replayed answer may describe a
@@ -148,6 +149,18 @@ class _GuardState:
                 "use it as `with client.locks.with_lock(...) as guard:`"
             )
         return self._timeline
+
+    def _needs_fresh_date(self, lease: LockLease, sent_at: float, replayed: bool) -> bool:
+        """Whether to renew on entry, dating the lease from that renewal's send.
+
+        A replay of a caller's request id may describe an earlier acquisition; an answer that
+        came after a third of the ttl (a wait for the lock) was granted at some moment after
+        `sent_at`. Dating either from `sent_at` could make the guard give up a lease the server
+        still grants it; the renewal is due anyway.
+        """
+        if replayed and self._replayable:
+            return True
+        return self._clock.monotonic() - sent_at >= lease.ttl_seconds * RENEW_AFTER_FRACTION
 
     def _begin_entering(self) -> None:
         with self._phase_lock:
@@ -265,7 +278,7 @@ class LockGuard(_GuardState):
     """
 
     def __init__(
-        self, client: Client, acquisition: Call[LockLease], *, replayable: bool = False
+        self, client: Client, acquisition: Acquisition, *, replayable: bool = False
     ) -> None:
         super().__init__(acquisition, client._clock, client.timeout, replayable=replayable)
         self._client = client
@@ -275,7 +288,7 @@ class LockGuard(_GuardState):
         self._begin_entering()
         try:
             lease, sent_at, replayed = self._client._acquire(self._acquisition)
-            if replayed and self._replayable:
+            if self._needs_fresh_date(lease, sent_at, replayed):
                 sent_at = self._clock.monotonic()
                 lease = self._client._send(_requests.renewal(lease))
         except BaseException:
@@ -348,7 +361,7 @@ class AsyncLockGuard(_GuardState):
     """
 
     def __init__(
-        self, client: AsyncClient, acquisition: Call[LockLease], *, replayable: bool = False
+        self, client: AsyncClient, acquisition: Acquisition, *, replayable: bool = False
     ) -> None:
         super().__init__(acquisition, client._clock, client.timeout, replayable=replayable)
         self._client = client
@@ -362,7 +375,7 @@ class AsyncLockGuard(_GuardState):
         self._changed = asyncio.Event()
         try:
             lease, sent_at, replayed = await self._client._acquire(self._acquisition)
-            if replayed and self._replayable:
+            if self._needs_fresh_date(lease, sent_at, replayed):
                 sent_at = self._clock.monotonic()
                 lease = await self._client._send(_requests.renewal(lease))
         except BaseException:

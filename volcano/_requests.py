@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from . import _transport, _validate
 
 if TYPE_CHECKING:
@@ -17,14 +19,41 @@ if TYPE_CHECKING:
     from ._transport import Call
 
 
+@attrs.frozen
+class Acquisition:
+    """An acquisition, checked: one request, or a chain of them when it waits long.
+
+    Every request of the chain carries the same owner token (the server keeps its place in line
+    between them); the first one carries `request_id`, the others fresh ones.
+    """
+
+    key: str
+    owner_token: str = attrs.field(repr=False)
+    ttl: float
+    wait: float
+    request_id: str
+
+    def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
+        """The request of this acquisition that waits up to `wait` seconds."""
+        return _transport.acquire_call(
+            self.key, owner_token=self.owner_token, ttl=self.ttl, request_id=request_id, wait=wait
+        )
+
+
 def acquire(
-    key: object, *, ttl: object, token: str | uuid.UUID | None, request_id: str | uuid.UUID | None
-) -> Call[LockLease]:
-    """The acquire request for these arguments."""
-    return _transport.acquire_call(
-        _validate.key(key),
+    key: object,
+    *,
+    ttl: object,
+    wait: object = 0.0,
+    token: str | uuid.UUID | None,
+    request_id: str | uuid.UUID | None,
+) -> Acquisition:
+    """The acquisition for these arguments."""
+    return Acquisition(
+        key=_validate.key(key),
         owner_token=_validate.new_uuid() if token is None else _validate.owner_token(token),
         ttl=_validate.ttl(ttl),
+        wait=_validate.wait(wait),
         request_id=_request_id(request_id),
     )
 
@@ -64,6 +93,11 @@ def get(key: object, *, request_id: str | uuid.UUID | None) -> Call[LockState]:
 def force_release(key: object, *, request_id: str | uuid.UUID | None) -> Call[ForceReleaseResult]:
     """The force release request for these arguments."""
     return _transport.force_release_call(_validate.key(key), request_id=_request_id(request_id))
+
+
+def new_request_id() -> str:
+    """A fresh request id."""
+    return _validate.new_uuid()
 
 
 def _request_id(value: str | uuid.UUID | None) -> str:

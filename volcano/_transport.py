@@ -102,16 +102,22 @@ class Call(Generic[T]):
     convert: Callable[[object], T]
 
 
-def acquire_call(key: str, *, owner_token: str, ttl: float, request_id: str) -> Call[LockLease]:
-    """The request that acquires `key` for `owner_token` for `ttl` seconds."""
+def acquire_call(
+    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0
+) -> Call[LockLease]:
+    """The request that acquires `key` for `owner_token` for `ttl` seconds.
+
+    With `wait`, it queues for the key up to that many seconds (the body then carries
+    `wait_seconds`; without it, it is exactly the request of a client that never waits).
+    """
+    body = _models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
+    if wait > 0:
+        body.wait_seconds = wait
     return Call(
         operation="acquire",
         key=key,
         request_id=request_id,
-        kwargs={
-            "key": key,
-            "body": _models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl),
-        },
+        kwargs={"key": key, "body": body},
         sync_detailed=_generated().acquire_lock.sync_detailed,
         asyncio_detailed=_generated().acquire_lock.asyncio_detailed,
         success_status=200,

@@ -47,6 +47,14 @@ def ttl(value: object) -> int | float:
     return seconds
 
 
+def wait(value: object) -> float:
+    """Return how long an acquire may wait for the lock, in seconds: 0 (the default) or more."""
+    seconds = float(_seconds("wait", value))
+    if seconds < 0:
+        raise InvalidArgumentError(f"wait must be 0 or more seconds, got {seconds!r}")
+    return seconds
+
+
 def timeout(value: object) -> float:
     """Return a request timeout in seconds: more than 0, at most an hour."""
     seconds = float(_seconds("timeout", value))

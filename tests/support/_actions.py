@@ -26,6 +26,7 @@ __all__ = [
     "Action",
     "Blackhole",
     "BodySource",
+    "CutAfter",
     "Delay",
     "DelayResponse",
     "DropResponse",
@@ -38,6 +39,7 @@ __all__ = [
     "ResetBeforeForward",
     "Respond",
     "blackhole",
+    "cut_after",
     "default_error_code",
     "delay",
     "delay_response",
@@ -81,6 +83,10 @@ class Exchange(Protocol):
 
     async def hold(self, *, partition: bool) -> bool:
         """Pass nothing until the client leaves or held connections are released; returns False."""
+        ...
+
+    async def close_upstream(self) -> None:
+        """Close the connection to the upstream (FIN), abandoning any request on it."""
         ...
 
 
@@ -271,6 +277,25 @@ class DelayResponse(Action):
 
 
 @dataclass(frozen=True)
+class CutAfter(Action):
+    """Forward; if no answer came within `seconds`, close both connections (FIN), as a load
+    balancer's idle timeout cuts a request that waits too long."""
+
+    name: ClassVar[str] = "cut_after"
+    seconds: float
+
+    async def run(self, exchange: Exchange) -> bool:
+        try:
+            response = await asyncio.wait_for(exchange.forward(), self.seconds)
+        except TimeoutError:
+            await exchange.close_upstream()
+            return await exchange.disconnect(rst=False)
+        if response is None:
+            return await exchange.disconnect(rst=True)
+        return await exchange.reply(response.raw, response.status, close=response.closes)
+
+
+@dataclass(frozen=True)
 class Blackhole(Action):
     """Read the request, never forward nor answer it; hold the connection until heal() or stop."""
 
@@ -383,6 +408,11 @@ def delay(seconds: float, *, then: Action | None = None) -> Delay:
 def delay_response(seconds: float) -> DelayResponse:
     """Forward at once and hold the response `seconds`: a slow server that has already committed."""
     return DelayResponse(seconds=seconds)
+
+
+def cut_after(seconds: float) -> CutAfter:
+    """Forward, and cut both connections if no answer came within `seconds`."""
+    return CutAfter(seconds=seconds)
 
 
 def blackhole() -> Blackhole:

@@ -12,6 +12,7 @@ from tests.support._actions import (
     BodySource,
     HeaderSource,
     blackhole,
+    cut_after,
     delay,
     delay_response,
     drop_response,
@@ -139,3 +140,7 @@ class RuleBuilder:
     def blackhole(self, *, times: int | None = 1) -> Rule:
         """See blackhole()."""
         return self.then(blackhole(), times=times)
+
+    def cut_after(self, seconds: float, *, times: int | None = 1) -> Rule:
+        """See cut_after()."""
+        return self.then(cut_after(seconds), times=times)

@@ -27,6 +27,7 @@ __all__ = [
     "fresh_postgres_database",
     "is_postgres",
     "process_database",
+    "queued",
     "require_postgres",
     "scalar",
     "terminate_backends",
@@ -152,6 +153,17 @@ def scalar(database_url: str, query: str, params: Sequence[Any] = ()) -> Any:
             row = conn.execute(query, tuple(params)).fetchone()
     assert row is not None
     return row[0]
+
+
+def queued(database_url: str, key: str) -> int:
+    """How many callers wait in the queue of `key` (in any project), read from the database."""
+    return int(
+        scalar(
+            database_url,
+            "SELECT count(*) FROM lock_waiters WHERE key = ? AND state = 'waiting'",
+            (key,),
+        )
+    )
 
 
 def _display(url: str) -> str:

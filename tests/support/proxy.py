@@ -738,6 +738,9 @@ class _Exchange:
         await _close_stream(self._conn.writer, rst=rst)
         return False
 
+    async def close_upstream(self) -> None:
+        await self._conn.close_upstream()
+
     async def hold(self, *, partition: bool) -> bool:
         # Taken before any await, so a heal() racing with this call still releases it.
         release = self._proxy._release

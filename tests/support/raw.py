@@ -3,6 +3,7 @@ SDK), fresh ids, which operation a request is, and polling with an upper bound."
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-__all__ = ["Locks", "new_id", "operation", "wait_for"]
+__all__ = ["Locks", "Waiter", "new_id", "operation", "wait_for"]
 
 
 def new_id() -> str:
@@ -92,3 +93,60 @@ class Locks:
 
 def _rid(request_id: str | None) -> dict[str, str]:
     return {"X-Request-Id": request_id} if request_id is not None else {}
+
+
+class Waiter:
+    """A waiting acquire in a thread of its own, on `http` (closed when it ends)."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        key: str,
+        *,
+        wait: float = 20,
+        ttl: float = 30,
+        owner: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.owner = owner or new_id()
+        self.request_id = request_id or new_id()
+        self.response: httpx.Response | None = None
+        self.error: httpx.HTTPError | None = None
+        self.answered_at: float | None = None
+        self._http = http
+        self._thread = threading.Thread(
+            target=self._run, args=(key, wait, ttl), name=f"waiter-{key}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, key: str, wait: float, ttl: float) -> None:
+        try:
+            self.response = Locks(self._http).acquire(
+                key, self.owner, ttl, wait=wait, request_id=self.request_id
+            )
+            self.answered_at = time.monotonic()
+        except httpx.HTTPError as exc:
+            self.error = exc
+        finally:
+            self._http.close()
+
+    def outcome(self, timeout: float = 30) -> httpx.Response | httpx.HTTPError:
+        """The answer, or the transport error, once the request has ended."""
+        self._thread.join(timeout)
+        outcome = self.response or self.error
+        assert outcome is not None, "the waiting acquire did not finish"
+        return outcome
+
+    def result(self, timeout: float = 30) -> httpx.Response:
+        """The answer, once it has come."""
+        outcome = self.outcome(timeout)
+        assert isinstance(outcome, httpx.Response), f"no answer: {outcome!r}"
+        return outcome
+
+    @property
+    def lease(self) -> dict[str, Any]:
+        """The lease it was granted."""
+        response = self.result()
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body

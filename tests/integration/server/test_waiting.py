@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -18,83 +17,25 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer
-from tests.support.databases import scalar
-from tests.support.raw import Locks, new_id, wait_for
+from tests.support.databases import queued, scalar
+from tests.support.raw import Locks, Waiter, new_id, wait_for
 
 
 def in_line(live_server: LiveServer, key: str) -> int:
-    """How many callers wait in the key's queue (state waiting), read from the database."""
-    return int(
-        scalar(
-            live_server.database_url,
-            "SELECT count(*) FROM lock_waiters WHERE key = ? AND state = 'waiting'",
-            (key,),
-        )
-    )
+    """How many callers wait in the key's queue, read from the database."""
+    return queued(live_server.database_url, key)
 
 
-class Waiter:
-    """A waiting acquire in a thread of its own, on a connection of its own."""
-
-    def __init__(
-        self,
-        live_server: LiveServer,
-        key: str,
-        *,
-        wait: float = 20,
-        ttl: float = 30,
-        owner: str | None = None,
-        request_id: str | None = None,
-    ) -> None:
-        self.owner = owner or new_id()
-        self.request_id = request_id or new_id()
-        self.response: httpx.Response | None = None
-        self.error: httpx.HTTPError | None = None
-        self.answered_at: float | None = None
-        self._http = live_server.http(live_server.project)
-        self._thread = threading.Thread(
-            target=self._run, args=(key, wait, ttl), name=f"waiter-{key}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, key: str, wait: float, ttl: float) -> None:
-        try:
-            self.response = Locks(self._http).acquire(
-                key, self.owner, ttl, wait=wait, request_id=self.request_id
-            )
-            self.answered_at = time.monotonic()
-        except httpx.HTTPError as exc:
-            self.error = exc
-        finally:
-            self._http.close()
-
-    def outcome(self, timeout: float = 30) -> httpx.Response | httpx.HTTPError:
-        """The answer, or the transport error, once the request has ended."""
-        self._thread.join(timeout)
-        outcome = self.response or self.error
-        assert outcome is not None, "the waiting acquire did not finish"
-        return outcome
-
-    def result(self, timeout: float = 30) -> httpx.Response:
-        """The answer, once it has come."""
-        outcome = self.outcome(timeout)
-        assert isinstance(outcome, httpx.Response), f"no answer: {outcome!r}"
-        return outcome
-
-    @property
-    def lease(self) -> dict[str, Any]:
-        """The lease it was granted."""
-        response = self.result()
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
+def start_waiting(live_server: LiveServer, key: str, **kwargs: Any) -> Waiter:
+    """A waiting acquire of the main project, on a connection of its own."""
+    return Waiter(live_server.http(live_server.project), key, **kwargs)
 
 
 def queue_up(live_server: LiveServer, key: str, count: int, **kwargs: Any) -> list[Waiter]:
     """`count` waiters, each in line before the next one asks."""
     waiters = []
     for _ in range(count):
-        waiters.append(Waiter(live_server, key, **kwargs))
+        waiters.append(start_waiting(live_server, key, **kwargs))
         wait_for(lambda: in_line(live_server, key) == len(waiters), f"{len(waiters)} in line")
     return waiters
 
@@ -279,12 +220,12 @@ class TestPlaceInLine:
     ) -> None:
         """A retried waiting acquire (same request id and token) keeps the original's place."""
         owner, lease = hold(locks, key)
-        first = Waiter(live_server, key, wait=0.5)
+        first = start_waiting(live_server, key, wait=0.5)
         wait_for(lambda: in_line(live_server, key) == 1)
-        second = Waiter(live_server, key)
+        second = start_waiting(live_server, key)
         wait_for(lambda: in_line(live_server, key) == 2)
         first.result()  # its wait ran out: it is away, its place kept
-        retry = Waiter(live_server, key, owner=first.owner, request_id=new_id())
+        retry = start_waiting(live_server, key, owner=first.owner, request_id=new_id())
         wait_for(lambda: in_line(live_server, key) == 2)
         assert locks.release(key, owner, lease["fencing_token"]).status_code == 204
         assert retry.lease["fencing_token"] == lease["fencing_token"] + 1
@@ -303,11 +244,11 @@ class TestPlaceInLine:
     ) -> None:
         """The same request sent again while the first still waits takes over the same place."""
         owner, lease = hold(locks, key)
-        first = Waiter(live_server, key)
+        first = start_waiting(live_server, key)
         wait_for(lambda: in_line(live_server, key) == 1)
-        behind = Waiter(live_server, key)
+        behind = start_waiting(live_server, key)
         wait_for(lambda: in_line(live_server, key) == 2)
-        duplicate = Waiter(live_server, key, owner=first.owner, request_id=first.request_id)
+        duplicate = start_waiting(live_server, key, owner=first.owner, request_id=first.request_id)
         superseded = first.result()
         assert superseded.status_code == 409
         assert in_line(live_server, key) == 2
@@ -349,7 +290,7 @@ class TestDisconnect:
         process = subprocess.Popen([sys.executable, "-c", script])
         try:
             wait_for(lambda: in_line(live_server, key) == 1, "the process is in line")
-            waiter = Waiter(live_server, key)
+            waiter = start_waiting(live_server, key)
             wait_for(lambda: in_line(live_server, key) == 2)
         finally:
             process.kill()

@@ -21,7 +21,7 @@ from tests.support.raw import Locks, new_id, wait_for
 from tests.support.server import ServerProcess, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 
-from .test_waiting import Waiter, hold, in_line
+from .test_waiting import hold, in_line, start_waiting
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ class TestAcrossServers:
     ) -> None:
         """The waiter held by B gets the key released through A, long before any expiry."""
         owner, lease = hold(a, key, ttl=60)
-        waiter = Waiter(pair.b, key, wait=15)
+        waiter = start_waiting(pair.b, key, wait=15)
         wait_for(lambda: in_line(pair.a, key) == 1)
         assert a.release(key, owner, lease["fencing_token"]).status_code == 204
         assert waiter.lease["fencing_token"] == lease["fencing_token"] + 1
@@ -65,7 +65,7 @@ class TestAcrossServers:
         owner, lease = hold(a, key, ttl=60)
         waiters = []
         for index in range(4):
-            waiters.append(Waiter(pair.b if index % 2 else pair.a, key, wait=20))
+            waiters.append(start_waiting(pair.b if index % 2 else pair.a, key, wait=20))
             wait_for(lambda: in_line(pair.a, key) == len(waiters))
         fence = lease["fencing_token"]
         assert a.release(key, owner, fence).status_code == 204
@@ -78,7 +78,7 @@ class TestAcrossServers:
     ) -> None:
         """Around an expiry, a newcomer polling A never gets the key ahead of B's waiter."""
         _, lease = hold(a, key, ttl=0.5)
-        waiter = Waiter(pair.b, key, wait=15)
+        waiter = start_waiting(pair.b, key, wait=15)
         wait_for(lambda: in_line(pair.a, key) == 1)
         newcomer = new_id()
         while waiter.response is None:
@@ -111,9 +111,9 @@ class TestServerKilled:
             b_process = stack.enter_context(ServerProcess(database, "--no-access-log"))
             b = attrs.evolve(a, url=b_process.url)
             owner, lease = hold(a_locks, key, ttl=60)
-            doomed = Waiter(b, key, wait=60)
+            doomed = start_waiting(b, key, wait=60)
             wait_for(lambda: in_line(a, key) == 1)
-            survivor = Waiter(a, key, wait=20)
+            survivor = start_waiting(a, key, wait=20)
             wait_for(lambda: in_line(a, key) == 2)
             b_process.kill()
             assert a_locks.release(key, owner, lease["fencing_token"]).status_code == 204
@@ -137,10 +137,10 @@ class TestShutdown:
             view = attrs.evolve(live_server, url=server.url, database_url=database, project=project)
             with view.http(project) as http:
                 hold(Locks(http), key, ttl=60)
-            waiter = Waiter(view, key, wait=60)
+            pending = start_waiting(view, key, wait=60)
             wait_for(lambda: in_line(view, key) == 1)
             assert server.terminate() != 0  # uvicorn re-raises SIGTERM
-            answer = waiter.result(timeout=20)
+            answer = pending.result(timeout=20)
         assert answer.status_code == 503
         assert answer.json()["error"]["code"] == "unavailable"
         assert answer.headers["Retry-After"] == "1"

@@ -22,6 +22,7 @@ MODULES = [
 
 # Classes with public names that are implementation, not API: users never build or hold them.
 INTERNAL = {
+    "Acquisition",
     "AsyncTransport",
     "Call",
     "Clock",
@@ -30,6 +31,7 @@ INTERNAL = {
     "Settings",
     "SyncTransport",
     "Timeline",
+    "WaitChain",
 }
 
 PUBLIC_CLASSES = [

@@ -60,14 +60,23 @@ class Journal:
         self.held_elsewhere = 0
         self.renewals = 0
         self.no_successor = 0
+        # token -> expires_at of the first acquire answer granting it: when the lease began,
+        # even for a guard that renewed on entry (after a long wait) before its block ran.
+        self.acquired: dict[int, int] = {}
 
     def heard(self, response: httpx.Response) -> None:
         """httpx response hook: any HTTP answer from the lock server."""
         self.answers.append(time.monotonic())
         if response.headers.get("Idempotent-Replayed") == "true":
             self.replays += 1
+        if response.status_code == 200 and response.url.path.endswith("/acquire"):
+            response.read()
+            lease = response.json()
+            expires = datetime.fromisoformat(lease["expires_at"])
+            self.acquired.setdefault(lease["fencing_token"], micros(expires))
 
     async def aheard(self, response: httpx.Response) -> None:
+        await response.aread()
         self.heard(response)
 
     def granted(
@@ -78,7 +87,9 @@ class Journal:
             "owner": lease.owner_token,
             "sent": sent,
             "answered": answered,
-            "acquired_expires_at_us": micros(lease.expires_at),
+            "acquired_expires_at_us": self.acquired.get(
+                lease.fencing_token, micros(lease.expires_at)
+            ),
             "expires_at_us": micros(lease.expires_at),
             "ttl": lease.ttl_seconds,
             "release_sent": None,
@@ -104,6 +115,7 @@ class Contender:
         self.name: str = config["name"]
         self.key: str = config["key"]
         self.ttl: float = config["ttl"]
+        self.wait: float = config["wait"]
         self.rng = random.Random(config["seed"])
         self.journal = Journal(self.name)
 
@@ -112,6 +124,11 @@ class Contender:
 
     def pause_now(self) -> bool:
         return len(self.journal.grants) % 3 == 1
+
+    def wait_now(self) -> float:
+        """How long this attempt waits in the queue: every other attempt, so that queues also
+        empty and those that do not wait get their turns too."""
+        return self.wait if self.journal.attempts % 2 else 0.0
 
     def idle_time(self) -> float:
         return self.rng.uniform(0.01, 0.04)
@@ -174,7 +191,7 @@ class SyncContender(Contender):
         self.journal.attempts += 1
         sent = time.monotonic()
         try:
-            return self.client.locks.acquire(self.key, ttl=self.ttl), sent
+            return self.client.locks.acquire(self.key, ttl=self.ttl, wait=self.wait_now()), sent
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
         except OUTAGE as exc:
@@ -223,7 +240,7 @@ class SyncContender(Contender):
     def guarded_round(self) -> None:
         self.journal.attempts += 1
         sent = time.monotonic()
-        guard = self.client.locks.with_lock(self.key, ttl=self.ttl)
+        guard = self.client.locks.with_lock(self.key, ttl=self.ttl, wait=self.wait_now())
         try:
             with guard:
                 answered = time.monotonic()
@@ -286,7 +303,9 @@ class AsyncContender(Contender):
         self.journal.attempts += 1
         sent = time.monotonic()
         try:
-            return await self.client.locks.acquire(self.key, ttl=self.ttl), sent
+            return await self.client.locks.acquire(
+                self.key, ttl=self.ttl, wait=self.wait_now()
+            ), sent
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
         except OUTAGE as exc:
@@ -335,7 +354,7 @@ class AsyncContender(Contender):
     async def guarded_round(self) -> None:
         self.journal.attempts += 1
         sent = time.monotonic()
-        guard = self.client.locks.with_lock(self.key, ttl=self.ttl)
+        guard = self.client.locks.with_lock(self.key, ttl=self.ttl, wait=self.wait_now())
         try:
             async with guard:
                 answered = time.monotonic()

@@ -3,7 +3,8 @@ a server killed with SIGKILL in the middle of the load.
 
 Each contender (`_contender.py`) is a real process using the real SDK against a real
 `volcano-server` process: three sync and three async clients, half using acquire / renew /
-release by hand and half `with_lock`. Leases live 0.5 s; every third lease a holder pauses past
+release by hand and half `with_lock`, each waiting in the key's queue (up to 1 s) on every other
+attempt and polling on the others. Leases live 0.5 s; every third lease a holder pauses past
 its ttl (sleep, or SIGSTOP of its whole process for the `with_lock` ones) and then makes a late
 write. The history they report, with the fencing store's record of every write, must have the
 properties `history.check` states. Run on SQLite and on PostgreSQL.
@@ -47,6 +48,8 @@ CONTENDERS = [
     ("sync", "guard"),
     ("async", "acquire"),
 ]
+WAIT = 1.0
+"""Seconds a contender waits in the queue, on every other attempt."""
 START_PATIENCE = 60.0
 """Upper bound on six interpreters starting on a busy two-core machine."""
 
@@ -73,6 +76,7 @@ class Contention:
                 "style": style,
                 "key": KEY,
                 "ttl": TTL,
+                "wait": WAIT,
                 "timeout": TIMEOUT,
                 "seed": n,
                 "store": self.store.url,

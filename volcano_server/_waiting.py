@@ -23,7 +23,6 @@ What wakes a key's queue, so a free key never waits for a poll:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import threading
@@ -117,7 +116,9 @@ class Entry:
         self.phase = Phase.QUEUED
         self.answer: Answer | None = None  # set with GRANTED and SUPERSEDED
         self._loop = asyncio.get_running_loop()
-        self._changed = asyncio.Event()
+        self._loop_thread = threading.get_ident()
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:  # never the owner token
         return f"<Entry {self.key!r} seq={self.seq} {self.phase.value}>"
@@ -134,13 +135,31 @@ class Entry:
 
     def wake(self) -> None:
         """Wake the request's coroutine, from any thread."""
-        self._loop.call_soon_threadsafe(self._changed.set)
+        if threading.get_ident() == self._loop_thread:
+            self._signal()  # a hand-off on the loop itself: no self-pipe write, no extra turn
+        else:
+            self._loop.call_soon_threadsafe(self._signal)
 
-    async def changed(self, timeout: float) -> None:  # noqa: ASYNC109 - a deadline in a loop
-        """Wait for `wake()` or `timeout` seconds, whichever comes first."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        self._changed.clear()
+    def _signal(self) -> None:
+        self._woken = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def changed(self, timeout: float, gone: asyncio.Future[None]) -> None:  # noqa: ASYNC109
+        """Wait for `wake()`, `gone` or `timeout` seconds, whichever comes first.
+
+        A wake that came before this call counts, so none is ever missed.
+        """
+        if not self._woken:
+            self._waiter = self._loop.create_future()
+            try:
+                await asyncio.wait(
+                    (self._waiter, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                self._waiter.cancel()
+                self._waiter = None
+        self._woken = False
 
 
 class WaitingRoom:
@@ -404,7 +423,7 @@ class WaitingRoom:
                 if answer is not None:
                     return answer
             # GRANTING (a commit is on its way), or still in line: wait for news.
-            await _first(entry.changed(max(0.0, deadline - loop.time())), gone)
+            await entry.changed(max(0.0, deadline - loop.time()), gone)
 
     def close(self) -> None:
         """Refuse new waits and send every queued request away (the server is shutting down)."""
@@ -413,15 +432,6 @@ class WaitingRoom:
             entries = list(self._by_seq.values())
         for entry in entries:
             entry.wake()
-
-
-async def _first(waiting: Awaitable[None], gone: asyncio.Future[None]) -> None:
-    """Wait for `waiting` or for `gone`, whichever comes first."""
-    task = asyncio.ensure_future(waiting)
-    try:
-        await asyncio.wait([task, gone], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        task.cancel()
 
 
 def shutting_down(request_id: str) -> Answer:

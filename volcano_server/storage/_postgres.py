@@ -244,15 +244,22 @@ class _WriteTx:
         self._offset = offset
         self._now: int | None = None
         self._placeholder: tuple[int, str] | None = None
+        self.durable = False  # set by writes a client may be told about: leases, outcomes
 
     def begin(self, limits: tuple[str, str, str]) -> None:
         self._conn.execute(_BEGIN)
         self._conn.execute(_LIMITS, limits)
 
     def commit(self) -> None:
-        """Queue COMMIT: leaving pipeline mode sends it, with the queued writes, and waits."""
+        """Queue COMMIT: leaving pipeline mode sends it, with the queued writes, and waits.
+
+        A transaction that changed only queue or heartbeat rows does not wait for the WAL
+        flush: nothing in it must survive a crash (its requests die with the server anyway).
+        """
         if self._placeholder is not None:  # loaded for a key never taken, and left untaken
             self._conn.execute(_UNPLACE_LOCK, self._placeholder)
+        if not self.durable:
+            self._conn.execute("SET LOCAL synchronous_commit TO off")
         self._conn.execute("COMMIT")
 
     def now_us(self) -> int:
@@ -274,6 +281,7 @@ class _WriteTx:
         return _lock_row(project_id, key, row)
 
     def save_lock(self, row: LockRow) -> None:
+        self.durable = True
         self._conn.execute(
             _SAVE_LOCK,
             (
@@ -295,6 +303,7 @@ class _WriteTx:
         return outcome if outcome.expires_at_us > self.now_us() else None
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
+        self.durable = True
         self._conn.execute(
             _SAVE_OUTCOME,
             (

@@ -1,11 +1,16 @@
 """SQLite storage: the default, one database file shared by any number of server processes.
 
 - WAL journal, so readers never wait for the writer.
-- `synchronous=FULL` by default: a commit is on disk (WAL fsync) before the answer is sent, so an
-  acknowledged lease survives `kill -9` and also power loss or an OS crash. Fencing tokens must
-  never be issued twice, and a lost commit after a power cut would reissue one. `NORMAL` (what
-  `--sqlite-synchronous normal` selects) survives `kill -9` of the server, since the WAL is in
-  the OS page cache, but not a power cut.
+- Durable by default ("full"): a commit that a client will be told about (a lease, a stored
+  outcome, keys) is on disk before the answer is sent: the server fsyncs the WAL after it, as
+  SQLite's `synchronous=FULL` does after every commit, so an acknowledged lease survives
+  `kill -9` and also power loss or an OS crash. Fencing tokens must never be issued twice, and a
+  lost commit after a power cut would reissue one. Commits of queue and heartbeat rows skip the
+  fsync (their requests die with the server anyway); the next durable commit's fsync carries
+  them to the disk too. The connections themselves run `synchronous=NORMAL`, which keeps the
+  database consistent through a power cut and syncs at checkpoints. "normal" (what
+  `--sqlite-synchronous normal` selects) never fsyncs after a commit: that survives `kill -9`
+  of the server, since the WAL is in the OS page cache, but not a power cut.
 - Writes are `BEGIN IMMEDIATE` transactions: the write lock is taken first, so two processes never
   decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
   writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
@@ -22,6 +27,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import sqlite3
 import threading
@@ -135,11 +141,16 @@ class _Tx:
     def __init__(self, conn: sqlite3.Connection, clock: Callable[[], int]) -> None:
         self._conn = conn
         self._now = clock()
+        # Whether the commit must reach the disk before it returns: anything a client may be
+        # told about (a lease, a stored outcome, keys). Queue and heartbeat rows need not be:
+        # their requests die with a crash anyway.
+        self.durable = False
 
     def now_us(self) -> int:
         return self._now
 
     def execute(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        self.durable = True
         return self._conn.execute(sql, params)
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
@@ -151,6 +162,7 @@ class _Tx:
         return None if row is None else LockRow(project_id, key, *row)
 
     def save_lock(self, row: LockRow) -> None:
+        self.durable = True
         self._conn.execute(
             "INSERT INTO locks"
             " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
@@ -177,6 +189,7 @@ class _Tx:
         return None if row is None else StoredOutcome(*row)
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
+        self.durable = True
         self._conn.execute(
             "INSERT OR REPLACE INTO request_outcomes"
             " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
@@ -278,6 +291,7 @@ class SQLiteStorage:
             self._writer = self._connect()
             self._writer_now = self._connect(busy_ms=0)  # for NONBLOCKING: fail rather than wait
             self._migrate()
+            self._wal = _open_wal(self._path) if synchronous == "full" else None
             for _ in range(readers):
                 self._readers.put(self._connect())
 
@@ -288,7 +302,7 @@ class SQLiteStorage:
         )
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+        conn.execute("PRAGMA synchronous = NORMAL")  # durable commits fsync the WAL themselves
         self._all.append(conn)
         return conn
 
@@ -314,14 +328,21 @@ class SQLiteStorage:
                 conn = self._writer if wait else self._writer_now
                 _begin_immediate(conn, nonblocking=not wait)
                 try:
-                    yield _Tx(conn, self._clock)
-                    conn.execute("COMMIT")
+                    tx = _Tx(conn, self._clock)
+                    yield tx
+                    self._commit(conn, durable=tx.durable)
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
         finally:
             self._write_lock.release()
+
+    def _commit(self, conn: sqlite3.Connection, *, durable: bool) -> None:
+        """COMMIT; then, for a durable one, fsync the WAL before anyone hears of it."""
+        conn.execute("COMMIT")
+        if durable and self._wal is not None:
+            os.fdatasync(self._wal)
 
     @contextmanager
     def read(self, *, wait: bool = True) -> Iterator[_Tx]:
@@ -404,10 +425,29 @@ class SQLiteStorage:
             self._closed = True
             for conn in self._all:
                 conn.close()
+            if self._wal is not None:
+                os.close(self._wal)
+                self._wal = None
 
     def _check_open(self) -> None:
         if self._closed:
             raise StorageUnavailable("the server is shutting down")
+
+
+def _open_wal(path: str) -> int:
+    """A descriptor of the database's WAL file, to fsync after durable commits.
+
+    The WAL exists while any connection is open (and this storage keeps its own open), and
+    fsync acts on the file, whichever descriptor wrote it. Its directory entry is synced once
+    here, so the file itself survives a power cut too.
+    """
+    wal = os.open(f"{path}-wal", os.O_RDONLY)
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return wal
 
 
 def _begin_immediate(conn: sqlite3.Connection, *, nonblocking: bool) -> None:

@@ -1,16 +1,20 @@
 """SQLite runs on the event loop only while nothing has to wait; a locked file moves the work
-to a worker thread, so the server keeps answering."""
+to a worker thread, so the server keeps answering. And what reaches the disk before an answer."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.server import create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
+from volcano_server.storage import LockRow, StoredOutcome
+from volcano_server.storage._sqlite import SQLiteStorage
 
 from .conftest import Locks, new_id
 
@@ -62,3 +66,59 @@ class TestWriteLockHeldElsewhere:
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "unavailable"
         assert int(response.headers["retry-after"]) >= 1
+
+
+class TestDurability:
+    """Which commits reach the disk before they are answered: the WAL's fsyncs, counted."""
+
+    @staticmethod
+    def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        calls: list[int] = []
+        real = os.fdatasync
+        monkeypatch.setattr(
+            "volcano_server.storage._sqlite.os.fdatasync", lambda fd: calls.append(fd) or real(fd)
+        )
+        return calls
+
+    def test_a_lease_is_on_disk_before_its_answer(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A transaction that saves a lock row fsyncs the WAL once, after its commit."""
+        storage = SQLiteStorage(tmp_path / "d.db")
+        try:
+            calls = self.syncs(monkeypatch)
+            with storage.write() as tx:
+                tx.save_lock(LockRow(1, "k", 1, new_id(), tx.now_us() + 10**6, 1.0))
+            assert len(calls) == 1
+            with storage.write() as tx:
+                tx.save_outcome(1, new_id(), StoredOutcome(b"", 409, b"{}", 1, tx.now_us()))
+            assert len(calls) == 2
+        finally:
+            storage.close()
+
+    def test_queue_and_heartbeat_rows_skip_the_fsync(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Waiter and heartbeat rows commit without an fsync: their requests die with a crash."""
+        storage = SQLiteStorage(tmp_path / "q.db")
+        try:
+            calls = self.syncs(monkeypatch)
+            with storage.write() as tx:
+                tx.add_waiter(1, "k", new_id(), 1.0, "server")
+                tx.touch_server("server", tx.now_us() + 10**6)
+            assert calls == []
+        finally:
+            storage.close()
+
+    def test_normal_never_fsyncs_after_a_commit(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """--sqlite-synchronous normal leaves every commit in the page cache."""
+        storage = SQLiteStorage(tmp_path / "n.db", synchronous="normal")
+        try:
+            calls = self.syncs(monkeypatch)
+            with storage.write() as tx:
+                tx.save_lock(LockRow(1, "k", 1, new_id(), tx.now_us() + 10**6, 1.0))
+            assert calls == []
+        finally:
+            storage.close()

@@ -1,0 +1,267 @@
+"""Contention: N worker processes looping acquire / hold / release on one key, per lock system.
+
+Systems, measured in one run side by side (`SYSTEMS`):
+- `volcano_wait`: the SDK's `acquire(wait=)` against the reference server (the server's queue
+  hands the lock over);
+- `volcano_poll_10ms`: what a user had to write before waiting existed: acquire, sleep 10 ms
+  on LockHeldError, try again;
+- `redis_py_lock`: redis-py's `Lock` (blocking, polls every 0.1 s) on the local Redis;
+- `python_redis_lock`: python-redis-lock (wakes waiters with BLPOP) on the local Redis;
+- `pg_advisory_lock`: PostgreSQL session advisory locks on the local PostgreSQL.
+
+Each worker notes, by CLOCK_MONOTONIC (one clock for every process on the machine), when it
+asked, when it got the lock and when it began to release it. From those: grants per second;
+handoff (from a holder beginning its release to the next holder having the lock) p50 and p99;
+the longest and the mean wait for the lock; grants per worker and their spread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import multiprocessing
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import attrs
+
+SYSTEMS = (
+    "volcano_wait",
+    "volcano_poll_10ms",
+    "redis_py_lock",
+    "python_redis_lock",
+    "pg_advisory_lock",
+)
+
+
+@attrs.frozen
+class Job:
+    """One worker's part of a run."""
+
+    system: str
+    worker: int
+    key: str
+    hold: float
+    start_at: float  # monotonic
+    end_at: float  # monotonic
+    url: str = ""  # the Volcano server this worker talks to
+    anon: str = attrs.field(default="", repr=False)
+    service: str = attrs.field(default="", repr=False)
+    postgres_url: str = ""
+
+
+# (asked, granted, release began), monotonic seconds
+Event = tuple[float, float, float]
+
+
+def run_job(job: Job) -> list[Event]:
+    """Loop acquire / hold / release until `job.end_at`; the events of every grant."""
+    with _SESSIONS[job.system](job) as session:
+        acquire, release = session
+        events: list[Event] = []
+        _sleep_until(job.start_at)
+        while True:
+            asked = time.monotonic()
+            left = job.end_at - asked
+            if left <= 0 or not acquire(left):
+                return events
+            granted = time.monotonic()
+            if job.hold:
+                _sleep_until(granted + job.hold)
+            releasing = time.monotonic()
+            release()
+            events.append((asked, granted, releasing))
+
+
+def _sleep_until(instant: float) -> None:
+    while (left := instant - time.monotonic()) > 0:
+        time.sleep(min(left, 0.0005) if left < 0.002 else left - 0.001)
+
+
+Session = tuple[Callable[[float], bool], Callable[[], None]]
+
+
+@contextlib.contextmanager
+def _volcano(job: Job, *, poll: float | None) -> Iterator[Session]:
+    import volcano
+
+    with volcano.Client(anon_key=job.anon, service_key=job.service, api_url=job.url) as client:
+        lease: list[volcano.LockLease] = []
+
+        def acquire(left: float) -> bool:
+            if poll is None:
+                try:
+                    lease.append(client.locks.acquire(job.key, ttl=30, wait=left))
+                except volcano.LockHeldError:
+                    return False
+                return True
+            end = time.monotonic() + left
+            while time.monotonic() < end:
+                try:
+                    lease.append(client.locks.acquire(job.key, ttl=30))
+                except volcano.LockHeldError:
+                    time.sleep(poll)
+                else:
+                    return True
+            return False
+
+        def release() -> None:
+            client.locks.release(job.key, lease.pop())
+
+        client.locks.get(job.key)  # connect and load the generated client before the start
+        yield acquire, release
+
+
+@contextlib.contextmanager
+def _redis_py(job: Job) -> Iterator[Session]:
+    import redis
+
+    with redis.Redis() as connection:
+        lock = connection.lock(f"bench:{job.key}", timeout=30)
+        connection.ping()
+        yield (lambda left: bool(lock.acquire(blocking_timeout=left))), lock.release
+
+
+@contextlib.contextmanager
+def _python_redis_lock(job: Job) -> Iterator[Session]:
+    import redis
+    import redis_lock
+
+    with redis.Redis() as connection:
+        lock = redis_lock.Lock(connection, f"bench:{job.key}", expire=30)
+        connection.ping()
+        yield (lambda left: bool(lock.acquire(timeout=max(1, math.ceil(left))))), lock.release
+
+
+@contextlib.contextmanager
+def _pg_advisory(job: Job) -> Iterator[Session]:
+    import psycopg
+
+    with psycopg.connect(job.postgres_url, autocommit=True) as conn:
+        # The same number in every worker process (str hashes are salted per process).
+        number = int.from_bytes(hashlib.sha256(job.key.encode()).digest()[:8], "big") >> 1
+
+        def acquire(left: float) -> bool:
+            conn.execute(f"SET lock_timeout = {max(1, round(left * 1000))}")
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s)", (number,))
+            except psycopg.errors.LockNotAvailable:
+                return False
+            return True
+
+        def release() -> None:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (number,))
+
+        yield acquire, release
+
+
+_SESSIONS: dict[str, Callable[[Job], contextlib.AbstractContextManager[Session]]] = {
+    "volcano_wait": lambda job: _volcano(job, poll=None),
+    "volcano_poll_10ms": lambda job: _volcano(job, poll=0.01),
+    "redis_py_lock": _redis_py,
+    "python_redis_lock": _python_redis_lock,
+    "pg_advisory_lock": _pg_advisory,
+}
+
+
+@attrs.frozen
+class Figures:
+    """What one run of one system showed."""
+
+    grants_per_s: float
+    handoff_p50_ms: float
+    handoff_p99_ms: float
+    longest_wait_ms: float
+    mean_wait_ms: float
+    grants_per_worker: tuple[int, ...]
+
+    @property
+    def spread(self) -> float:
+        """(most - fewest) grants of a worker, over the mean: 0 is perfectly even."""
+        counts = self.grants_per_worker
+        mean = statistics.fmean(counts)
+        return (max(counts) - min(counts)) / mean if mean else math.inf
+
+    @classmethod
+    def of(cls, per_worker: Sequence[list[Event]], seconds: float) -> Figures:
+        grants = sorted((granted, released) for events in per_worker for _, granted, released in events)
+        handoffs = [
+            (granted - previous_release) * 1000
+            for (_, previous_release), (granted, _) in zip(grants, grants[1:], strict=False)
+        ]
+        waits = [(granted - asked) * 1000 for events in per_worker for asked, granted, _ in events]
+        return cls(
+            grants_per_s=len(grants) / seconds,
+            handoff_p50_ms=_percentile(handoffs, 50),
+            handoff_p99_ms=_percentile(handoffs, 99),
+            longest_wait_ms=max(waits, default=math.nan),
+            mean_wait_ms=statistics.fmean(waits) if waits else math.nan,
+            grants_per_worker=tuple(len(events) for events in per_worker),
+        )
+
+
+def _percentile(values: Sequence[float], percent: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(percent / 100 * (len(ordered) - 1)))]
+
+
+class Pool:
+    """Worker processes, spawned once (no state inherited)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pool = ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, make: Callable[[int, float, float], Job], workers: int, seconds: float) -> Figures:
+        start_at = time.monotonic() + 1.5  # every worker connected and warm first
+        jobs = [make(worker, start_at, start_at + seconds) for worker in range(workers)]
+        per_worker = list(self._pool.map(run_job, jobs))
+        return Figures.of(per_worker, seconds)
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+def run_system(
+    pool: Pool,
+    system: str,
+    workers: int,
+    hold: float,
+    seconds: float,
+    *,
+    urls: Sequence[str] = (),
+    anon: str = "",
+    service: str = "",
+    postgres_url: str = "",
+) -> Figures:
+    """One run of `workers` processes of `system` on a fresh key; with several Volcano servers,
+    workers take turns among them."""
+    key = f"contended-{uuid.uuid4().hex[:8]}"
+
+    def make(worker: int, start_at: float, end_at: float) -> Job:
+        return Job(
+            system,
+            worker,
+            key,
+            hold,
+            start_at,
+            end_at,
+            url=urls[worker % len(urls)] if urls else "",
+            anon=anon,
+            service=service,
+            postgres_url=postgres_url,
+        )
+
+    return pool.run(make, workers, seconds)
+
+
+def as_dict(figures: Figures) -> dict[str, Any]:
+    """The figures, with the spread, for results.json."""
+    return {**attrs.asdict(figures), "spread": figures.spread}

@@ -2,13 +2,15 @@
 
 Prints a table of medians with min and max, and writes DIR/results.json and DIR/chart.png.
 Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
-keys (1,000 vs 1,000,000 keys), retention (the request-id store under sustained load),
-guards (1,000 with_lock guards), import (import time).
+contention (workers waiting for one key, beside redis-py Lock, python-redis-lock and PostgreSQL
+advisory locks; 1,000 queued waiters), keys (1,000 vs 1,000,000 keys), retention (the
+request-id store under sustained load), guards (1,000 with_lock guards), import (import time).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import time
@@ -17,12 +19,13 @@ from typing import Any
 
 import attrs
 
+from ._contention import SYSTEMS, Pool, as_dict, queued_waiters, run_system
 from ._measure import Summary, Workers, interleaved, time_ratio
 from ._report import print_table, write_chart
 from ._scale import bounded_outcomes, import_time, many_keys, thousand_guards
-from ._servers import deployment, postgres_available
+from ._servers import deployment, postgres_admin_url, postgres_available
 
-SECTIONS = ("cycles", "keys", "retention", "guards", "import")
+SECTIONS = ("cycles", "contention", "keys", "retention", "guards", "import")
 
 
 @attrs.frozen
@@ -35,6 +38,7 @@ class Plan:
     guards: int
     guard_hold: float
     import_rounds: int
+    contention_seconds: float
 
 
 FULL = Plan(
@@ -46,6 +50,7 @@ FULL = Plan(
     guards=1000,
     guard_hold=30,
     import_rounds=15,
+    contention_seconds=6.0,
 )
 QUICK = Plan(
     rounds=3,
@@ -56,6 +61,7 @@ QUICK = Plan(
     guards=200,
     guard_hold=12,
     import_rounds=5,
+    contention_seconds=1.5,
 )
 
 
@@ -73,7 +79,10 @@ def main() -> None:
     parser.add_argument(
         "--skip", nargs="*", choices=SECTIONS, default=[], help="sections to leave out"
     )
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     args = parser.parse_args()
+    if args.only:
+        args.skip = [section for section in SECTIONS if section not in args.only]
     plan = QUICK if args.quick else FULL
     results: dict[str, Any] = {
         "plan": attrs.asdict(plan),
@@ -86,12 +95,15 @@ def main() -> None:
         "figures": {},
         "rates": {},
         "scale": {},
+        "contention": [],
     }
     postgres = postgres_available()
     if not postgres:
         print("PostgreSQL is not reachable: its figures are skipped")
     if "cycles" not in args.skip:
         cycles(plan, postgres, results)
+    if "contention" not in args.skip:
+        contention(plan, postgres, results)
     if "keys" not in args.skip:
         for backend in ("sqlite", "postgres") if postgres else ("sqlite",):
             print(
@@ -182,6 +194,59 @@ def cycles(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
                     _ratios(figures, found, backend, label, servers, server_args, processes)
     finally:
         workers.close()
+
+
+def contention(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
+    """Every lock system with 1, 4 and 8 workers on one key, holding 0 and 2 ms; and Volcano on
+    two PostgreSQL servers. Within each (hold, workers) the systems run back to back."""
+    import random
+
+    pool = Pool(8)
+    systems: list[tuple[str, str]] = [(system, "sqlite") for system in SYSTEMS]
+    if postgres:
+        systems.append(("volcano_wait", "postgres x2"))
+    pg_url = postgres_admin_url() if postgres else ""
+    try:
+        with contextlib.ExitStack() as stack:
+            targets = {"sqlite": stack.enter_context(deployment("sqlite", 1))}
+            if postgres:
+                targets["postgres x2"] = stack.enter_context(deployment("postgres", 2))
+            for hold in (0.0, 0.002):
+                for workers in (1, 4, 8):
+                    print(
+                        f"... contention: {workers} worker(s), hold {hold * 1000:g} ms", flush=True
+                    )
+                    random.shuffle(systems)
+                    for system, where in systems:
+                        target = targets[where]
+                        found = run_system(
+                            pool,
+                            system,
+                            workers,
+                            hold,
+                            plan.contention_seconds,
+                            urls=target.urls,
+                            anon=target.keys.anon,
+                            service=target.keys.service,
+                            postgres_url=pg_url if system == "pg_advisory_lock" else "",
+                        )
+                        label = (
+                            system
+                            if where == "sqlite" or not system.startswith("volcano")
+                            else f"{system} ({where})"
+                        )
+                        results["contention"].append(
+                            {
+                                "system": label,
+                                "workers": workers,
+                                "hold_ms": hold * 1000,
+                                **as_dict(found),
+                            }
+                        )
+    finally:
+        pool.close()
+    print("... 1,000 queued waiters", flush=True)
+    results["scale"]["queued_waiters"] = queued_waiters(1000)
 
 
 def _ratios(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import multiprocessing
 import statistics
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -189,10 +191,12 @@ class Figures:
 
     @classmethod
     def of(cls, per_worker: Sequence[list[Event]], seconds: float) -> Figures:
-        grants = sorted((granted, released) for events in per_worker for _, granted, released in events)
+        grants = sorted(
+            (granted, released) for events in per_worker for _, granted, released in events
+        )
         handoffs = [
             (granted - previous_release) * 1000
-            for (_, previous_release), (granted, _) in zip(grants, grants[1:], strict=False)
+            for (_, previous_release), (granted, _) in itertools.pairwise(grants)
         ]
         waits = [(granted - asked) * 1000 for events in per_worker for asked, granted, _ in events]
         return cls(
@@ -219,7 +223,9 @@ class Pool:
         self.size = size
         self._pool = ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"))
 
-    def run(self, make: Callable[[int, float, float], Job], workers: int, seconds: float) -> Figures:
+    def run(
+        self, make: Callable[[int, float, float], Job], workers: int, seconds: float
+    ) -> Figures:
         start_at = time.monotonic() + 1.5  # every worker connected and warm first
         jobs = [make(worker, start_at, start_at + seconds) for worker in range(workers)]
         per_worker = list(self._pool.map(run_job, jobs))
@@ -265,3 +271,92 @@ def run_system(
 def as_dict(figures: Figures) -> dict[str, Any]:
     """The figures, with the spread, for results.json."""
     return {**attrs.asdict(figures), "spread": figures.spread}
+
+
+def queued_waiters(count: int) -> dict[str, float]:
+    """A server's memory and threads with `count` requests waiting in one key's queue."""
+    import asyncio
+    import resource
+    import tempfile
+
+    import httpx
+
+    from tests.support.databases import queued
+    from tests.support.server import ServerProcess, create_project
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count * 2 + 100:  # the server (a child) inherits it, and both ends hold sockets
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count * 4 + 1000), hard))
+    with tempfile.TemporaryDirectory(prefix="volcano-bench-") as directory:
+        database = f"sqlite:///{Path(directory) / 'waiters.db'}"
+        project = create_project(database, "waiters")
+        with ServerProcess(database, "--no-access-log") as server:
+            assert server.process is not None
+            pid = server.process.pid
+            headers = project.headers()
+            with httpx.Client(base_url=server.url, headers=headers) as http:
+                held = http.post(
+                    "/v1/locks/k/acquire",
+                    json={"owner_token": str(uuid.uuid4()), "ttl_seconds": 600},
+                )
+                held.raise_for_status()
+            before = _process_status(pid)
+
+            async def fill_and_leave() -> tuple[dict[str, float], float]:
+                limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
+                async with httpx.AsyncClient(
+                    base_url=server.url, headers=headers, limits=limits, timeout=120
+                ) as http:
+                    started = time.monotonic()
+                    tasks = [
+                        asyncio.create_task(
+                            http.post(
+                                "/v1/locks/k/acquire",
+                                json={
+                                    "owner_token": str(uuid.uuid4()),
+                                    "ttl_seconds": 30,
+                                    "wait_seconds": 60,
+                                },
+                            )
+                        )
+                        for _ in range(count)
+                    ]
+                    for _ in range(1200):  # at most a minute
+                        if queued(database, "k") >= count:
+                            break
+                        await asyncio.sleep(0.05)
+                    joined = time.monotonic() - started
+                    await asyncio.sleep(1.0)  # settle, and let a heartbeat pass
+                    during = _process_status(pid)
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                return during, joined
+
+            during, joined = asyncio.run(fill_and_leave())
+            for _ in range(200):
+                if queued(database, "k") == 0:
+                    break
+                time.sleep(0.05)
+            left = queued(database, "k")
+            after = _process_status(pid)
+    return {
+        "waiters": count,
+        "seconds_to_queue_all": joined,
+        "rss_mb_before": before["rss_kb"] / 1024,
+        "rss_mb_with_waiters": during["rss_kb"] / 1024,
+        "rss_kb_per_waiter": (during["rss_kb"] - before["rss_kb"]) / count,
+        "rss_mb_after_they_left": after["rss_kb"] / 1024,
+        "threads_before": before["threads"],
+        "threads_with_waiters": during["threads"],
+        "still_queued_after_they_left": left,
+    }
+
+
+def _process_status(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "Threads"):
+            fields[name] = float(value.split()[0])
+    return {"rss_kb": fields["VmRSS"], "threads": fields["Threads"]}

@@ -23,6 +23,8 @@ def print_table(results: dict[str, Any]) -> None:
             verdict = f"  goal <= {goal:g}: {'met' if figure['median'] <= goal else 'NOT met'}"
         spread = f"[{figure['min']:.3f}, {figure['max']:.3f}]"
         print(f"{name:46} {figure['median']:8.3f} {spread} {figure['unit']}{verdict}")
+    if results.get("contention"):
+        print_contention(results["contention"])
     for name, values in results["scale"].items():
         print(f"\n== {name} ==")
         for field, value in values.items():
@@ -75,3 +77,20 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def print_contention(rows: list[dict[str, Any]]) -> None:
+    """The contention runs as the issue's table, grouped by hold and workers."""
+    print("\n== contention: N processes looping acquire / hold / release on one key ==")
+    header = "system                          grants/s  handoff p50/p99 ms  longest/mean wait ms"
+    for hold in sorted({row["hold_ms"] for row in rows}):
+        for workers in sorted({row["workers"] for row in rows}):
+            print(f"\n-- hold {hold:g} ms, {workers} worker(s)\n{header}   grants per worker")
+            chosen = [r for r in rows if r["hold_ms"] == hold and r["workers"] == workers]
+            for row in sorted(chosen, key=lambda r: r["system"]):
+                per_worker = " / ".join(str(n) for n in row["grants_per_worker"])
+                print(
+                    f"{row['system']:30} {row['grants_per_s']:9.0f}"
+                    f"  {row['handoff_p50_ms']:7.2f} / {row['handoff_p99_ms']:6.2f}"
+                    f"  {row['longest_wait_ms']:9.0f} / {row['mean_wait_ms']:7.1f}   {per_worker}"
+                )

@@ -1,0 +1,119 @@
+"""The waiting room's pure parts: an entry's state machine and the hand-off decision."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from volcano_server._rules import Reach, decide_handoff
+from volcano_server._waiting import _MOVES, Entry, Move, Phase, WaitingRoom
+from volcano_server._wire import Answer
+from volcano_server.storage import LockRow, Waiter
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_780_000_000_000_000
+SECOND = 1_000_000
+
+
+def entry() -> Entry:
+    return Entry(
+        project_id=1,
+        key="k",
+        owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
+        ttl_seconds=30.0,
+        request_id="7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        replayable=True,
+    )
+
+
+class TestStateMachine:
+    @pytest.mark.parametrize(("phase", "move"), list(itertools.product(Phase, Move)))
+    async def test_every_phase_and_move(self, phase: Phase, move: Move) -> None:
+        """A move applies exactly where the table allows it, and nowhere else."""
+        room = WaitingRoom()
+        made = entry()
+        room.join(made, 7)
+        made.phase = phase
+        moved = room.move(made, move)
+        expected = _MOVES.get((phase, move))
+        assert moved == (expected is not None)
+        assert made.phase is (expected or phase)
+
+    async def test_a_granted_entry_leaves_the_room_with_its_answer(self) -> None:
+        """Commit records the lease as the answer and forgets the entry's place."""
+        room = WaitingRoom()
+        made = entry()
+        room.join(made, 7)
+        assert room.claim(7) is made
+        answer = Answer(200, b"{}")
+        assert room.move(made, Move.COMMIT, answer)
+        assert made.answer is answer
+        assert len(room) == 0
+        assert room.claim(7) is None
+
+    async def test_a_leaving_entry_cannot_be_granted(self) -> None:
+        """Once its request leaves, a hand-off finds nobody to claim at its place."""
+        room = WaitingRoom()
+        made = entry()
+        room.join(made, 7)
+        assert room.move(made, Move.LEAVE)
+        assert room.claim(7) is None
+
+    async def test_joining_again_supersedes_the_older_request(self) -> None:
+        """A newer request with the same owner token takes the place; the older gets 409."""
+        room = WaitingRoom()
+        older, newer = entry(), entry()
+        room.join(older, 7)
+        room.join(newer, 7)
+        assert older.phase is Phase.SUPERSEDED
+        assert older.answer is not None
+        assert older.answer.status == 409
+        assert room.claim(7) is newer
+
+
+def waiter(*, server_alive: bool = True, ttl: float = 30.0) -> Waiter:
+    return Waiter(9, 1, "k", "owner", ttl, "server-b", "waiting", None, server_alive)
+
+
+class TestHandoffDecision:
+    FREED = LockRow(1, "k", 41, None, None, None)
+
+    def test_here_gets_the_full_lease_at_once(self) -> None:
+        """A waiter held by this server gets the next token and a ttl counted from now."""
+        handoff = decide_handoff(
+            self.FREED, NOW, waiter(), Reach.HERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert handoff.waiter_state == "granted"
+        assert handoff.row == LockRow(1, "k", 42, "owner", NOW + 30 * SECOND, 30.0)
+
+    def test_there_gets_a_short_reservation(self) -> None:
+        """A waiter held by another server gets the key reserved for 2 s, in its own name."""
+        handoff = decide_handoff(
+            self.FREED, NOW, waiter(), Reach.THERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert handoff.waiter_state == "reserved"
+        assert handoff.until_us == NOW + 2 * SECOND
+        assert handoff.row == LockRow(1, "k", 42, "owner", NOW + 2 * SECOND, 30.0)
+
+    def test_a_reservation_never_outlasts_the_ttl(self) -> None:
+        """A 0.5 s lease is reserved for 0.5 s at most."""
+        handoff = decide_handoff(
+            self.FREED,
+            NOW,
+            waiter(ttl=0.5),
+            Reach.THERE,
+            reserve_us=2 * SECOND,
+            rejoin_us=5 * SECOND,
+        )
+        assert handoff.until_us == NOW + SECOND // 2
+
+    def test_gone_steps_out_and_keeps_its_place_a_while(self) -> None:
+        """A waiter whose request left changes nothing but its own state."""
+        handoff = decide_handoff(
+            self.FREED, NOW, waiter(), Reach.GONE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert handoff.row is None
+        assert handoff.waiter_state == "away"
+        assert handoff.until_us == NOW + 5 * SECOND

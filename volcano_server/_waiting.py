@@ -145,17 +145,20 @@ class Entry:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def changed(self, timeout: float, gone: asyncio.Future[None]) -> None:  # noqa: ASYNC109
+    async def changed(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline kept across wake-ups
+        gone: asyncio.Future[None] | None = None,
+    ) -> None:
         """Wait for `wake()`, `gone` or `timeout` seconds, whichever comes first.
 
         A wake that came before this call counts, so none is ever missed.
         """
         if not self._woken:
             self._waiter = self._loop.create_future()
+            waiting = (self._waiter,) if gone is None else (self._waiter, gone)
             try:
-                await asyncio.wait(
-                    (self._waiter, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
+                await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 self._waiter.cancel()
                 self._waiter = None
@@ -422,8 +425,10 @@ class WaitingRoom:
                 )
                 if answer is not None:
                     return answer
-            # GRANTING (a commit is on its way), or still in line: wait for news.
-            await entry.changed(max(0.0, deadline - loop.time()), gone)
+            if entry.phase is Phase.GRANTING:
+                await entry.changed()  # its commit (or roll back) is on its way: wait for that
+            else:
+                await entry.changed(max(0.0, deadline - loop.time()), gone)
 
     def close(self) -> None:
         """Refuse new waits and send every queued request away (the server is shutting down)."""

@@ -316,7 +316,7 @@ class Locks:
         and `request_id`); renewals and the release use fresh request ids. With `request_id`,
         a replayed answer may describe an earlier acquisition whose age this client cannot
         know; and after a wait the lease was granted at a moment this client cannot know
-        either. So when the answer is a replay, or came after a third of the ttl, entering
+        either. So when the answer is a replay, or a wait outlasted a third of the ttl, entering
         renews the lease once (not retried) and dates it from that renewal; a lease that has
         meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
         entering. Exiting does not raise when the lease was lost: check `guard.lost`.

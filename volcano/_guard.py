@@ -9,7 +9,7 @@ with client.locks.with_lock("daily-report", ttl=30) as guard:
 ```
 
 Entering acquires (retrying once and waiting, like `acquire`); when a caller's `request_id` is
-answered with a replayed outcome, or the answer came after a third of the ttl (a wait), it then
+answered with a replayed outcome, or a wait for the lock outlasted a third of the ttl, it then
 renews once, because that lease may have been granted at a time this client never saw. While the
 block runs, the lease is renewed before it can expire; `guard.lease` is the latest lease and
 `guard.lost` turns True when a renewal is refused (409, or another 4xx) or none succeeded before
@@ -153,14 +153,19 @@ class _GuardState:
     def _needs_fresh_date(self, lease: LockLease, sent_at: float, replayed: bool) -> bool:
         """Whether to renew on entry, dating the lease from that renewal's send.
 
-        A replay of a caller's request id may describe an earlier acquisition; an answer that
-        came after a third of the ttl (a wait for the lock) was granted at some moment after
-        `sent_at`. Dating either from `sent_at` could make the guard give up a lease the server
-        still grants it; the renewal is due anyway.
+        A replay of a caller's request id may describe an earlier acquisition; a waiting
+        acquisition answered after a third of the ttl was granted at some unknown moment after
+        `sent_at`, perhaps more than a ttl later. Dating either from `sent_at` could make the
+        guard give up a lease the server still grants it; the renewal is due anyway. (An answer
+        to a request that did not wait is at most one request's time old: dating it from its
+        send stays the conservative bound it always was.)
         """
         if replayed and self._replayable:
             return True
-        return self._clock.monotonic() - sent_at >= lease.ttl_seconds * RENEW_AFTER_FRACTION
+        waited = self._acquisition.wait > 0
+        return (
+            waited and self._clock.monotonic() - sent_at >= lease.ttl_seconds * RENEW_AFTER_FRACTION
+        )
 
     def _begin_entering(self) -> None:
         with self._phase_lock:

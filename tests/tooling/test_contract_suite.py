@@ -21,10 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 def lax_authenticate(
-    self: Authenticator, apikey: str | None, authorization: str | None
+    self: Authenticator, apikey: str | None, authorization: str | None, *, may_wait: bool = True
 ) -> Principal:
     """Checks the apikey but takes any bearer at all: the bug the custom check exists for."""
-    anon = self._lookup(apikey or "")
+    anon = self._lookup(apikey or "", may_wait)
     if anon is None or not authorization:
         raise ApiError.unauthorized("unknown apikey or no bearer")
     return Principal(anon.project_id, b"any-bearer")

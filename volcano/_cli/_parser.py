@@ -279,19 +279,26 @@ def _add_run(commands: Any) -> None:
 
 
 def _grace(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
+    seconds = _number_of_seconds(value)
+    if seconds < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {value!r}")
     return seconds
 
 
 def _seconds(value: str) -> float:
-    seconds = _grace(value)
-    if seconds == 0:
+    seconds = _number_of_seconds(value)
+    if seconds <= 0:
         raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def _number_of_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {value!r}")
     return seconds
 
 

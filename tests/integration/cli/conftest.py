@@ -3,7 +3,6 @@ against a real reference server, with a project of each test's own in its enviro
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -16,21 +15,14 @@ import attrs
 import pytest
 
 import volcano
-from tests.conftest import LiveServer, fresh_database, running_server
-from tests.support.server import Project, create_project
+from tests.conftest import LiveServer
+from tests.support.server import create_project
 
 VOLCANO = Path(sys.executable).with_name("volcano")
 """The console script pip installed beside this interpreter: what users run."""
 
 WAIT = 60.0
 """A generous bound on anything that should happen within a second or two."""
-
-
-@pytest.fixture(scope="session")
-def cli_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One in-thread reference server on SQLite for the command's tests."""
-    with fresh_database("sqlite", tmp_path_factory) as url, running_server(url) as server:
-        yield server
 
 
 @attrs.frozen
@@ -40,7 +32,6 @@ class Shell:
 
     env: dict[str, str] = attrs.field(repr=False)
     client: volcano.Client
-    workdir: Path
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
@@ -72,17 +63,13 @@ class Shell:
 
 
 @pytest.fixture
-def shell(
-    cli_server: LiveServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Shell]:
+def shell(sqlite_server: LiveServer, request: pytest.FixtureRequest) -> Iterator[Shell]:
     """`volcano` in a project of this test's own (so no test sees another's locks)."""
-    project: Project = create_project(cli_server.database_url, request.node.nodeid[:100])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_")}
-    env.update(project.env(cli_server.url))
+    project = create_project(sqlite_server.database_url, request.node.nodeid[:100])
     with volcano.Client(
-        anon_key=project.anon_key, service_key=project.service_key, api_url=cli_server.url
+        anon_key=project.anon_key, service_key=project.service_key, api_url=sqlite_server.url
     ) as client:
-        yield Shell(env, client, tmp_path)
+        yield Shell(project.child_env(sqlite_server.url), client)
 
 
 def one_line(stderr: str) -> str:

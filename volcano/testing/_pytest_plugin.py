@@ -30,10 +30,13 @@ def volcano_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSe
     from ._server import LocalServer, ServerStartError
 
     server = LocalServer(tmp_path_factory.mktemp("volcano"))
+    failure = None
     try:
         server.start()
     except ServerStartError as error:
-        pytest.fail(f"volcano_server: {error}", pytrace=False)
+        failure = f"volcano.testing: {error}"
+    if failure is not None:  # outside the except block, so pytest shows this line alone
+        pytest.fail(failure, pytrace=False)
     try:
         yield server
     finally:

@@ -124,9 +124,7 @@ class LocalServer(_Credentials):
         )
         keys = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
         if result.returncode != 0 or set(keys) != {"VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"}:
-            raise ServerStartError(
-                f"volcano-server keys create failed: {_last_line(result.stderr)}"
-            )
+            raise ServerStartError(f"could not make a project's keys: {_last_line(result.stderr)}")
         return Project(name, self.url, keys["VOLCANO_ANON_KEY"], keys["VOLCANO_SERVICE_KEY"])
 
     def start(self) -> None:
@@ -179,11 +177,11 @@ class LocalServer(_Credentials):
                 return match.group(1)
             if process.poll() is not None:
                 self._process = None
-                raise ServerStartError(f"volcano-server did not start: {_last_line(log)}")
+                raise ServerStartError(f"could not start the reference server: {_last_line(log)}")
             time.sleep(0.02)
         self.stop()
         raise ServerStartError(
-            f"volcano-server did not say where it listens within {START_TIMEOUT:g}s "
+            f"the reference server did not say where it listens within {START_TIMEOUT:g}s "
             f"(its log: {self.log_path})"
         )
 

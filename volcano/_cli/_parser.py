@@ -17,6 +17,8 @@ from ._exit import Exit, Failure
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    Commands = argparse._SubParsersAction["Parser"]  # typeshed's name for add_subparsers()
+
 ENVIRONMENT = """\
 environment:
   VOLCANO_ANON_KEY     the project's anon key (required)
@@ -26,7 +28,7 @@ environment:
 
 EXIT_STATUSES = """\
 exit status:
-  0    done (run: the command's own status)
+  0    done
   64   usage error        69  server unreachable   70  unexpected answer
   75   lock held by another owner                  76  ownership lost
   77   credentials refused
@@ -132,28 +134,105 @@ def _parser() -> Parser:
         missing="choose a command: get, acquire, renew, release, force-release or run "
         "(see volcano locks --help)"
     )
-    commands = locks.add_subparsers(
-        title="commands",
-        metavar="{get,acquire,renew,release,force-release,run}",
-        parser_class=Parser,
+    _add_lock_commands(
+        locks.add_subparsers(
+            title="commands",
+            metavar="{get,acquire,renew,release,force-release,run}",
+            parser_class=Parser,
+        )
     )
-    _add_get(commands)
-    _add_acquire(commands)
-    _add_renew(commands)
-    _add_release(commands)
-    _add_force_release(commands)
-    _add_run(commands)
     return parser
 
 
+def _add_lock_commands(commands: Commands) -> None:
+    _command(
+        commands,
+        "get",
+        "show whether KEY is held, until when, and its fencing token",
+        _examples("get nightly-report", "get nightly-report --json"),
+    )
+
+    acquire = _command(
+        commands,
+        "acquire",
+        "take a lease on KEY and print it (keep owner_token private)",
+        _examples(
+            "acquire nightly-report --ttl 60",
+            "acquire nightly-report --ttl 60 --json | jq -r .fencing_token",
+        ),
+    )
+    _add_acquisition_options(acquire, ttl_default=None)
+    acquire.add_argument(
+        "--token", metavar="T", help="the owner token, a UUID (default: a new one)"
+    )
+    acquire.add_argument(
+        "--request-id",
+        metavar="R",
+        help="the request id, a UUID; repeat it to learn the outcome of an uncertain acquire",
+    )
+
+    renew = _command(
+        commands,
+        "renew",
+        "extend a lease on KEY to --ttl seconds from now",
+        _examples('renew nightly-report --token "$TOKEN" --fencing-token 7 --ttl 60'),
+    )
+    _add_lease_options(renew)
+    renew.add_argument(
+        "--ttl", type=_seconds, required=True, metavar="S", help="the new time to live in seconds"
+    )
+
+    release = _command(
+        commands,
+        "release",
+        "end a lease on KEY",
+        _examples('release nightly-report --token "$TOKEN" --fencing-token 7'),
+    )
+    _add_lease_options(release)
+
+    _command(
+        commands,
+        "force-release",
+        "remove KEY's live lease, whoever holds it (administrative recovery only)",
+        _examples("force-release nightly-report"),
+        description="Remove KEY's live lease without its owner token. The former holder may "
+        "still be running: use it only where the protected resource checks fencing tokens.",
+    )
+
+    run = _command(
+        commands,
+        "run",
+        "run a command while holding KEY",
+        RUN_EPILOG,
+        description=RUN_DESCRIPTION,
+        json_output=False,
+    )
+    run.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
+    _add_acquisition_options(run, ttl_default=30)
+    run.add_argument(
+        "--grace",
+        type=_grace,
+        default=10.0,
+        metavar="S",
+        help="seconds between SIGTERM and SIGKILL when ownership is lost (default: 10)",
+    )
+
+
 def _command(
-    commands: Any, name: str, summary: str, examples: str, description: str | None = None
+    commands: Commands,
+    name: str,
+    summary: str,
+    epilog: str,
+    *,
+    description: str | None = None,
+    json_output: bool = True,
 ) -> Parser:
-    parser: Parser = commands.add_parser(
+    """A lock command taking KEY, -v and (unless `json_output` is False) --json."""
+    parser = commands.add_parser(
         name,
         help=summary,
         description=description or summary[0].upper() + summary[1:] + ".",
-        epilog=f"examples:\n{examples}\n{EXIT_STATUSES}\n{ENVIRONMENT}",
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=name)
@@ -161,24 +240,20 @@ def _command(
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log requests and retries on stderr"
     )
+    if json_output:
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object instead of text"
+        )
     return parser
 
 
-def _add_json(parser: Parser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-
-
-def _add_get(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "get",
-        "show whether KEY is held, until when, and its fencing token",
-        "  volcano locks get nightly-report\n  volcano locks get nightly-report --json",
-    )
-    _add_json(parser)
+def _examples(*commands: str) -> str:
+    lines = "\n".join(f"  volcano locks {command}" for command in commands)
+    return f"examples:\n{lines}\n\n{EXIT_STATUSES}\n{ENVIRONMENT}"
 
 
 def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> None:
+    """The options of acquire and run, turned into keywords by `acquisition_options`."""
     ttl_help = "the lease's time to live in seconds, 0.1 to 86400"
     parser.add_argument(
         "--ttl",
@@ -190,25 +265,8 @@ def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> No
     )
 
 
-def _add_acquire(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "acquire",
-        "take a lease on KEY and print it (keep owner_token private)",
-        "  volcano locks acquire nightly-report --ttl 60\n"
-        "  volcano locks acquire nightly-report --ttl 60 --json | jq -r .fencing_token",
-    )
-    _add_acquisition_options(parser, ttl_default=None)
-    parser.add_argument("--token", metavar="T", help="the owner token, a UUID (default: a new one)")
-    parser.add_argument(
-        "--request-id",
-        metavar="R",
-        help="the request id, a UUID; repeat it to learn the outcome of an uncertain acquire",
-    )
-    _add_json(parser)
-
-
 def _add_lease_options(parser: Parser) -> None:
+    """The two tokens that name a lease, for renew and release."""
     parser.add_argument(
         "--token", required=True, metavar="T", help="the lease's owner token (from acquire)"
     )
@@ -218,63 +276,6 @@ def _add_lease_options(parser: Parser) -> None:
         type=_fencing_token,
         metavar="N",
         help="the lease's fencing token (from acquire)",
-    )
-
-
-def _add_renew(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "renew",
-        "extend a lease on KEY to --ttl seconds from now",
-        '  volcano locks renew nightly-report --token "$TOKEN" --fencing-token 7 --ttl 60',
-    )
-    _add_lease_options(parser)
-    parser.add_argument(
-        "--ttl", type=_seconds, required=True, metavar="S", help="the new time to live in seconds"
-    )
-    _add_json(parser)
-
-
-def _add_release(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "release",
-        "end a lease on KEY",
-        '  volcano locks release nightly-report --token "$TOKEN" --fencing-token 7',
-    )
-    _add_lease_options(parser)
-    _add_json(parser)
-
-
-def _add_force_release(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "force-release",
-        "remove KEY's live lease, whoever holds it (administrative recovery only)",
-        "  volcano locks force-release nightly-report",
-        description="Remove KEY's live lease without its owner token. The former holder may "
-        "still be running: use it only where the protected resource checks fencing tokens.",
-    )
-    _add_json(parser)
-
-
-def _add_run(commands: Any) -> None:
-    parser = _command(
-        commands,
-        "run",
-        "run a command while holding KEY",
-        "",
-        description=RUN_DESCRIPTION,
-    )
-    parser.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
-    parser.epilog = RUN_EPILOG
-    _add_acquisition_options(parser, ttl_default=30)
-    parser.add_argument(
-        "--grace",
-        type=_grace,
-        default=10.0,
-        metavar="S",
-        help="seconds between SIGTERM and SIGKILL when ownership is lost (default: 10)",
     )
 
 

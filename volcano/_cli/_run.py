@@ -78,8 +78,8 @@ def _outcome(
         return Exit.LOST
     if release_warnings:  # the command is done; the lease lingers until it expires
         _report(
-            f"could not release the lock on {key!r}; it ends by itself at "
-            f"{guard.lease.expires_at:%Y-%m-%dT%H:%M:%SZ}: {release_warnings[-1].getMessage()}"
+            f"the lock on {key!r} stays held until {guard.lease.expires_at:%Y-%m-%dT%H:%M:%SZ}: "
+            f"{release_warnings[-1].getMessage()}"
         )
     return status
 

@@ -257,5 +257,7 @@ class TestRelease:
             env = {**shell.env, "VOLCANO_API_URL": proxy.url}
             result = shell.run("locks", "run", "k", "--", "true", env=env)
         assert result.returncode == 0
-        assert "could not release the lock on 'k'; it ends by itself at" in one_line(result.stderr)
+        line = one_line(result.stderr)
+        assert "the lock on 'k' stays held until" in line
+        assert "releasing the lease on k failed: 503" in line
         assert shell.client.locks.get("k").held

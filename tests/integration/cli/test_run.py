@@ -7,7 +7,10 @@ asserted).
 
 from __future__ import annotations
 
+import os
+import pty
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,7 +19,7 @@ import pytest
 
 from tests.support.proxy import FaultProxy
 
-from .conftest import Shell, closed_port_url, finish, one_line, wait_for
+from .conftest import VOLCANO, WAIT, Shell, closed_port_url, finish, one_line, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +107,24 @@ class TestRunToTheEnd:
         """Input piped to volcano reaches the command; its output is volcano's."""
         result = shell.run("locks", "run", "k", "--", "cat", stdin="lines\nof input\n")
         assert (result.returncode, result.stdout) == (0, "lines\nof input\n")
+
+    def test_terminal_is_not_given_to_the_command(self, shell: Shell) -> None:
+        """When volcano's stdin is a terminal, the command reads end of file, never hangs."""
+        primary, secondary = pty.openpty()
+        try:
+            result = subprocess.run(
+                [str(VOLCANO), "locks", "run", "k", "--", "sh", "-c", 'read x; echo "[$x]"'],
+                env=shell.env,
+                stdin=secondary,
+                capture_output=True,
+                text=True,
+                timeout=WAIT,
+                check=False,
+            )
+        finally:
+            os.close(secondary)
+            os.close(primary)
+        assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
 
     def test_command_inherits_the_environment(self, shell: Shell) -> None:
         """Apart from the two lock variables, the command inherits volcano's environment."""

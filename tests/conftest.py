@@ -94,6 +94,13 @@ def live_server(database_url: str) -> Iterator[LiveServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One in-thread reference server on SQLite, for commands run as child processes."""
+    with fresh_database("sqlite", tmp_path_factory) as url, running_server(url) as server:
+        yield server
+
+
 @pytest.fixture
 def api(live_server: LiveServer) -> Iterator[httpx.Client]:
     """A raw HTTP client with the main project's credentials, checked against the spec."""

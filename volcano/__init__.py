@@ -104,4 +104,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "AsyncClient", "AsyncLocks"})
+    # Only the public names: not the private modules, nor the typing helpers used above.
+    return sorted(__all__)

@@ -51,6 +51,11 @@ class Project:
             "VOLCANO_API_URL": url,
         }
 
+    def child_env(self, url: str) -> dict[str, str]:
+        """This process's environment with only this project's VOLCANO_* variables."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_")}
+        return {**inherited, **self.env(url)}
+
 
 def create_project(database_url: str, name: str) -> Project:
     """Make keys for `name` in the database directly (what `keys create` does)."""

@@ -1,4 +1,4 @@
-"""The README's walkthrough command works end to end and prints no secret."""
+"""scripts/walkthrough.sh (see CONTRIBUTING.md) works end to end and prints no secret."""
 
 from __future__ import annotations
 

@@ -116,6 +116,10 @@ class TestAll:
         for cls in errors:
             assert getattr(volcano, cls.__name__) is cls
 
+    def test_dir_shows_only_public_names(self) -> None:
+        """dir(volcano) lists exactly __all__: no private modules, no typing helpers."""
+        assert dir(volcano) == sorted(volcano.__all__)
+
     def test_contract_names(self) -> None:
         """The names the contract fixes exist with their meaning."""
         assert issubclass(volcano.ConflictError, volcano.APIStatusError)

@@ -1,0 +1,257 @@
+"""`volcano locks get/acquire/renew/release/force-release`, run as users run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+import volcano
+
+from .conftest import VOLCANO, Shell, closed_port_url, one_line
+
+LEASE_FIELDS = {"key", "owner_token", "fencing_token", "expires_at", "ttl_seconds"}
+
+
+def timestamp(text: str) -> datetime:
+    assert text.endswith("Z"), text
+    return datetime.fromisoformat(text)
+
+
+class TestGet:
+    def test_free_key_for_people(self, shell: Shell) -> None:
+        """A never-held key prints held no and no fencing token, one field per line."""
+        result = shell.run("locks", "get", "daily-report")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [
+            "key", "daily-report", "held", "no", "expires_at", "-", "fencing_token", "-"
+        ]  # fmt: skip
+        assert result.stderr == ""
+
+    def test_json_held_key(self, shell: Shell) -> None:
+        """--json prints the API's LockState fields as one JSON object."""
+        lease = shell.client.locks.acquire("daily-report", ttl=60)
+        result = shell.run("locks", "get", "daily-report", "--json")
+        assert result.returncode == 0, result.stderr
+        state = json.loads(result.stdout)
+        assert state == {
+            "key": "daily-report",
+            "held": True,
+            "expires_at": state["expires_at"],
+            "fencing_token": lease.fencing_token,
+        }
+        assert timestamp(state["expires_at"]) == lease.expires_at
+
+
+class TestAcquire:
+    def test_json_is_the_lease(self, shell: Shell) -> None:
+        """acquire --json prints the lease as the API names it, and the lock is then held."""
+        result = shell.run("locks", "acquire", "daily-report", "--ttl", "60", "--json")
+        assert result.returncode == 0, result.stderr
+        lease = json.loads(result.stdout)
+        assert set(lease) == LEASE_FIELDS
+        uuid.UUID(lease["owner_token"])
+        assert lease["ttl_seconds"] == 60
+        assert timestamp(lease["expires_at"]) > datetime.now(UTC)
+        state = shell.client.locks.get("daily-report")
+        assert (state.held, state.fencing_token) == (True, lease["fencing_token"])
+
+    def test_token_and_request_id_are_kept(self, shell: Shell) -> None:
+        """--token keeps its spelling; repeating --request-id replays the same lease."""
+        token, request_id = str(uuid.uuid4()).upper(), str(uuid.uuid4())
+        args = ("locks", "acquire", "k", "--ttl", "60", "--token", token)
+        args = (*args, "--request-id", request_id)
+        first = shell.run(*args, "--json")
+        again = shell.run(*args, "--json")
+        assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+        assert json.loads(first.stdout)["owner_token"] == token
+        assert json.loads(again.stdout) == json.loads(first.stdout)
+
+    def test_held_by_another_exits_75(self, shell: Shell) -> None:
+        """A lock held by another owner: status 75, one line naming the key, nothing on stdout."""
+        shell.client.locks.acquire("daily-report", ttl=60)
+        result = shell.run("locks", "acquire", "daily-report", "--ttl", "60")
+        assert result.returncode == 75
+        assert "'daily-report' is held by another owner" in one_line(result.stderr)
+        assert result.stdout == ""
+
+    def test_human_output_shows_what_release_needs(self, shell: Shell) -> None:
+        """Without --json, each field is a line, owner_token and fencing_token included."""
+        result = shell.run("locks", "acquire", "daily-report", "--ttl", "2.5")
+        assert result.returncode == 0, result.stderr
+        fields = dict(line.split(None, 1) for line in result.stdout.splitlines())
+        assert set(fields) == LEASE_FIELDS
+        assert fields["ttl_seconds"] == "2.5"
+        assert shell.client.locks.get("daily-report").fencing_token == int(fields["fencing_token"])
+
+
+class TestRenew:
+    def test_renew_keeps_the_fencing_token(self, shell: Shell) -> None:
+        """renew extends the lease named by its two tokens; the fencing token stays."""
+        lease = shell.client.locks.acquire("k", ttl=30)
+        result = shell.run(
+            "locks", "renew", "k", "--token", lease.owner_token,
+            "--fencing-token", str(lease.fencing_token), "--ttl", "600", "--json",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        renewed = json.loads(result.stdout)
+        assert renewed["fencing_token"] == lease.fencing_token
+        assert renewed["ttl_seconds"] == 600
+        assert timestamp(renewed["expires_at"]) > lease.expires_at
+
+    def test_renewing_a_lost_lease_exits_76(self, shell: Shell) -> None:
+        """A force-released lease cannot be renewed: status 76, ownership lost."""
+        lease = shell.client.locks.acquire("k", ttl=30)
+        shell.client.locks.force_release("k")
+        result = shell.run(
+            "locks", "renew", "k", "--token", lease.owner_token,
+            "--fencing-token", str(lease.fencing_token), "--ttl", "30",
+        )  # fmt: skip
+        assert result.returncode == 76
+        assert "lease_not_held" in one_line(result.stderr)
+
+
+class TestRelease:
+    def test_release_frees_the_lock(self, shell: Shell) -> None:
+        """release ends the lease; --json says what it released."""
+        lease = shell.client.locks.acquire("k", ttl=30)
+        result = shell.run(
+            "locks", "release", "k", "--token", lease.owner_token,
+            "--fencing-token", str(lease.fencing_token), "--json",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {
+            "key": "k",
+            "released": True,
+            "fencing_token": lease.fencing_token,
+        }
+        assert not shell.client.locks.get("k").held
+
+    def test_releasing_twice_exits_76(self, shell: Shell) -> None:
+        """A lease already released is no longer held: status 76."""
+        lease = shell.client.locks.acquire("k", ttl=30)
+        shell.client.locks.release("k", lease)
+        result = shell.run(
+            "locks", "release", "k", "--token", lease.owner_token,
+            "--fencing-token", str(lease.fencing_token),
+        )  # fmt: skip
+        assert result.returncode == 76
+        one_line(result.stderr)
+
+
+class TestForceRelease:
+    def test_reports_what_it_removed(self, shell: Shell) -> None:
+        """force-release removes another owner's lease and reports its fencing token."""
+        lease = shell.client.locks.acquire("k", ttl=30)
+        result = shell.run("locks", "force-release", "k", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {
+            "key": "k",
+            "released": True,
+            "fencing_token": lease.fencing_token,
+        }
+        again = shell.run("locks", "force-release", "k")
+        assert again.returncode == 0
+        assert re.search(r"^released\s+no$", again.stdout, re.MULTILINE)
+
+
+class TestFailures:
+    def test_unreachable_server_exits_69(self, shell: Shell) -> None:
+        """Nothing listening at VOLCANO_API_URL: status 69, one line naming the URL."""
+        url = closed_port_url()
+        result = shell.run("locks", "get", "k", env={**shell.env, "VOLCANO_API_URL": url})
+        assert result.returncode == 69
+        assert f"cannot reach the server at {url}" in one_line(result.stderr)
+
+    @pytest.mark.parametrize("variable", ["VOLCANO_SERVICE_KEY", "VOLCANO_ANON_KEY"])
+    def test_unknown_key_exits_77(self, shell: Shell, variable: str) -> None:
+        """A key the server does not know: status 77, and the key is not printed."""
+        bogus = "vk_bogus_" + "x" * 40
+        result = shell.run("locks", "get", "k", env={**shell.env, variable: bogus})
+        assert result.returncode == 77
+        line = one_line(result.stderr)
+        assert "refused the credentials" in line
+        assert bogus not in line
+        assert shell.env["VOLCANO_SERVICE_KEY"] not in line
+
+    def test_anon_key_as_service_key_exits_77(self, shell: Shell) -> None:
+        """The anon key sent as the credential (403) is refused credentials too: status 77."""
+        env = {**shell.env, "VOLCANO_SERVICE_KEY": shell.env["VOLCANO_ANON_KEY"]}
+        assert shell.run("locks", "get", "k", env=env).returncode == 77
+
+    @pytest.mark.parametrize(
+        ("args", "says"),
+        [
+            ((), "choose a command"),
+            (("locks",), "choose a command"),
+            (("locks", "grab", "k"), "invalid choice"),
+            (("locks", "acquire", "k"), "--ttl"),
+            (("locks", "acquire", "k", "--ttl", "soon"), "expected seconds"),
+            (("locks", "acquire", "k", "--ttl", "0"), "more than 0"),
+            (("locks", "acquire", "k", "--ttl", "100000"), "ttl must be from 0.1 to 86400"),
+            (("locks", "acquire", "bad key", "--ttl", "5"), "key must be 1 to 255 characters"),
+            (("locks", "acquire", "k", "--ttl", "5", "--token", "nope"), "token must be a UUID"),
+            (("locks", "release", "k", "--token", "t", "--fencing-token", "0"), "1 to 2^53-1"),
+            (("locks", "get", "k", "--", "extra"), "unexpected arguments after --"),
+            (("locks", "run", "k"), "give the command to run after --"),
+        ],
+    )
+    def test_usage_errors_exit_64(self, shell: Shell, args: tuple[str, ...], says: str) -> None:
+        """A bad invocation: status 64 and one line saying what was wrong, never a traceback."""
+        result = shell.run(*args)
+        assert result.returncode == 64, result.stderr
+        assert says in one_line(result.stderr)
+
+    def test_missing_keys_exit_64(self, shell: Shell) -> None:
+        """Without the key variables: status 64, and the line names both variables."""
+        env = {k: v for k, v in shell.env.items() if not k.endswith("_KEY")}
+        result = shell.run("locks", "get", "k", env=env)
+        assert result.returncode == 64
+        assert "VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY are not set" in one_line(result.stderr)
+
+
+class TestHelp:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            (),
+            ("locks",),
+            *(("locks", name) for name in ("get", "acquire", "renew", "release", "force-release")),
+            ("locks", "run"),
+        ],
+    )
+    def test_every_level_has_help_with_examples(self, shell: Shell, args: tuple[str, ...]) -> None:
+        """--help works at every level and shows examples and the environment it reads."""
+        result = shell.run(*args, "--help")
+        assert result.returncode == 0, result.stderr
+        assert "examples:" in result.stdout
+        assert "VOLCANO_SERVICE_KEY" in result.stdout
+
+    def test_python_dash_m_is_the_same_command(self, shell: Shell) -> None:
+        """`python -m volcano` runs the same command as the console script."""
+        result = subprocess.run(
+            [sys.executable, "-m", "volcano", "locks", "get", "k", "--json"],
+            env=shell.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["held"] is False
+
+    def test_console_script_is_installed(self) -> None:
+        """pip installed the `volcano` console script beside the interpreter."""
+        assert VOLCANO.exists()
+        assert os.access(VOLCANO, os.X_OK)
+
+    def test_version(self, shell: Shell) -> None:
+        """--version prints the SDK's version."""
+        result = shell.run("--version")
+        assert result.stdout.strip() == f"volcano {volcano.__version__}"

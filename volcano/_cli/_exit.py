@@ -1,0 +1,79 @@
+"""The exit statuses of `volcano`, and the one line that explains each error.
+
+Statuses follow the BSD sysexits convention where one fits, so scripts and supervisors can
+tell "someone else has the lock" (75) from "the server is down" (69) without reading text:
+
+    0     success (for `locks run`: the command's own status, whatever it is)
+    64    usage error: a bad or missing argument or variable
+    69    the server could not be reached (or answered 5xx / 429)
+    70    the server gave an answer this tool did not expect
+    75    the lock is held by another owner
+    76    ownership was lost (the lease expired, was released, force-released or taken over)
+    77    the server refused the credentials
+    126   `locks run`: the command could not be executed
+    127   `locks run`: the command was not found
+    128+N `locks run`: the command was ended by signal N
+"""
+
+from __future__ import annotations
+
+import enum
+
+import volcano
+
+
+class Exit(enum.IntEnum):
+    """The exit statuses `volcano` chooses itself."""
+
+    OK = 0
+    USAGE = 64
+    UNAVAILABLE = 69
+    UNEXPECTED = 70
+    BUSY = 75
+    LOST = 76
+    REFUSED = 77
+    CANNOT_EXECUTE = 126
+    NOT_FOUND = 127
+    SIGNALLED = 128
+
+
+class Failure(Exception):
+    """A failure reported as one line on stderr and an exit status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def failure(error: volcano.Error, *, key: str, api_url: str) -> Failure:
+    """The exit status and one-line explanation for an error the SDK raised."""
+    status, message = _explain(error, repr(key), api_url)
+    return Failure(status, message)
+
+
+def _explain(error: volcano.Error, lock: str, api_url: str) -> tuple[Exit, str]:  # noqa: PLR0911 - one branch per class of error
+    if isinstance(error, volcano.InvalidArgumentError):
+        return Exit.USAGE, str(error)
+    if isinstance(error, volcano.LockHeldError):
+        later = "" if error.retry_after is None else f"; its lease ends in {error.retry_after:g}s"
+        return Exit.BUSY, f"{lock} is held by another owner{later}"
+    if isinstance(error, volcano.LeaseNotHeldError):
+        return Exit.LOST, f"the lease on {lock} is not held: {error}"
+    if isinstance(error, volcano.UnprocessableEntityError):  # the server judged an argument
+        return Exit.USAGE, f"the server refused an argument: {error}"
+    if isinstance(error, volcano.RequestIdReusedError):
+        return Exit.USAGE, f"that request id was already used for a different request: {error}"
+    if isinstance(error, volcano.AuthenticationError | volcano.PermissionDeniedError):
+        return Exit.REFUSED, (
+            f"the server refused the credentials ({error}); "
+            "check VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY"
+        )
+    if isinstance(error, volcano.APIConnectionError):
+        return Exit.UNAVAILABLE, f"cannot reach the server at {api_url}: {error}"
+    if isinstance(
+        error,
+        volcano.ServiceUnavailableError | volcano.InternalServerError | volcano.RateLimitError,
+    ):
+        return Exit.UNAVAILABLE, f"the server at {api_url} cannot serve the request now: {error}"
+    return Exit.UNEXPECTED, f"unexpected answer from the server: {error}"

@@ -1,0 +1,311 @@
+"""The command line's grammar: every command, option and help text, with examples.
+
+Acquisition options are declared once (`_add_acquisition_options`) for `acquire` and `run`, so
+that an option added there reaches both; `acquisition_options` turns them into the keyword
+arguments of `Locks.acquire` and `Locks.with_lock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .._version import __version__
+from ._exit import Exit, Failure
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    Commands = argparse._SubParsersAction["Parser"]  # typeshed's name for add_subparsers()
+
+ENVIRONMENT = """\
+environment:
+  VOLCANO_ANON_KEY     the project's anon key (required)
+  VOLCANO_SERVICE_KEY  the project's service key (required)
+  VOLCANO_API_URL      the API's base URL (default: https://api.volcano.dev)
+"""
+
+EXIT_STATUSES = """\
+exit status:
+  0    done
+  64   usage error        69  server unreachable   70  unexpected answer
+  75   lock held by another owner                  76  ownership lost
+  77   credentials refused
+"""
+
+TOP_EXAMPLES = f"""\
+examples:
+  volcano locks run nightly-report -- ./make-report.sh
+  volcano locks get nightly-report
+  volcano locks acquire nightly-report --ttl 60 --json
+
+{ENVIRONMENT}"""
+
+RUN_DESCRIPTION = """\
+Acquire KEY, run COMMAND while holding it, and release it when COMMAND exits.
+
+The lease is renewed in the background. COMMAND gets VOLCANO_LOCK_KEY and
+VOLCANO_FENCING_TOKEN in its environment and runs in a process group of its own;
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to volcano are passed on to it. If
+ownership is lost while it runs, COMMAND's process group gets SIGTERM, then
+SIGKILL after --grace seconds, and volcano exits with 76. When volcano's stdin is
+a terminal, COMMAND's stdin is /dev/null (it does not own the terminal)."""
+
+RUN_EPILOG = f"""\
+examples:
+  volcano locks run nightly-report -- ./make-report.sh --date today
+  volcano locks run nightly-report --ttl 120 --grace 30 -- python -m reports.nightly
+  # crontab: only one machine makes the report; 75 means another one is on it
+  0 3 * * *  volcano locks run nightly-report -- /srv/reports/nightly.sh
+
+exit status:
+  COMMAND's own status when it ran to its end (128+N when signal N ended it)
+  64   usage error                  69   server unreachable
+  75   lock held by another owner   76   ownership lost while COMMAND ran
+  77   credentials refused          126  COMMAND not executable   127  COMMAND not found
+
+{ENVIRONMENT}"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, reporting a bad invocation as one line and exit status 64."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Failure(Exit.USAGE, f"{message} (see {self.prog} --help)")
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse `argv`; `locks run` takes everything after the first `--` as its command.
+
+    Raises:
+        Failure: A usage error (exit status 64).
+    """
+    argv = list(argv)
+    before, command = argv, []
+    if "--" in argv:
+        split = argv.index("--")
+        before, command = argv[:split], argv[split + 1 :]
+    args = _parser().parse_args(before)
+    if args.handler is None:
+        raise Failure(Exit.USAGE, args.missing)
+    if args.handler == "run":
+        if not command:
+            raise Failure(
+                Exit.USAGE,
+                "give the command to run after --: volcano locks run KEY -- COMMAND [ARGS...]",
+            )
+        args.command = command
+    elif command:
+        raise Failure(Exit.USAGE, f"unexpected arguments after --: {' '.join(command)}")
+    return args
+
+
+def acquisition_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `acquire` / `with_lock` that the command line gave."""
+    options: dict[str, Any] = {"ttl": args.ttl}
+    if getattr(args, "token", None) is not None:
+        options["token"] = args.token
+    if getattr(args, "request_id", None) is not None:
+        options["request_id"] = args.request_id
+    return options
+
+
+def _parser() -> Parser:
+    parser = Parser(
+        prog="volcano",
+        description="Volcano locks from the shell: inspect, take and release leases, "
+        "or run a command while holding one.",
+        epilog=TOP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(handler=None, missing="choose a command: locks (see volcano --help)")
+    groups = parser.add_subparsers(title="commands", metavar="{locks}", parser_class=Parser)
+    locks = groups.add_parser(
+        "locks",
+        help="acquire, inspect, renew, release, or run a command under a lock",
+        description="Lock commands. Each prints the lease's fields; --json prints them as "
+        "one JSON object for scripts.",
+        epilog=TOP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    locks.set_defaults(
+        missing="choose a command: get, acquire, renew, release, force-release or run "
+        "(see volcano locks --help)"
+    )
+    _add_lock_commands(
+        locks.add_subparsers(
+            title="commands",
+            metavar="{get,acquire,renew,release,force-release,run}",
+            parser_class=Parser,
+        )
+    )
+    return parser
+
+
+def _add_lock_commands(commands: Commands) -> None:
+    _command(
+        commands,
+        "get",
+        "show whether KEY is held, until when, and its fencing token",
+        _examples("get nightly-report", "get nightly-report --json"),
+    )
+
+    acquire = _command(
+        commands,
+        "acquire",
+        "take a lease on KEY and print it (keep owner_token private)",
+        _examples(
+            "acquire nightly-report --ttl 60",
+            "acquire nightly-report --ttl 60 --json | jq -r .fencing_token",
+        ),
+    )
+    _add_acquisition_options(acquire, ttl_default=None)
+    acquire.add_argument(
+        "--token", metavar="T", help="the owner token, a UUID (default: a new one)"
+    )
+    acquire.add_argument(
+        "--request-id",
+        metavar="R",
+        help="the request id, a UUID; repeat it to learn the outcome of an uncertain acquire",
+    )
+
+    renew = _command(
+        commands,
+        "renew",
+        "extend a lease on KEY to --ttl seconds from now",
+        _examples('renew nightly-report --token "$TOKEN" --fencing-token 7 --ttl 60'),
+    )
+    _add_lease_options(renew)
+    renew.add_argument(
+        "--ttl", type=_seconds, required=True, metavar="S", help="the new time to live in seconds"
+    )
+
+    release = _command(
+        commands,
+        "release",
+        "end a lease on KEY",
+        _examples('release nightly-report --token "$TOKEN" --fencing-token 7'),
+    )
+    _add_lease_options(release)
+
+    _command(
+        commands,
+        "force-release",
+        "remove KEY's live lease, whoever holds it (administrative recovery only)",
+        _examples("force-release nightly-report"),
+        description="Remove KEY's live lease without its owner token. The former holder may "
+        "still be running: use it only where the protected resource checks fencing tokens.",
+    )
+
+    run = _command(
+        commands,
+        "run",
+        "run a command while holding KEY",
+        RUN_EPILOG,
+        description=RUN_DESCRIPTION,
+        json_output=False,
+    )
+    run.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
+    _add_acquisition_options(run, ttl_default=30)
+    run.add_argument(
+        "--grace",
+        type=_grace,
+        default=10.0,
+        metavar="S",
+        help="seconds between SIGTERM and SIGKILL when ownership is lost (default: 10)",
+    )
+
+
+def _command(
+    commands: Commands,
+    name: str,
+    summary: str,
+    epilog: str,
+    *,
+    description: str | None = None,
+    json_output: bool = True,
+) -> Parser:
+    """A lock command taking KEY, -v and (unless `json_output` is False) --json."""
+    parser = commands.add_parser(
+        name,
+        help=summary,
+        description=description or summary[0].upper() + summary[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(handler=name)
+    parser.add_argument("key", metavar="KEY", help="the lock's name")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log requests and retries on stderr"
+    )
+    if json_output:
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object instead of text"
+        )
+    return parser
+
+
+def _examples(*commands: str) -> str:
+    lines = "\n".join(f"  volcano locks {command}" for command in commands)
+    return f"examples:\n{lines}\n\n{EXIT_STATUSES}\n{ENVIRONMENT}"
+
+
+def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> None:
+    """The options of acquire and run, turned into keywords by `acquisition_options`."""
+    ttl_help = "the lease's time to live in seconds, 0.1 to 86400"
+    parser.add_argument(
+        "--ttl",
+        type=_seconds,
+        required=ttl_default is None,
+        default=ttl_default,
+        metavar="S",
+        help=ttl_help if ttl_default is None else f"{ttl_help} (default: {ttl_default:g})",
+    )
+
+
+def _add_lease_options(parser: Parser) -> None:
+    """The two tokens that name a lease, for renew and release."""
+    parser.add_argument(
+        "--token", required=True, metavar="T", help="the lease's owner token (from acquire)"
+    )
+    parser.add_argument(
+        "--fencing-token",
+        required=True,
+        type=_fencing_token,
+        metavar="N",
+        help="the lease's fencing token (from acquire)",
+    )
+
+
+def _grace(value: str) -> float:
+    seconds = _number_of_seconds(value)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {value!r}")
+    return seconds
+
+
+def _seconds(value: str) -> float:
+    seconds = _number_of_seconds(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def _number_of_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {value!r}")
+    return seconds
+
+
+def _fencing_token(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 2**53 - 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a fencing token from 1 to 2^53-1, got {value!r}"
+        )
+    return int(value)

@@ -30,7 +30,8 @@ EXIT_STATUSES = """\
 exit status:
   0    done
   64   usage error        69  server unreachable   70  unexpected answer
-  75   lock held by another owner                  76  ownership lost
+  75   lock held by another owner (and any --wait ran out)
+  76   ownership lost
   77   credentials refused
 """
 
@@ -56,13 +57,15 @@ RUN_EPILOG = f"""\
 examples:
   volcano locks run nightly-report -- ./make-report.sh --date today
   volcano locks run nightly-report --ttl 120 --grace 30 -- python -m reports.nightly
+  # take turns: wait up to 10 minutes for the lock instead of giving up at once
+  volcano locks run nightly-report --wait 600 -- ./make-report.sh
   # crontab: only one machine makes the report; 75 means another one is on it
   0 3 * * *  volcano locks run nightly-report -- /srv/reports/nightly.sh
 
 exit status:
   COMMAND's own status when it ran to its end (128+N when signal N ended it)
   64   usage error                  69   server unreachable
-  75   lock held by another owner   76   ownership lost while COMMAND ran
+  75   lock held by another owner (any --wait ran out)   76   ownership lost while COMMAND ran
   77   credentials refused          126  COMMAND not executable   127  COMMAND not found
 
 {ENVIRONMENT}"""
@@ -103,7 +106,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def acquisition_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `acquire` / `with_lock` that the command line gave."""
-    options: dict[str, Any] = {"ttl": args.ttl}
+    options: dict[str, Any] = {"ttl": args.ttl, "wait": args.wait}
     if getattr(args, "token", None) is not None:
         options["token"] = args.token
     if getattr(args, "request_id", None) is not None:
@@ -211,7 +214,7 @@ def _add_lock_commands(commands: Commands) -> None:
     _add_acquisition_options(run, ttl_default=30)
     run.add_argument(
         "--grace",
-        type=_grace,
+        type=_zero_or_more_seconds,
         default=10.0,
         metavar="S",
         help="seconds between SIGTERM and SIGKILL when ownership is lost (default: 10)",
@@ -263,6 +266,14 @@ def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> No
         metavar="S",
         help=ttl_help if ttl_default is None else f"{ttl_help} (default: {ttl_default:g})",
     )
+    parser.add_argument(
+        "--wait",
+        type=_zero_or_more_seconds,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a held lock, in line with other waiters (default: 0, "
+        "exit 75 at once)",
+    )
 
 
 def _add_lease_options(parser: Parser) -> None:
@@ -279,7 +290,7 @@ def _add_lease_options(parser: Parser) -> None:
     )
 
 
-def _grace(value: str) -> float:
+def _zero_or_more_seconds(value: str) -> float:
     seconds = _number_of_seconds(value)
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {value!r}")

@@ -32,6 +32,7 @@ class Shell:
 
     env: dict[str, str] = attrs.field(repr=False)
     client: volcano.Client
+    database_url: str  # the server's, to see who waits in a queue
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
@@ -69,7 +70,7 @@ def shell(sqlite_server: LiveServer, request: pytest.FixtureRequest) -> Iterator
     with volcano.Client(
         anon_key=project.anon_key, service_key=project.service_key, api_url=sqlite_server.url
     ) as client:
-        yield Shell(project.child_env(sqlite_server.url), client)
+        yield Shell(project.child_env(sqlite_server.url), client, sqlite_server.database_url)
 
 
 def one_line(stderr: str) -> str:

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.databases import queued
 from tests.support.proxy import FaultProxy
+from tests.support.raw import wait_for as until
 
 from .conftest import VOLCANO, WAIT, Shell, closed_port_url, finish, one_line, wait_for
 
@@ -143,6 +145,50 @@ class TestRunToTheEnd:
         finally:
             process.send_signal(signal.SIGTERM)
             finish(process)
+
+
+class TestRunWaits:
+    def test_waits_for_the_holder_and_then_runs(self, shell: Shell, tmp_path: Path) -> None:
+        """--wait: the command runs as soon as the holder releases, with the next token."""
+        held = shell.client.locks.acquire("k", ttl=60)
+        report = tmp_path / "fence"
+        process = shell.start(
+            "locks", "run", "k", "--wait", "30", "--",
+            "sh", "-c", f'echo "$VOLCANO_FENCING_TOKEN" > {report}',
+        )  # fmt: skip
+        until(lambda: queued(shell.database_url, "k") == 1, "volcano in line")
+        assert not report.exists()
+        shell.client.locks.release("k", held)
+        status, _, stderr = finish(process)
+        assert status == 0, stderr
+        assert report.read_text().strip() == str(held.fencing_token + 1)
+
+    def test_wait_that_runs_out_exits_75(self, shell: Shell, tmp_path: Path) -> None:
+        """--wait 0.3 on a held lock: 75 after the wait, and the command never starts."""
+        shell.client.locks.acquire("k", ttl=60)
+        marker = tmp_path / "ran"
+        result = shell.run("locks", "run", "k", "--wait", "0.3", "--", "touch", str(marker))
+        assert result.returncode == 75
+        assert "'k' is held by another owner" in one_line(result.stderr)
+        assert not marker.exists()
+
+    def test_ctrl_c_while_waiting_leaves_the_line(self, shell: Shell, tmp_path: Path) -> None:
+        """SIGINT while waiting: 128 + 2, the command never runs, and the queue lets go at once."""
+        shell.client.locks.acquire("k", ttl=60)
+        marker = tmp_path / "ran"
+        process = shell.start("locks", "run", "k", "--wait", "60", "--", "touch", str(marker))
+        until(lambda: queued(shell.database_url, "k") == 1, "volcano in line")
+        process.send_signal(signal.SIGINT)
+        status, _, _ = finish(process)
+        assert status == 128 + signal.SIGINT
+        until(lambda: queued(shell.database_url, "k") == 0, "out of line")
+        assert not marker.exists()
+
+    def test_bad_wait_is_a_usage_error(self, shell: Shell) -> None:
+        """--wait takes 0 or more seconds."""
+        result = shell.run("locks", "acquire", "k", "--ttl", "5", "--wait", "-1")
+        assert result.returncode == 64
+        assert "--wait" in one_line(result.stderr)
 
 
 class TestRunRefused:

@@ -17,7 +17,8 @@ schema = schemathesis.pytest.from_fixture("contract_schema")
 
 UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 ACQUIRE = "POST /v1/locks/{key}/acquire"
-HOLDER_ONLY = ("POST /v1/locks/{key}/renew", "POST /v1/locks/{key}/release")
+RENEW = "POST /v1/locks/{key}/renew"
+HOLDER_ONLY = (RENEW, "POST /v1/locks/{key}/release")
 
 
 @schema.parametrize()
@@ -37,9 +38,10 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
     Hypothesis replays scenarios and requires each replay to see the same server, so a scenario
     must not leave state behind that changes the next one: every lease it took is released in
     teardown, a valid request id is replaced by a fresh one (stored outcomes outlive a scenario
-    by ten minutes), and a valid ttl is raised to at least 60 s (a 0.1 s lease expiring between
-    two steps would make a replay differ by timing alone). Invalid values are left untouched, so
-    negative cases stay negative; the stateless phases cover every ttl and request id.
+    by ten minutes), and a valid ttl of an acquire or a renewal is raised to at least 60 s (a
+    0.1 s lease expiring between two steps would make a replay differ by timing alone). Invalid
+    values are left untouched, so negative cases stay negative; the stateless phases cover every
+    ttl and request id.
     """
     base: Any = contract_schema.as_state_machine()
     chained: Counter[str] = Counter()
@@ -61,7 +63,7 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
                 ):
                     headers[name] = str(uuid.uuid4())
             body = case.body
-            if case.operation.label == ACQUIRE and isinstance(body, dict):
+            if case.operation.label in (ACQUIRE, RENEW) and isinstance(body, dict):
                 ttl = body.get("ttl_seconds")
                 if (
                     isinstance(ttl, int | float)

@@ -60,34 +60,28 @@ def with_an_extra_field(app: ASGIApp) -> ASGIApp:
     return wrapped
 
 
+def run_suite(url: str, env: dict[str, str], *pytest_args: str) -> tuple[int, str]:
+    """The contract suite aimed at `url` in a child pytest with `env` as its whole environment:
+    (exit status, output)."""
+    suite = ["tests/contract", "--contract-url", url, "-q", "-p", "no:cacheprovider"]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *suite, *pytest_args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
 def run_suite_against(app: ASGIApp, project: Project) -> tuple[int, str]:
-    """Serve `app` and run the contract suite's stateless cases against it with `project`'s
-    keys, stopping at the first failure: (exit status, output)."""
+    """Serve `app` and run the suite's stateless cases against it with `project`'s keys,
+    stopping at the first failure."""
     env = {k: v for k, v in os.environ.items() if k != "VOLCANO_OTHER_SERVICE_KEY"}
     with serve_in_thread(app) as base:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "tests/contract",
-                "--contract-url",
-                base,
-                "-x",
-                "-q",
-                "-k",
-                "test_operation",
-                "-p",
-                "no:cacheprovider",
-            ],
-            cwd=ROOT,
-            env={**env, **project.env(base)},
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    return result.returncode, result.stdout + result.stderr
+        return run_suite(base, {**env, **project.env(base)}, "-x", "-k", "test_operation")
 
 
 class TestContractSuiteByUrl:
@@ -117,24 +111,6 @@ class TestContractSuiteByUrl:
     def test_refuses_to_run_without_keys(self) -> None:
         """Aimed at a URL without keys in the environment, it stops with a clear message."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_")}
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "tests/contract",
-                "--contract-url",
-                "http://127.0.0.1:9",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert result.returncode == 4
-        assert "VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY" in result.stdout + result.stderr
+        status, output = run_suite("http://127.0.0.1:9", env)
+        assert status == 4
+        assert "VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY" in output

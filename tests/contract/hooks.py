@@ -1,23 +1,24 @@
-"""Schemathesis hooks for the Volcano contract: a string format, short waits, a credential check.
+"""Schemathesis hooks for the Volcano contract: UUIDs in any letter case, short waits, two checks.
 
-Loaded by the contract suite and by `scripts/contract.sh` (SCHEMATHESIS_HOOKS), so a run against
-any server uses the same rules.
+Loaded by the contract suite (which `scripts/contract.sh` runs against any server), so every run
+uses the same rules: each credential is really enforced, and the server's JSON bodies carry
+exactly the documented fields (the published response schemas allow more, for clients' sake).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import httpx
 import schemathesis
 from hypothesis import strategies as st
 
-# Owner tokens and request ids are UUIDs in any letter case, kept byte for byte. The spec gives
-# them this custom format so that schemathesis' coverage phase, which otherwise builds header
-# values from [A-Za-z0-9] only, generates real UUIDs as positive data.
+# X-Request-Id is `format: uuid` in any letter case: schemathesis' own strategy sends lower case
+# only, so valid upper-case ids (which the server must keep byte for byte) are sent too.
 schemathesis.openapi.format(
-    "uuid-any-case",
+    "uuid",
     st.uuids().flatmap(lambda u: st.sampled_from([str(u), str(u).upper()])),
 )
 
@@ -97,4 +98,52 @@ def each_credential_enforced(
             assert probe.status_code in (401, 403), (
                 f"{label} with {scenario} answered {probe.status_code}, expected 401 or 403"
             )
+    return True
+
+
+def undocumented_fields(
+    schema: Mapping[str, Any], value: Any, document: Mapping[str, Any], where: str = "body"
+) -> list[str]:
+    """Where `value` has object fields that `schema` (with its $refs) does not name."""
+    while "$ref" in schema:
+        schema = _resolve(document, schema["$ref"])
+    properties = schema.get("properties")
+    if not isinstance(value, dict) or not isinstance(properties, Mapping):
+        return []
+    found = [f"{where}.{name}" for name in value if name not in properties]
+    for name, sub in properties.items():
+        if name in value:
+            found += undocumented_fields(sub, value[name], document, f"{where}.{name}")
+    return found
+
+
+def _resolve(document: Mapping[str, Any], ref: str) -> Mapping[str, Any]:
+    node: Any = document
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return cast("Mapping[str, Any]", node)
+
+
+@schemathesis.check
+def only_documented_fields(
+    ctx: schemathesis.CheckContext, response: schemathesis.Response, case: schemathesis.Case
+) -> bool | None:
+    """The server's JSON body has no field its documented response schema does not name."""
+    document = case.operation.schema.raw_schema
+    answers = case.operation.definition.raw.get("responses", {})
+    answer = answers.get(str(response.status_code)) or answers.get("default")
+    if answer is None:
+        return None  # status_code_conformance reports an undocumented status
+    while "$ref" in answer:
+        answer = _resolve(document, answer["$ref"])
+    schema = answer.get("content", {}).get("application/json", {}).get("schema")
+    if schema is None:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None  # a body that is not JSON is content_type_conformance's to report
+    extra = undocumented_fields(schema, body, document)
+    label, status = case.operation.label, response.status_code
+    assert not extra, f"{label} answered {status} with undocumented {extra}"
     return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import Counter
 from typing import Any
 
 import schemathesis
@@ -16,6 +17,8 @@ schema = schemathesis.pytest.from_fixture("contract_schema")
 
 UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 ACQUIRE = "POST /v1/locks/{key}/acquire"
+RENEW = "POST /v1/locks/{key}/renew"
+HOLDER_ONLY = (RENEW, "POST /v1/locks/{key}/release")
 
 
 @schema.parametrize()
@@ -28,14 +31,20 @@ def test_operation(case: schemathesis.Case) -> None:
 def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveServer) -> None:
     """Scenarios chained through the spec's links (acquire -> renew/release/get) pass every check.
 
+    The links carry the key; the lease's owner token and fencing token go into the renew and
+    release bodies here (a link's requestBody may only be one runtime expression, and the whole
+    lease is not a valid body), so the chain renews and releases real leases.
+
     Hypothesis replays scenarios and requires each replay to see the same server, so a scenario
     must not leave state behind that changes the next one: every lease it took is released in
     teardown, a valid request id is replaced by a fresh one (stored outcomes outlive a scenario
-    by ten minutes), and a valid ttl is raised to at least 60 s (a 0.1 s lease expiring between
-    two steps would make a replay differ by timing alone). Invalid values are left untouched, so
-    negative cases stay negative; the stateless phases cover every ttl and request id.
+    by ten minutes), and a valid ttl of an acquire or a renewal is raised to at least 60 s (a
+    0.1 s lease expiring between two steps would make a replay differ by timing alone). Invalid
+    values are left untouched, so negative cases stay negative; the stateless phases cover every
+    ttl and request id.
     """
     base: Any = contract_schema.as_state_machine()
+    chained: Counter[str] = Counter()
 
     class ReleasingMachine(base):  # type: ignore[misc,valid-type]
         def setup(self) -> None:
@@ -54,7 +63,7 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
                 ):
                     headers[name] = str(uuid.uuid4())
             body = case.body
-            if case.operation.label == ACQUIRE and isinstance(body, dict):
+            if case.operation.label in (ACQUIRE, RENEW) and isinstance(body, dict):
                 ttl = body.get("ttl_seconds")
                 if (
                     isinstance(ttl, int | float)
@@ -62,9 +71,14 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
                     and 0.1 <= ttl <= 86400
                 ):
                     body["ttl_seconds"] = max(ttl, 60)
+            if case.operation.label in HOLDER_ONLY and _valid_holder(body):
+                held = dict(self.leases).get((case.path_parameters or {}).get("key"))
+                if held is not None:
+                    body.update(held)
 
         def after_call(self, response: schemathesis.Response, case: schemathesis.Case) -> None:
             super().after_call(response, case)
+            chained[f"{case.operation.label} {response.status_code}"] += 1
             if case.operation.label == ACQUIRE and response.status_code == 200:
                 lease = response.json()
                 self.leases.append(
@@ -84,3 +98,19 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
             super().teardown()
 
     ReleasingMachine.run()
+    assert chained["POST /v1/locks/{key}/renew 200"], chained
+    assert chained["POST /v1/locks/{key}/release 204"], chained
+
+
+def _valid_holder(body: Any) -> bool:
+    """Whether a renew or release body holds a well-formed owner token and fencing token."""
+    if not isinstance(body, dict):
+        return False
+    token, fencing = body.get("owner_token"), body.get("fencing_token")
+    return (
+        isinstance(token, str)
+        and UUID.fullmatch(token) is not None
+        and isinstance(fencing, int)
+        and not isinstance(fencing, bool)
+        and 1 <= fencing <= 2**53 - 1
+    )

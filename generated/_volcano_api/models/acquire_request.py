@@ -15,7 +15,8 @@ class AcquireRequest:
     """
     Attributes:
         owner_token (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         ttl_seconds (float): The lease's time to live in seconds, from 0.1 to 86400.
         wait_seconds (float | Unset): How long an acquire may wait in the key's queue for the lock, in seconds: 0 (the
             default) answers at once; at most 60 per request, so that no request outlives common

@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any, Self, TypeVar
 
 from attrs import define as _attrs_define
+from attrs import field as _attrs_field
 
 T = TypeVar("T", bound="ErrorDetail")
 
@@ -18,12 +19,14 @@ class ErrorDetail:
             `unavailable`, `internal`. A plain string, not an enum: newer servers may add codes.
         message (str): A human-readable explanation naming what was wrong.
         request_id (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
     """
 
     code: str
     message: str
     request_id: str
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         code = self.code
@@ -33,7 +36,7 @@ class ErrorDetail:
         request_id = self.request_id
 
         field_dict: dict[str, Any] = {}
-
+        field_dict.update(self.additional_properties)
         field_dict.update(
             {
                 "code": code,
@@ -59,4 +62,21 @@ class ErrorDetail:
             request_id=request_id,
         )
 
+        error_detail.additional_properties = d
         return error_detail
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from typing import Any, Self, TypeVar
 
 from attrs import define as _attrs_define
+from attrs import field as _attrs_field
 
 T = TypeVar("T", bound="LockLease")
 
@@ -16,7 +17,8 @@ class LockLease:
     Attributes:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
         owner_token (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1 so that every JSON
             implementation holds it exactly.
         expires_at (datetime.datetime): When the lease ends by the server's clock, in UTC (RFC 3339).
@@ -28,6 +30,7 @@ class LockLease:
     fencing_token: int
     expires_at: datetime.datetime
     ttl_seconds: float
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         key = self.key
@@ -41,7 +44,7 @@ class LockLease:
         ttl_seconds = self.ttl_seconds
 
         field_dict: dict[str, Any] = {}
-
+        field_dict.update(self.additional_properties)
         field_dict.update(
             {
                 "key": key,
@@ -75,4 +78,21 @@ class LockLease:
             ttl_seconds=ttl_seconds,
         )
 
+        lock_lease.additional_properties = d
         return lock_lease
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -13,7 +13,8 @@ class RenewRequest:
     """
     Attributes:
         owner_token (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1 so that every JSON
             implementation holds it exactly.
         ttl_seconds (float): The lease's time to live in seconds, from 0.1 to 86400.

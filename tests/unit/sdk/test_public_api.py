@@ -6,6 +6,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import typing
 from pathlib import Path
 
 import attrs
@@ -170,3 +171,25 @@ class TestDocstrings:
     def test_modules_are_documented(self) -> None:
         """Every module of the package says what it is for."""
         assert [m.__name__ for m in MODULES if not m.__doc__] == []
+
+
+class TestGeneratedIdentifiersStayStrings:
+    @pytest.mark.parametrize(
+        "operation",
+        ["acquire_lock", "renew_lock", "release_lock", "get_lock", "force_release_lock"],
+    )
+    def test_request_id_parameter_is_a_str(self, operation: str) -> None:
+        """The generated X-Request-Id parameter is a str, never a uuid.UUID that lower-cases it."""
+        module = importlib.import_module(f"_volcano_api.api.locks.{operation}")
+        from _volcano_api.types import Unset
+
+        for function in (module.sync_detailed, module.asyncio_detailed):
+            assert typing.get_type_hints(function)["x_request_id"] == str | Unset
+
+    @pytest.mark.parametrize(
+        "model", ["AcquireRequest", "RenewRequest", "ReleaseRequest", "LockLease"]
+    )
+    def test_owner_token_is_a_str(self, model: str) -> None:
+        """Generated models keep owner tokens as str, spelled as sent."""
+        models = importlib.import_module("_volcano_api.models")
+        assert typing.get_type_hints(getattr(models, model))["owner_token"] is str

@@ -173,12 +173,21 @@ class TestCompilerRefusesWhatItCannotEnforce:
             {"type": "string", "multipleOf": 2},
             {"oneOf": [{"type": "string"}]},
             {"type": ["string", "null"]},
+            {"$ref": "#/components/schemas/Uuid", "maxLength": 40},  # a constraint beside $ref
         ],
     )
     def test_unknown_constructs_fail_at_start_up(self, schema: dict[str, Any]) -> None:
         """A schema rule the server could not enforce stops the server from starting."""
         with pytest.raises(SchemaError):
             compile_schema(schema, lambda ref: {})
+
+    def test_annotations_beside_a_ref_are_allowed(self) -> None:
+        """`format: uuid` beside a $ref compiles to the referenced schema's rules."""
+        uuid = {"type": "string", "pattern": "^[0-9a-f]{2}$"}
+        validator = compile_schema({"$ref": "#/x", "format": "uuid"}, lambda ref: uuid)
+        assert validator("0f", "h") == "0f"
+        with pytest.raises(ValidationFailure, match="must match"):
+            validator("0g", "h")
 
     def test_every_operation_of_the_spec_is_compiled(self) -> None:
         """Routes and validators exist for every operation in openapi.yaml."""

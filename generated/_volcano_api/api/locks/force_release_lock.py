@@ -54,6 +54,16 @@ def _parse_response(
 
         return response_403
 
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 405:
+        response_405 = Error.from_dict(response.json())
+
+        return response_405
+
     if response.status_code == 409:
         response_409 = Error.from_dict(response.json())
 
@@ -114,7 +124,8 @@ def sync_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -154,7 +165,8 @@ def sync(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -189,7 +201,8 @@ async def asyncio_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -227,7 +240,8 @@ async def asyncio(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

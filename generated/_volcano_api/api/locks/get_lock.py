@@ -54,6 +54,16 @@ def _parse_response(
 
         return response_403
 
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 405:
+        response_405 = Error.from_dict(response.json())
+
+        return response_405
+
     if response.status_code == 422:
         response_422 = Error.from_dict(response.json())
 
@@ -107,7 +117,8 @@ def sync_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -145,7 +156,8 @@ def sync(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -178,7 +190,8 @@ async def asyncio_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -214,7 +227,8 @@ async def asyncio(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -58,6 +58,16 @@ def _parse_response(
 
         return response_403
 
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 405:
+        response_405 = Error.from_dict(response.json())
+
+        return response_405
+
     if response.status_code == 409:
         response_409 = Error.from_dict(response.json())
 
@@ -123,7 +133,8 @@ def sync_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         body (ReleaseRequest):
 
     Raises:
@@ -165,7 +176,8 @@ def sync(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         body (ReleaseRequest):
 
     Raises:
@@ -202,7 +214,8 @@ async def asyncio_detailed(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         body (ReleaseRequest):
 
     Raises:
@@ -242,7 +255,8 @@ async def asyncio(
             `-`.
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
-            (Not `format: uuid`: tools that parse it would change its spelling.)
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
         body (ReleaseRequest):
 
     Raises:

@@ -18,10 +18,13 @@ from ._base import (
     WouldBlock,
     WriteTx,
 )
+from ._keys import KeyEvent, KeyInfo, UnknownProject, key_id
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "NONBLOCKING",
+    "KeyEvent",
+    "KeyInfo",
     "KeyKind",
     "KeyRecord",
     "LockRow",
@@ -30,9 +33,11 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "UnknownProject",
     "UnsupportedDatabaseURL",
     "WouldBlock",
     "WriteTx",
+    "key_id",
     "open_storage",
     "redact_url",
 ]

@@ -12,11 +12,15 @@ server answers that with 503 and a `Retry-After`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
+
+if TYPE_CHECKING:
+    from ._keys import KeyEvent, KeyInfo
 
 __all__ = [
     "KeyKind",
@@ -49,16 +53,19 @@ NONBLOCKING: ContextVar[bool] = ContextVar("volcano_storage_nonblocking", defaul
 
 @attrs.frozen
 class KeyRecord:
-    """An API key as stored: only its SHA-256 hash, its project and its kind."""
+    """An API key as stored: only its SHA-256 hash, its project, its kind, whether revoked."""
 
     key_hash: bytes
     project_id: int
     kind: KeyKind
+    revoked: bool = False
 
     @classmethod
-    def from_row(cls, key_hash: bytes, row: tuple[int, KeyKind] | None) -> KeyRecord | None:
-        """The record for a `SELECT project_id, kind` row, or None when there was no row."""
-        return None if row is None else cls(key_hash, row[0], row[1])
+    def from_row(
+        cls, key_hash: bytes, row: tuple[int, KeyKind, bool | int] | None
+    ) -> KeyRecord | None:
+        """The record for a `SELECT project_id, kind, revoked` row, or None without a row."""
+        return None if row is None else cls(key_hash, row[0], row[1], bool(row[2]))
 
 
 @attrs.frozen
@@ -163,8 +170,36 @@ class Storage(Protocol):
         """The key with this hash, if any."""
         ...
 
-    def create_project_keys(self, project: str, anon_hash: bytes, service_hash: bytes) -> None:
+    def check(self) -> None:
+        """Raise StorageUnavailable unless the database answers a query now."""
+        ...
+
+    # Key administration (storage/_keys.py, shared by both backends).
+
+    def create_project_keys(
+        self, project: str, anon_hash: bytes, service_hash: bytes, *, actor: str = ...
+    ) -> None:
         """Create the project if new and add one anon and one service key to it."""
+        ...
+
+    def add_service_key(self, project: str, service_hash: bytes, *, actor: str) -> None:
+        """Add a service key to an existing project; UnknownProject if there is none."""
+        ...
+
+    def list_keys(self, project: str | None = None) -> list[KeyInfo]:
+        """Every key (of `project`, when given), never a secret."""
+        ...
+
+    def revoke_key(self, key_id: str, *, actor: str) -> tuple[KeyInfo, bool] | None:
+        """Revoke a key by id: the key and whether this call revoked it; None if unknown."""
+        ...
+
+    def key_events(self, project: str | None = None) -> list[KeyEvent]:
+        """The audit trail of key changes."""
+        ...
+
+    def record_key_uses(self, uses: Mapping[bytes, int]) -> None:
+        """Move keys' "last used" times forward (key hash -> microseconds since the epoch)."""
         ...
 
     def purge_outcomes(self, limit: int) -> int:

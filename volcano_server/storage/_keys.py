@@ -97,7 +97,8 @@ class KeyAdmin:
         where, params = (" WHERE p.name = ?", (project,)) if project is not None else ("", ())
         with self._admin() as (sql, _now):
             rows = sql(
-                f"SELECT {_KEY_COLUMNS}{where} ORDER BY p.name, k.created_at_us, k.key_id", params
+                f"SELECT {_KEY_COLUMNS}{where} ORDER BY p.name, k.created_at_us, k.kind, k.key_id",
+                params,
             )
         return [KeyInfo(*row) for row in rows]
 

@@ -5,6 +5,7 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
+from ...models.error import Error
 from ...models.health import Health
 from ...types import Response
 
@@ -21,11 +22,26 @@ def _get_kwargs() -> dict[str, Any]:
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Health | None:
+) -> Error | Health | None:
     if response.status_code == 200:
         response_200 = Health.from_dict(response.json())
 
         return response_200
+
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+        return response_408
+
+    if response.status_code == 431:
+        response_431 = Error.from_dict(response.json())
+
+        return response_431
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+        return response_503
 
     if client.raise_on_unexpected_status:
         raise errors.UnexpectedStatus(response.status_code, response.content)
@@ -35,7 +51,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[Health]:
+) -> Response[Error | Health]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -47,7 +63,7 @@ def _build_response(
 def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Health]:
+) -> Response[Error | Health]:
     """Liveness of this server process.
 
      Answers without credentials and without touching the database, so it measures the
@@ -58,7 +74,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Health]
+        Response[Error | Health]
     """
 
     kwargs = _get_kwargs()
@@ -73,7 +89,7 @@ def sync_detailed(
 def sync(
     *,
     client: AuthenticatedClient | Client,
-) -> Health | None:
+) -> Error | Health | None:
     """Liveness of this server process.
 
      Answers without credentials and without touching the database, so it measures the
@@ -84,7 +100,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Health
+        Error | Health
     """
 
     return sync_detailed(
@@ -95,7 +111,7 @@ def sync(
 async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Health]:
+) -> Response[Error | Health]:
     """Liveness of this server process.
 
      Answers without credentials and without touching the database, so it measures the
@@ -106,7 +122,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Health]
+        Response[Error | Health]
     """
 
     kwargs = _get_kwargs()
@@ -119,7 +135,7 @@ async def asyncio_detailed(
 async def asyncio(
     *,
     client: AuthenticatedClient | Client,
-) -> Health | None:
+) -> Error | Health | None:
     """Liveness of this server process.
 
      Answers without credentials and without touching the database, so it measures the
@@ -130,7 +146,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Health
+        Error | Health
     """
 
     return (

@@ -15,9 +15,11 @@ import ssl
 
 import attrs
 import uvicorn
-from prometheus_client import make_asgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ._app import create_app
 from ._config import ServerConfig
@@ -87,18 +89,23 @@ class Server(uvicorn.Server):
         await super().startup(sockets)
         if self.should_exit or not self.servers:
             return
+        if self._listeners.metrics_port is not None:
+            metrics = await self._start_metrics_listener()
+            log.info("metrics on %s/metrics", _url("http", metrics))
         scheme = "https" if self.config.is_ssl else "http"
         log.info(
             "volcano-server listening on %s (database %s)",
             _url(scheme, self.servers[0]),
             self._database,
         )
-        if self._listeners.metrics_port is not None:
-            metrics = await self._start_metrics_listener()
-            log.info("metrics on %s/metrics", _url("http", metrics))
 
     async def _start_metrics_listener(self) -> asyncio.Server:
-        app = Starlette(routes=[Mount("/metrics", make_asgi_app(self._metrics.registry))])
+        registry = self._metrics.registry
+
+        async def scrape(_request: Request) -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        app = Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
         config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
         config.load()
         http: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.support.databases import fresh_postgres_database, scalar
+from volcano_server.storage._postgres import _SCHEMA_VERSION
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -30,7 +31,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 class TestMigrate:
     def test_concurrent_migrations_from_several_processes(self) -> None:
         """Eight `migrate` processes started at once on an empty database all succeed, and the
-        schema ends at version 1 with every table."""
+        schema ends at the newest version with every table."""
         with fresh_postgres_database("volcano_migrate") as url:
             command = [sys.executable, "-m", "volcano_server", "migrate", "--db", url]
             processes = [
@@ -41,13 +42,13 @@ class TestMigrate:
                 if process.stderr:
                     process.stderr.close()
             assert [code for code, _ in results] == [0] * 8, results
-            assert scalar(url, "SELECT version FROM volcano_schema") == 1
+            assert scalar(url, "SELECT version FROM volcano_schema") == _SCHEMA_VERSION
             tables = scalar(
                 url,
                 "SELECT count(*) FROM information_schema.tables WHERE table_name IN"
-                " ('projects', 'api_keys', 'locks', 'request_outcomes')",
+                " ('projects', 'api_keys', 'locks', 'request_outcomes', 'key_events')",
             )
-            assert tables == 4
+            assert tables == 5
 
     def test_newer_schema_is_refused_in_one_line(self) -> None:
         """A database migrated by a newer server is not touched: one line says why."""

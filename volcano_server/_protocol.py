@@ -18,9 +18,10 @@ per connection:
   plain-text "Invalid HTTP request received.".
 
 Each of those answers is followed by a lingering close: the server stops writing and, for a
-second, reads and discards what the client is still sending before it closes. Closing at once
-with unread bytes would make the kernel reset the connection, and the reset often destroys the
-answer before the client reads it.
+second or 64 KiB, whichever comes first, reads and discards what the client is still sending
+before it closes. Closing at once with unread bytes would make the kernel reset the connection,
+and the reset often destroys the answer before the client reads it; a client that keeps sending
+past the cap is reset all the same (it is not listening).
 
 It relies on these uvicorn internals (0.54), each pinned by tests/integration/server/
 test_protocol.py: the parser callbacks `on_message_begin`, `on_headers_complete` and
@@ -69,8 +70,9 @@ class Phase(enum.Enum):
     CLOSING = "closing"  # nothing: the protocol answered and is about to close
 
 
-# How long a refused connection is drained before it is closed (see above).
+# How long, and how much, a refused connection is drained before it is closed (see above).
 LINGER_SECONDS = 1.0
+LINGER_BYTES = 65_536
 
 
 def protocol_class(policy: Policy) -> type[LimitedProtocol]:
@@ -117,7 +119,12 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        while data and self._phase is not Phase.CLOSING and not self.transport.is_closing():
+        if self._phase is Phase.CLOSING:
+            self._head_bytes += len(data)  # counts what is discarded while lingering
+            if self._head_bytes > LINGER_BYTES:
+                self.transport.close()
+            return
+        while data and self._reading():
             if self._phase is Phase.BODY:
                 super().data_received(data)
                 return
@@ -131,6 +138,10 @@ class LimitedProtocol(HttpToolsProtocol):
             piece, data = data[:room], data[room:]
             self._head_bytes += len(piece)
             super().data_received(piece)
+
+    def _reading(self) -> bool:
+        """Whether what arrives is still parsed (not after an answer of the protocol's own)."""
+        return self._phase is not Phase.CLOSING and not self.transport.is_closing()
 
     def send_400_response(self, msg: str) -> None:
         """The request could not be parsed: the API's JSON 400, then close."""
@@ -218,6 +229,7 @@ class LimitedProtocol(HttpToolsProtocol):
         """Stop writing, discard what still arrives, and close in a moment (see above)."""
         self._disarm()
         self._phase = Phase.CLOSING
+        self._head_bytes = 0
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._deadline = self.loop.call_later(LINGER_SECONDS, self.transport.close)

@@ -27,8 +27,11 @@ import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from ._accesslog import AccessLog, RequestRecord
 from ._auth import Authenticator
 from ._errors import ApiError
+from ._headers import check_content_encoding, credentials
+from ._metrics import Metrics
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
@@ -41,7 +44,6 @@ from .storage import StorageUnavailable, WouldBlock
 __all__ = ["HANDLED_OPERATIONS", "Api"]
 
 log = logging.getLogger("volcano_server")
-access_log = logging.getLogger("volcano_server.access")
 
 T = TypeVar("T")
 
@@ -96,7 +98,8 @@ class Api:
         *,
         max_body_bytes: int,
         rate_limiter: RateLimiter | None,
-        access_log_enabled: bool,
+        metrics: Metrics,
+        access_log: AccessLog,
         worker_threads: int = 32,
     ) -> None:
         self._service = service
@@ -104,7 +107,8 @@ class Api:
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._limiter = rate_limiter
-        self._access_log = access_log_enabled
+        self._metrics = metrics
+        self._report = access_log
         self._threads = anyio.CapacityLimiter(worker_threads)
         self._inline = service.runs_inline
 
@@ -144,8 +148,16 @@ class Api:
             log.exception("internal error in %s request_id=%s", operation.operation_id, request_id)
             answer = _error_answer(ApiError.internal(), request_id)
         await _send(send, answer, request_id)
-        if self._access_log:
-            _log_access(scope, answer, request_id, started)
+        self._report(
+            RequestRecord.of(
+                scope,
+                answer.status,
+                request_id,
+                operation=operation.operation_id,
+                started=started,
+                replayed=answer.replayed,
+            )
+        )
 
     async def not_allowed(
         self, allow: tuple[str, ...], scope: Scope, receive: Receive, send: Send
@@ -171,6 +183,7 @@ class Api:
                     pass
             return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
         except StorageUnavailable as exc:
+            self._metrics.storage_errors.labels("request").inc()
             log.warning("storage unavailable: %s", exc)
             raise ApiError.unavailable("storage is unavailable, retry later") from exc
 
@@ -178,8 +191,7 @@ class Api:
         request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
         answer = _error_answer(error, request_id)
         await _send(send, answer, request_id, allow=error.allow)
-        if self._access_log:
-            _log_access(scope, answer, request_id, None)
+        self._report(RequestRecord.of(scope, answer.status, request_id))
 
     def _identify(self, headers: Headers, *, declared: bool) -> tuple[str, bool, str | None]:
         """(request id, sent by the client, why the client's one is refused).
@@ -222,7 +234,7 @@ class Api:
     async def _judge(self, request: _Request) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
         """Everything after routing and before the operation, in the contract's order."""
         headers = request.headers
-        apikey, authorization = headers.get("apikey"), headers.get("authorization")
+        apikey, authorization = credentials(headers)
         principal = await self.run_storage(
             lambda wait: self._auth.authenticate(apikey, authorization, may_wait=wait)
         )
@@ -236,6 +248,7 @@ class Api:
         if request.operation.body is not None:
             if request.body is None:
                 raise ApiError.payload_too_large(self._max_body)
+            check_content_encoding(headers)
             body = _json_object(headers.get("content-type", ""), request.body)
         checked_params, checked_body = _validated(request.operation, request.params, body)
         caller = Caller(
@@ -328,6 +341,26 @@ def _validated(
     return checked, body
 
 
+# No field needs more than 17 significant digits; this bounds what int() and float() are given,
+# and keeps Python's own limit on integer digits (and its advice) out of the answer.
+_MAX_NUMBER_LENGTH = 100
+
+
+class _NumberTooLong(ValueError):
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+
+def _number(convert: Callable[[str], int | float]) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        if len(text) > _MAX_NUMBER_LENGTH:
+            raise _NumberTooLong(len(text))
+        return convert(text)
+
+    return parse
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -351,7 +384,18 @@ def _parse_json(raw: bytes) -> Any:
             f"request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_int=_number(int),
+            parse_float=_number(float),
+            object_pairs_hook=_no_duplicates,
+        )
+    except _NumberTooLong as exc:
+        raise ApiError.invalid_request(
+            f"request body has a number of {exc.length} characters;"
+            f" numbers are at most {_MAX_NUMBER_LENGTH}"
+        ) from None
     except RecursionError:
         raise ApiError.invalid_request(
             "request body is not valid JSON: nested too deeply"
@@ -388,17 +432,3 @@ async def _send(send: Send, answer: Answer, request_id: str, allow: tuple[str, .
         headers.append((b"allow", ", ".join(allow).encode()))
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
-
-
-def _log_access(scope: Scope, answer: Answer, request_id: str, started: float | None) -> None:
-    took = f" {1000 * (time.perf_counter() - started):.1f}ms" if started is not None else ""
-    replayed = " replayed" if answer.replayed else ""
-    access_log.info(
-        "%s %s %d%s%s request_id=%s",
-        scope["method"],
-        scope["path"],
-        answer.status,
-        took,
-        replayed,
-        request_id,
-    )

@@ -14,10 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ._accesslog import AccessLog
 from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
+from ._metrics import Metrics
 from ._ratelimit import RateLimiter
+from ._readiness import readiness_endpoint
 from ._routing import Endpoint, SpecRoute
 from ._service import LockService
 from ._spec import Operation, Spec, load_spec
@@ -35,7 +38,8 @@ def create_app(
     """Build the server.
 
     It opens `config.database_url` (unless given `storage`) and checks that the spec's
-    operations and the server's handlers are the same set before serving anything.
+    operations and the server's handlers are the same set before serving anything. Its
+    `state.metrics` and `state.access_log` are what the server's listeners report to.
     """
     config = config or ServerConfig()
     spec = spec or load_spec()
@@ -43,33 +47,45 @@ def create_app(
     storage = storage or open_storage(
         config.database_url, sqlite_synchronous=config.sqlite_synchronous
     )
+    metrics = Metrics()
+    access_log = AccessLog(metrics, enabled=config.access_log)
+    authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
     room = WaitingRoom(config.waiting)
+    metrics.watch_waiters(room)
     service = LockService(storage, config.retention_seconds, room)
     api = Api(
         service,
-        Authenticator(storage, cache_seconds=config.auth_cache_seconds),
+        authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
-        access_log_enabled=config.access_log,
+        metrics=metrics,
+        access_log=access_log,
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_purge_forever, storage, config)
+            tasks.start_soon(_purge_forever, storage, config, metrics)
+            tasks.start_soon(_record_key_uses_forever, storage, authenticator, config, metrics)
             tasks.start_soon(room.run, service, storage, api.run_storage)
             try:
                 yield
             finally:
                 room.close()
                 tasks.cancel_scope.cancel()
+        with contextlib.suppress(Exception):  # best effort: the last uses before shutdown
+            storage.record_key_uses(authenticator.take_uses())
         storage.close()
 
-    app = Starlette(routes=_routes(spec, api), lifespan=lifespan)
+    routes = _routes(spec, api)
+    routes.append(Route("/readyz", readiness_endpoint(storage, metrics), methods=["GET"]))
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.router.redirect_slashes = False
     app.router.default = api.not_found
     app.state.storage = storage
+    app.state.metrics = metrics
+    app.state.access_log = access_log
     app.state.waiting_room = room
     return app
 
@@ -99,7 +115,7 @@ def _routes(spec: Spec, api: Api) -> list[BaseRoute]:
     return routes
 
 
-async def _purge_forever(storage: Storage, config: ServerConfig) -> None:
+async def _purge_forever(storage: Storage, config: ServerConfig, metrics: Metrics) -> None:
     """Delete expired request outcomes and departed waiters in bounded batches.
 
     So both stay bounded under load.
@@ -119,6 +135,24 @@ async def _purge_forever(storage: Storage, config: ServerConfig) -> None:
             ):
                 await anyio.lowlevel.checkpoint()
         except StorageUnavailable as exc:
+            metrics.storage_errors.labels("purge").inc()
             log.warning("purging stored outcomes failed, will retry: %s", exc)
         except Exception:
             log.exception("purging stored outcomes failed, will retry")
+
+
+async def _record_key_uses_forever(
+    storage: Storage, authenticator: Authenticator, config: ServerConfig, metrics: Metrics
+) -> None:
+    """Write the keys' "last used" times in batches, off the requests' path."""
+    while True:
+        await anyio.sleep(config.key_use_flush_seconds)
+        uses = authenticator.take_uses()
+        try:
+            await anyio.to_thread.run_sync(storage.record_key_uses, uses)
+        except StorageUnavailable as exc:
+            metrics.storage_errors.labels("key_use").inc()
+            log.warning("recording when keys were last used failed, will retry: %s", exc)
+            authenticator.put_back_uses(uses)
+        except Exception:
+            log.exception("recording when keys were last used failed")

@@ -2,9 +2,11 @@
 
 Keys are 256-bit random secrets, so a fast hash is enough (there is nothing to brute-force, unlike
 passwords); the server stores only the hash, looks a presented key up by its hash and compares the
-stored hash in constant time. Known keys are cached in memory for a short while so a request
-costs no extra database read; unknown keys are never cached, so a key made by `keys create` in
-another process works at once.
+stored hash in constant time. Known keys are cached in memory for a short while (2 s by default)
+so a request costs no extra database read, and a key revoked by `keys revoke` in another process
+is refused by every server within that; unknown keys are never cached, so a key made by `keys
+create` works at once. Each key's last use is noted in memory and written in batches by a
+background task (`take_uses`), never on a request's path.
 """
 
 from __future__ import annotations
@@ -32,15 +34,24 @@ def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
 
 
-def make_project_keys(storage: Storage, project: str) -> ProjectKeys:
+def make_project_keys(
+    storage: Storage, project: str, *, actor: str = "volcano-server"
+) -> ProjectKeys:
     """Make a new anon key and service key for `project` (created if new) and store their hashes."""
     keys = ProjectKeys(
         project=project,
         anon_key=_ANON_PREFIX + secrets.token_urlsafe(32),
-        service_key=_SERVICE_PREFIX + secrets.token_urlsafe(32),
+        service_key=new_service_key(),
     )
-    storage.create_project_keys(project, hash_key(keys.anon_key), hash_key(keys.service_key))
+    storage.create_project_keys(
+        project, hash_key(keys.anon_key), hash_key(keys.service_key), actor=actor
+    )
     return keys
+
+
+def new_service_key() -> str:
+    """A fresh service key (store only its hash)."""
+    return _SERVICE_PREFIX + secrets.token_urlsafe(32)
 
 
 @attrs.frozen
@@ -58,13 +69,16 @@ class Authenticator:
         self,
         storage: Storage,
         *,
-        cache_seconds: float = 60.0,
+        cache_seconds: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
     ) -> None:
         self._storage = storage
         self._cache_seconds = cache_seconds
         self._clock = clock
+        self._wall_clock_us = wall_clock_us
         self._cache: dict[bytes, tuple[KeyRecord, float]] = {}
+        self._uses: dict[bytes, int] = {}
         self._lock = threading.Lock()
 
     def authenticate(
@@ -81,6 +95,8 @@ class Authenticator:
         anon = self._lookup(apikey, may_wait)
         if anon is None:
             raise ApiError.unauthorized("unknown apikey")
+        if anon.revoked:
+            raise ApiError.unauthorized("the apikey was revoked")
         if anon.kind != "anon":
             raise ApiError.unauthorized(
                 "the apikey header takes the project's anon key, not a service key"
@@ -88,13 +104,30 @@ class Authenticator:
         service = self._lookup(bearer, may_wait)
         if service is None:
             raise ApiError.unauthorized("unknown service key in Authorization")
+        if service.revoked:
+            raise ApiError.unauthorized("the service key in Authorization was revoked")
         if service.project_id != anon.project_id:
             raise ApiError.unauthorized(
                 "the apikey and the service key belong to different projects"
             )
         if service.kind != "service":
             raise ApiError.forbidden("the anon key cannot be used as the service credential")
+        now_us = self._wall_clock_us()
+        with self._lock:
+            self._uses[anon.key_hash] = self._uses[service.key_hash] = now_us
         return Principal(service.project_id, service.key_hash)
+
+    def put_back_uses(self, uses: dict[bytes, int]) -> None:
+        """Keep uses that could not be written, for the next try (newer ones win)."""
+        with self._lock:
+            for key_hash, at_us in uses.items():
+                self._uses[key_hash] = max(at_us, self._uses.get(key_hash, at_us))
+
+    def take_uses(self) -> dict[bytes, int]:
+        """The keys used since the last call (key hash -> last use), for `record_key_uses`."""
+        with self._lock:
+            uses, self._uses = self._uses, {}
+        return uses
 
     def _lookup(self, key: str, may_wait: bool) -> KeyRecord | None:
         digest = hash_key(key)

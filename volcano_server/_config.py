@@ -7,7 +7,42 @@ import attrs
 from ._waiting import WaitingSettings
 from .storage import DEFAULT_DATABASE_URL
 
-__all__ = ["ServerConfig"]
+__all__ = ["Limits", "ServerConfig"]
+
+
+@attrs.frozen
+class Limits:
+    """What one connection may cost the server; see docs/production.md.
+
+    The timeouts bound how long the server waits for a *client*: for a request's head (from the
+    connection's start, or from the first byte of a later request on it), for its body (from
+    the end of its head), and for the next request on an idle kept-alive connection. Nothing
+    limits how long a request that has fully arrived may take to be answered.
+    """
+
+    # Request line and header fields together; more gets 431 and the connection is closed.
+    max_header_bytes: int = 16_384
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    # Longer than clients' own idle expiry (httpx: 5 s), so the client, not the server, ends an
+    # idle connection and never sends a request into one being closed.
+    keepalive_timeout: int = 15
+    # Open connections per process, waiting requests included; past it, new ones get 503.
+    max_connections: int = 10_000
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_header_bytes < 1024:
+            raise ValueError(
+                f"the header limit must be at least 1024 bytes, got {self.max_header_bytes}"
+            )
+        for name in ("header_timeout", "body_timeout", "keepalive_timeout"):
+            value = getattr(self, name)
+            if not 0 < value <= 3600:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be 0 to 3600 seconds, got {value:g}"
+                )
+        if self.max_connections < 1:
+            raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
 
 
 @attrs.frozen
@@ -27,8 +62,12 @@ class ServerConfig:
     # SQLite only: "full" survives power loss, "normal" only a killed process (see the README).
     sqlite_synchronous: str = "full"
     access_log: bool = True
-    # How long a known key stays cached in memory.
-    auth_cache_seconds: float = 60.0
+    # How long a known key stays cached in memory: a revoked key is refused by every server
+    # process within this (plus a request's time), and the contract asks for 5 s at most.
+    auth_cache_seconds: float = 2.0
+    # How often the keys' "last used" times are written to the database.
+    key_use_flush_seconds: float = 30.0
+    limits: Limits = Limits()
     # Waiting for a lock: how long places and reservations last, heartbeats, polling.
     waiting: WaitingSettings = attrs.field(factory=WaitingSettings)
 

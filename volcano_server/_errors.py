@@ -48,14 +48,39 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def request_timeout(cls, part: str, seconds: float) -> ApiError:
+        """408: the client did not send the request's head or body in time."""
+        return cls(
+            408, "request_timeout", f"the request {part} did not arrive within {seconds:g} s"
+        )
+
+    @classmethod
     def payload_too_large(cls, limit: int) -> ApiError:
         """413: the body is over the limit."""
         return cls(413, "payload_too_large", f"request body is larger than {limit} bytes")
 
     @classmethod
+    def unsupported_encoding(cls, encoding: str) -> ApiError:
+        """415: a body in a Content-Encoding the server does not decode."""
+        return cls(
+            415,
+            "unsupported_media_type",
+            f"Content-Encoding {encoding} is not supported; send the JSON body uncompressed",
+        )
+
+    @classmethod
     def validation(cls, message: str) -> ApiError:
         """422: parses but breaks the schema."""
         return cls(422, "validation_error", message)
+
+    @classmethod
+    def headers_too_large(cls, limit: int) -> ApiError:
+        """431: the request line and header fields are over the limit."""
+        return cls(
+            431,
+            "request_headers_too_large",
+            f"the request line and headers are larger than {limit} bytes",
+        )
 
     @classmethod
     def rate_limited(cls, retry_after: int) -> ApiError:

@@ -1,37 +1,121 @@
-"""Running the app under uvicorn: one log line saying where it listens, clean SIGTERM shutdown."""
+"""Running the app under uvicorn: bounded connections, TLS, a private metrics listener, SIGTERM.
+
+One uvicorn server, one event loop. The API listens on `host:port` (with TLS when given a
+certificate); the metrics listener, when asked for, on its own plain-HTTP socket in the same
+loop, with the same per-connection limits (`_protocol`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import resource
 import socket
+import ssl
 
+import attrs
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ._app import create_app
 from ._config import ServerConfig
+from ._metrics import Metrics
+from ._protocol import LimitedProtocol, Policy, protocol_class
 from .storage import Storage, redact_url
 
-__all__ = ["serve"]
+__all__ = ["Listeners", "StartupError", "raise_open_files_limit", "serve", "uvicorn_config"]
 
 log = logging.getLogger("volcano_server")
 
+# Files a process needs besides client connections: database connections, logs, the listeners.
+_RESERVED_FILES = 256
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, announcing the bound address (the real port when asked for port 0)."""
 
-    def __init__(self, config: uvicorn.Config, database: str) -> None:
+class StartupError(Exception):
+    """The server cannot start as configured (a bad certificate, say)."""
+
+
+@attrs.frozen
+class Listeners:
+    """Where a server listens."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: no metrics listener
+
+
+def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -> uvicorn.Config:
+    """The uvicorn settings for `app` (made by `create_app`) with `config`'s limits."""
+    limits = config.limits
+    metrics: Metrics = app.state.metrics
+    metrics.max_connections.set(limits.max_connections)
+    policy = Policy(limits, app.state.access_log, metrics.refused_connections.inc)
+    return uvicorn.Config(
+        app,
+        host=listeners.host,
+        port=listeners.port,
+        http=protocol_class(policy),
+        ws="none",
+        ssl_certfile=listeners.ssl_certfile,
+        ssl_keyfile=listeners.ssl_keyfile,
+        timeout_keep_alive=limits.keepalive_timeout,
+        access_log=False,  # the app and the protocol log each request themselves, escaped
+        log_config=None,
+        log_level="error",  # its per-request warnings are access lines already
+        server_header=False,
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+    )
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, announcing where it listens and adding the metrics listener."""
+
+    def __init__(self, config: uvicorn.Config, listeners: Listeners, database: str) -> None:
         super().__init__(config)
+        self._listeners = listeners
         self._database = database
+        self._metrics: Metrics = config.app.state.metrics  # type: ignore[union-attr]
+        self._metrics.open_connections.set_function(lambda: len(self.server_state.connections))
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.should_exit or not self.servers:
             return
-        host, port = self.servers[0].sockets[0].getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
+        if self._listeners.metrics_port is not None:
+            metrics = await self._start_metrics_listener()
+            log.info("metrics on %s/metrics", _url("http", metrics))
+        scheme = "https" if self.config.is_ssl else "http"
         log.info(
-            "volcano-server listening on http://%s:%d (database %s)", shown, port, self._database
+            "volcano-server listening on %s (database %s)",
+            _url(scheme, self.servers[0]),
+            self._database,
         )
+
+    async def _start_metrics_listener(self) -> asyncio.Server:
+        registry = self._metrics.registry
+
+        async def scrape(_request: Request) -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        app = Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
+        config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
+        config.load()
+        http: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        server = await asyncio.get_running_loop().create_server(
+            lambda: http(config=config, server_state=self.server_state, app_state={}),
+            host=self._listeners.metrics_host,
+            port=self._listeners.metrics_port,
+        )
+        self.servers.append(server)
+        return server
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Waiting acquires would hold the graceful shutdown for up to a minute: answer them
@@ -43,21 +127,52 @@ class _Server(uvicorn.Server):
         log.info("volcano-server stopped")
 
 
-def serve(config: ServerConfig, storage: Storage, *, host: str, port: int) -> int:
+def _url(scheme: str, server: asyncio.Server) -> str:
+    host, port = server.sockets[0].getsockname()[:2]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Raise this process's soft limit on open files towards `wanted` (up to the hard limit).
+
+    Returns the soft limit now in force.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+def serve(config: ServerConfig, storage: Storage, listeners: Listeners) -> int:
     """Serve until SIGINT or SIGTERM; returns the exit status."""
+    config = _fit_open_files(config)
     app = create_app(config, storage=storage)
-    uv_config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        access_log=False,  # the app logs each request itself, without secrets
-        log_config=None,
-        log_level="warning",
-        server_header=False,
-        timeout_graceful_shutdown=10,
-        lifespan="on",
-    )
-    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    server = _Server(uv_config, redact_url(config.database_url))
+    uv_config = uvicorn_config(app, config, listeners)
+    try:
+        uv_config.load()  # reads the certificate and key now, so a bad one is a clear error
+    except (OSError, ssl.SSLError) as exc:
+        storage.close()
+        raise StartupError(f"cannot load the TLS certificate and key: {exc}") from None
+    server = Server(uv_config, listeners, redact_url(config.database_url))
     server.run()
     return 0 if server.started else 1
+
+
+def _fit_open_files(config: ServerConfig) -> ServerConfig:
+    """Raise the open-files limit for the connection cap, or lower the cap to fit the limit."""
+    limits = config.limits
+    files = raise_open_files_limit(limits.max_connections + _RESERVED_FILES)
+    cap = min(limits.max_connections, max(files - _RESERVED_FILES, 1))
+    if cap < limits.max_connections:
+        log.warning(
+            "the open-files limit is %d: serving at most %d connections, not %d"
+            " (raise the hard limit, e.g. LimitNOFILE= in systemd)",
+            files,
+            cap,
+            limits.max_connections,
+        )
+        config = attrs.evolve(config, limits=attrs.evolve(limits, max_connections=cap))
+    log.info("open-files limit %d; at most %d connections", files, cap)
+    return config

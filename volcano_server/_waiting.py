@@ -89,6 +89,17 @@ class WaitingSettings:
     heartbeat_lifetime: float = 3.0
     # SQLite shared by several servers: how often one looks for keys reserved for its waiters.
     poll_seconds: float = 0.1
+    # The longest one request waits, whatever it asks (at most the API's 60 s): below a load
+    # balancer's idle timeout, so the balancer never cuts a quiet waiting request. A request
+    # asking longer gets 409 lock_held after this and acquires again to wait on, in its place.
+    max_wait_seconds: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.max_wait_seconds <= 60:
+            raise ValueError(
+                f"the longest wait must be more than 0 and at most 60 seconds,"
+                f" got {self.max_wait_seconds:g}"
+            )
 
 
 class Entry:
@@ -406,7 +417,7 @@ class WaitingRoom:
         if service is None or run is None:
             raise RuntimeError("the waiting room is not running")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_seconds
+        deadline = loop.time() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:
             phase = entry.phase
             if phase is Phase.GRANTED and gone.done():

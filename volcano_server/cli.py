@@ -1,6 +1,10 @@
-"""The `volcano-server` command: make project keys, migrate, serve.
+"""The `volcano-server` command: manage project keys, migrate, serve.
 
     volcano-server keys create --project NAME [--db URL]
+    volcano-server keys rotate --project NAME [--db URL]
+    volcano-server keys list [--project NAME] [--db URL]
+    volcano-server keys revoke ID [--db URL]
+    volcano-server keys audit [--project NAME] [--db URL]
     volcano-server migrate [--db URL]
     volcano-server serve [--host 127.0.0.1] [--port 8787] [--db URL] [...]
 
@@ -18,6 +22,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
+from ._config import Limits, ServerConfig
+from ._waiting import WaitingSettings
 from .storage import (
     DEFAULT_DATABASE_URL,
     Storage,
@@ -38,22 +44,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None or (args.command == "keys" and args.keys_command is None):
         print(
-            "volcano-server: error: choose a command: keys create, migrate or serve (see --help)",
+            "volcano-server: error: choose a command: keys, migrate or serve (see --help)",
             file=sys.stderr,
         )
         return 2
-    _configure_logging(getattr(args, "log_level", "info"))
+    from ._logs import configure_logging
+
+    configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
     try:
-        handler = {"keys": _keys_create, "migrate": _migrate, "serve": _serve}[args.command]
-        return handler(args)
+        if args.command == "keys":
+            from ._keys_cli import KEY_COMMANDS
+
+            return KEY_COMMANDS[args.keys_command](args, _open(_database_url(args)))
+        return {"migrate": _migrate, "serve": _serve}[args.command](args)
     except KeyboardInterrupt:
         return 130
-    except _Fatal as exc:
+    except Fatal as exc:
         print(f"volcano-server: {exc}", file=sys.stderr)
         return 1
 
 
-class _Fatal(Exception):
+class Fatal(Exception):
     """A failure reported as one line."""
 
 
@@ -74,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = commands.add_parser("keys", help="manage project keys")
     keys_commands = keys.add_subparsers(
-        dest="keys_command", metavar="{create}", parser_class=_Parser
+        dest="keys_command", metavar="{create,rotate,list,revoke,audit}", parser_class=_Parser
     )
     create = keys_commands.add_parser(
         "create", help="make an anon key and a service key for a project"
@@ -82,7 +93,22 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--project", required=True, type=_project_name, help="project name (created if new)"
     )
-    create.add_argument("--db", default=None, help=db_help)
+    rotate = keys_commands.add_parser(
+        "rotate", help="add a service key to a project; its old keys work until revoked"
+    )
+    rotate.add_argument("--project", required=True, type=_project_name, help="project name")
+    listing = keys_commands.add_parser(
+        "list", help="list keys: id, kind, project, created, last used, revoked (never a secret)"
+    )
+    listing.add_argument("--project", type=_project_name, help="only this project's keys")
+    revoke = keys_commands.add_parser(
+        "revoke", help="revoke a key by id; every server refuses it within seconds"
+    )
+    revoke.add_argument("key_id", metavar="ID", help="the key's id, as keys list shows it")
+    audit = keys_commands.add_parser("audit", help="show the audit trail of key changes")
+    audit.add_argument("--project", type=_project_name, help="only this project's changes")
+    for command in (create, rotate, listing, revoke, audit):
+        command.add_argument("--db", default=None, help=db_help)
 
     migrate = commands.add_parser(
         "migrate", help="create or upgrade the database schema, then exit"
@@ -112,16 +138,72 @@ def _parser() -> argparse.ArgumentParser:
         help="requests per second per project and process (default: unlimited)",
     )
     serve.add_argument(
+        "--max-wait",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="the longest one acquire waits for a held lock, at most the API's 60; set it below "
+        "your load balancer's idle timeout (default: 60)",
+    )
+    serve.add_argument(
         "--sqlite-synchronous",
         choices=("full", "normal"),
         default="full",
         help="SQLite durability: full survives power loss, normal a killed process (default: full)",
     )
+    _add_listener_options(serve)
+    _add_limit_options(serve)
     serve.add_argument(
         "--no-access-log", dest="access_log", action="store_false", help="do not log each request"
     )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (default: text)",
+    )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     return parser
+
+
+def _add_listener_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--ssl-certfile",
+        metavar="PATH",
+        help="serve HTTPS with this certificate (PEM, chain included)",
+    )
+    serve.add_argument("--ssl-keyfile", metavar="PATH", help="the certificate's private key (PEM)")
+    serve.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at /metrics on this port (default: off)",
+    )
+    serve.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="interface for the metrics listener; keep it private (default: 127.0.0.1)",
+    )
+
+
+def _add_limit_options(serve: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    for flag, kind, metavar, what in (
+        ("--max-header-bytes", _positive_int, "BYTES", "request line and headers; more: 431"),
+        ("--header-timeout", _positive_float, "SECONDS", "to send a request's head; then 408"),
+        ("--body-timeout", _positive_float, "SECONDS", "to send a request's body; then 408"),
+        ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
+        ("--max-connections", _positive_int, "N", "open connections; more get 503"),
+    ):
+        serve.add_argument(
+            flag,
+            type=kind,
+            default=getattr(defaults, flag[2:].replace("-", "_")),
+            metavar=metavar,
+            help=f"at most this, {what} (default: %(default)s)",
+        )
 
 
 def _project_name(value: str) -> str:
@@ -138,6 +220,12 @@ def _port(value: str) -> int:
     return int(value)
 
 
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return int(value)
+
+
 def _positive_float(value: str) -> float:
     try:
         number = float(value)
@@ -146,20 +234,6 @@ def _positive_float(value: str) -> float:
     if not number > 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
     return number
-
-
-def _configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("volcano_server")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
-    # The PostgreSQL driver's pool reports reconnections; give its lines the same shape.
-    driver = logging.getLogger("psycopg")
-    driver.handlers[:] = [handler]
-    driver.setLevel(max(logging.WARNING, root.level))
-    driver.propagate = False
 
 
 def _version() -> str:
@@ -178,28 +252,13 @@ def _open(url: str, synchronous: str = "full") -> Storage:
     try:
         return open_storage(url, sqlite_synchronous=synchronous)
     except UnsupportedDatabaseURL as exc:
-        raise _Fatal(str(exc)) from None
+        raise Fatal(str(exc)) from None
     except StorageUnavailable as exc:
-        raise _Fatal(f"cannot open the database {redact_url(url)}: {exc}") from None
+        raise Fatal(f"cannot open the database {redact_url(url)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any driver error at start-up is one line, not a traceback
-        raise _Fatal(
+        raise Fatal(
             f"cannot open the database {redact_url(url)}: {type(exc).__name__}: {exc}"
         ) from None
-
-
-def _keys_create(args: argparse.Namespace) -> int:
-    from ._auth import make_project_keys
-
-    storage = _open(_database_url(args))
-    try:
-        keys = make_project_keys(storage, args.project)
-    except StorageUnavailable as exc:
-        raise _Fatal(f"cannot store the keys: {exc}") from None
-    finally:
-        storage.close()
-    print(f"VOLCANO_ANON_KEY={keys.anon_key}")
-    print(f"VOLCANO_SERVICE_KEY={keys.service_key}")
-    return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -210,12 +269,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ._config import ServerConfig
-
     try:
-        from ._server import serve
+        from ._server import Listeners, StartupError, serve
     except ImportError as exc:
-        raise _Fatal(
+        raise Fatal(
             f'serving needs the server extra ({exc.name} is missing): pip install "volcano[server]"'
         ) from None
 
@@ -227,8 +284,35 @@ def _serve(args: argparse.Namespace) -> int:
             rate_limit=args.rate_limit,
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
+            waiting=WaitingSettings(max_wait_seconds=args.max_wait),
+            limits=Limits(
+                max_header_bytes=args.max_header_bytes,
+                header_timeout=args.header_timeout,
+                body_timeout=args.body_timeout,
+                keepalive_timeout=args.keepalive_timeout,
+                max_connections=args.max_connections,
+            ),
         )
     except ValueError as exc:
-        raise _Fatal(str(exc)) from None
+        raise Fatal(str(exc)) from None
+    listeners = Listeners(
+        host=args.host,
+        port=args.port,
+        ssl_certfile=_readable(args.ssl_certfile),
+        ssl_keyfile=_readable(args.ssl_keyfile),
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+    )
+    if listeners.ssl_keyfile and not listeners.ssl_certfile:
+        raise Fatal("--ssl-keyfile needs --ssl-certfile")
     storage = _open(url, args.sqlite_synchronous)
-    return serve(config, storage, host=args.host, port=args.port)
+    try:
+        return serve(config, storage, listeners)
+    except StartupError as exc:
+        raise Fatal(str(exc)) from None
+
+
+def _readable(path: str | None) -> str | None:
+    if path is not None and not os.access(path, os.R_OK):
+        raise Fatal(f"cannot read {path}")
+    return path

@@ -16,19 +16,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
+from volcano_server import ServerConfig
 from volcano_server._auth import make_project_keys
+from volcano_server._server import Listeners, uvicorn_config
 from volcano_server.storage import open_storage
 
 __all__ = ["Project", "ServerProcess", "create_project", "serve_in_thread"]
 
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
 @attrs.frozen
@@ -68,12 +71,23 @@ def create_project(database_url: str, name: str) -> Project:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve `app` with uvicorn on a free port in a background thread; yields its base URL."""
-    config = uvicorn.Config(
-        app, host=host, port=0, log_config=None, access_log=False, lifespan="on"
-    )
-    server = uvicorn.Server(config)
+def serve_in_thread(
+    app: Starlette,
+    host: str = "127.0.0.1",
+    config: ServerConfig | None = None,
+    *,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+) -> Iterator[str]:
+    """Serve `app` (made by `create_app`) on a free port in a background thread, as
+    `volcano-server serve` would with `config`'s limits; yields its base URL.
+
+    `wrap` puts a middleware of the test's own in front of the app. On the way out, requests
+    waiting for a lock are answered first, as `volcano-server` does on SIGTERM.
+    """
+    uv_config = uvicorn_config(app, config or ServerConfig(), Listeners(host, 0))
+    if wrap is not None:
+        uv_config.app = wrap(app)
+    server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, name="uvicorn-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -85,6 +99,7 @@ def serve_in_thread(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[str]:
     try:
         yield f"http://{host}:{port}"
     finally:
+        app.state.waiting_room.close()
         server.should_exit = True
         thread.join(timeout=20)
 

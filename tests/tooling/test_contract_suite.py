@@ -8,9 +8,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tests.support.server import Project, create_project, serve_in_thread
@@ -76,11 +78,13 @@ def run_suite(url: str, env: dict[str, str], *pytest_args: str) -> tuple[int, st
     return result.returncode, result.stdout + result.stderr
 
 
-def run_suite_against(app: ASGIApp, project: Project) -> tuple[int, str]:
-    """Serve `app` and run the suite's stateless cases against it with `project`'s keys,
-    stopping at the first failure."""
+def run_suite_against(
+    app: Starlette, project: Project, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> tuple[int, str]:
+    """Serve `app` (behind `wrap`, if given) and run the suite's stateless cases against it
+    with `project`'s keys, stopping at the first failure."""
     env = {k: v for k, v in os.environ.items() if k != "VOLCANO_OTHER_SERVICE_KEY"}
-    with serve_in_thread(app) as base:
+    with serve_in_thread(app, wrap=wrap) as base:
         return run_suite(base, {**env, **project.env(base)}, "-x", "-k", "test_operation")
 
 
@@ -103,7 +107,7 @@ class TestContractSuiteByUrl:
         url = f"sqlite:///{tmp_path / 'chatty.db'}"
         project = create_project(url, "chatty")
         app = create_app(ServerConfig(database_url=url, access_log=False))
-        status, output = run_suite_against(with_an_extra_field(app), project)
+        status, output = run_suite_against(app, project, wrap=with_an_extra_field)
         assert status == 1, output
         assert "only_documented_fields" in output
         assert "with undocumented ['body.holder_hostname']" in output

@@ -19,9 +19,12 @@ from ._base import (
     WouldBlock,
     WriteTx,
 )
+from ._keys import KeyEvent, KeyInfo, UnknownProject, key_id
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
+    "KeyEvent",
+    "KeyInfo",
     "KeyKind",
     "KeyRecord",
     "LockRow",
@@ -30,11 +33,13 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "UnknownProject",
     "UnsupportedDatabaseURL",
     "Waiter",
     "WaiterState",
     "WouldBlock",
     "WriteTx",
+    "key_id",
     "open_storage",
     "redact_url",
 ]

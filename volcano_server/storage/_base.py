@@ -21,11 +21,14 @@ the waiting request, and `servers` rows (a heartbeat) tell which of those are al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
+
+if TYPE_CHECKING:
+    from ._keys import KeyEvent, KeyInfo
 
 __all__ = [
     "KeyKind",
@@ -58,16 +61,19 @@ class WouldBlock(Exception):
 
 @attrs.frozen
 class KeyRecord:
-    """An API key as stored: only its SHA-256 hash, its project and its kind."""
+    """An API key as stored: only its SHA-256 hash, its project, its kind, whether revoked."""
 
     key_hash: bytes
     project_id: int
     kind: KeyKind
+    revoked: bool = False
 
     @classmethod
-    def from_row(cls, key_hash: bytes, row: tuple[int, KeyKind] | None) -> KeyRecord | None:
-        """The record for a `SELECT project_id, kind` row, or None when there was no row."""
-        return None if row is None else cls(key_hash, row[0], row[1])
+    def from_row(
+        cls, key_hash: bytes, row: tuple[int, KeyKind, bool | int] | None
+    ) -> KeyRecord | None:
+        """The record for a `SELECT project_id, kind, revoked` row, or None without a row."""
+        return None if row is None else cls(key_hash, row[0], row[1], bool(row[2]))
 
 
 @attrs.frozen
@@ -241,8 +247,36 @@ class Storage(Protocol):
         """The key with this hash, if any."""
         ...
 
-    def create_project_keys(self, project: str, anon_hash: bytes, service_hash: bytes) -> None:
+    def check(self) -> None:
+        """Raise StorageUnavailable unless the database answers a query now."""
+        ...
+
+    # Key administration (storage/_keys.py, shared by both backends).
+
+    def create_project_keys(
+        self, project: str, anon_hash: bytes, service_hash: bytes, *, actor: str = ...
+    ) -> None:
         """Create the project if new and add one anon and one service key to it."""
+        ...
+
+    def add_service_key(self, project: str, service_hash: bytes, *, actor: str) -> None:
+        """Add a service key to an existing project; UnknownProject if there is none."""
+        ...
+
+    def list_keys(self, project: str | None = None) -> list[KeyInfo]:
+        """Every key (of `project`, when given), never a secret."""
+        ...
+
+    def revoke_key(self, key_id: str, *, actor: str) -> tuple[KeyInfo, bool] | None:
+        """Revoke a key by id: the key and whether this call revoked it; None if unknown."""
+        ...
+
+    def key_events(self, project: str | None = None) -> list[KeyEvent]:
+        """The audit trail of key changes."""
+        ...
+
+    def record_key_uses(self, uses: Mapping[bytes, int]) -> None:
+        """Move keys' "last used" times forward (key hash -> microseconds since the epoch)."""
         ...
 
     def purge_outcomes(self, limit: int) -> int:

@@ -46,12 +46,14 @@ from ._base import (
     WaiterState,
     WouldBlock,
 )
+from ._keys import KeyAdmin, Sql
 
 __all__ = ["SQLiteStorage"]
 
 Synchronous = Literal["full", "normal"]
 
-# Schema changes, by the version they bring the database to; each runs once, in order.
+# Schema changes, by the version they bring the database to; each runs once, in order, so a
+# database of any earlier version is upgraded in place.
 _MIGRATIONS: dict[int, str] = {
     1: """
 CREATE TABLE IF NOT EXISTS projects (
@@ -86,7 +88,28 @@ CREATE TABLE IF NOT EXISTS request_outcomes (
 );
 CREATE INDEX IF NOT EXISTS request_outcomes_by_expiry ON request_outcomes (expires_at_us);
 """,
+    # Key lifecycle: public ids, revocation, last use, and an audit trail of key changes.
     2: """
+ALTER TABLE api_keys ADD COLUMN key_id TEXT;
+UPDATE api_keys SET key_id = 'key_' || lower(hex(substr(key_hash, 1, 8)));
+CREATE UNIQUE INDEX api_keys_by_id ON api_keys (key_id);
+ALTER TABLE api_keys ADD COLUMN last_used_at_us INTEGER;
+ALTER TABLE api_keys ADD COLUMN revoked_at_us INTEGER;
+CREATE TABLE key_events (
+    id INTEGER PRIMARY KEY,
+    at_us INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    project_id INTEGER NOT NULL REFERENCES projects (id),
+    actor TEXT NOT NULL
+);
+INSERT INTO key_events (at_us, action, key_id, kind, project_id, actor)
+    SELECT created_at_us, 'created', key_id, kind, project_id, 'before the audit trail'
+    FROM api_keys ORDER BY created_at_us;
+""",
+    # Waiting for a lock: the queue of each key, and the servers holding its requests.
+    3: """
 CREATE TABLE lock_waiters (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     project_id INTEGER NOT NULL,
@@ -264,7 +287,7 @@ class _Tx:
         """Nothing to send: other processes on this file poll for their reservations."""
 
 
-class SQLiteStorage:
+class SQLiteStorage(KeyAdmin):
     """Lock storage in one SQLite file."""
 
     def __init__(
@@ -366,26 +389,21 @@ class SQLiteStorage:
         """The key with this hash, if any."""
         with self.read(wait=wait) as tx:
             row = tx.execute(
-                "SELECT project_id, kind FROM api_keys WHERE key_hash = ?", (key_hash,)
+                "SELECT project_id, kind, revoked_at_us IS NOT NULL FROM api_keys"
+                " WHERE key_hash = ?",
+                (key_hash,),
             ).fetchone()
         return KeyRecord.from_row(key_hash, row)
 
-    def create_project_keys(self, project: str, anon_hash: bytes, service_hash: bytes) -> None:
-        """Create the project if new and add one anon and one service key to it."""
+    def check(self) -> None:
+        """Raise StorageUnavailable unless the database file answers a query."""
+        with self.read() as tx:
+            tx.execute("SELECT count(*) FROM projects WHERE id = 0").fetchone()
+
+    @contextmanager
+    def _admin(self) -> Iterator[tuple[Sql, int]]:
         with self.write() as tx:
-            now = tx.now_us()
-            tx.execute(
-                "INSERT OR IGNORE INTO projects (name, created_at_us) VALUES (?, ?)", (project, now)
-            )
-            (project_id,) = tx.execute(
-                "SELECT id FROM projects WHERE name = ?", (project,)
-            ).fetchone()
-            for key_hash, kind in ((anon_hash, "anon"), (service_hash, "service")):
-                tx.execute(
-                    "INSERT INTO api_keys (key_hash, project_id, kind, created_at_us)"
-                    " VALUES (?, ?, ?, ?)",
-                    (key_hash, project_id, kind, now),
-                )
+            yield (lambda sql, params: tx.execute(sql, params).fetchall()), tx.now_us()
 
     def purge_outcomes(self, limit: int) -> int:
         """Delete up to `limit` outcomes whose retention has ended."""
@@ -459,17 +477,18 @@ def _begin_immediate(conn: sqlite3.Connection, *, nonblocking: bool) -> None:
         raise
 
 
-def _upgrade(conn: sqlite3.Connection, path: str) -> None:
+def _upgrade(conn: sqlite3.Connection, path: str, target: int = _SCHEMA_VERSION) -> None:
+    """Run the migrations from the database's version up to `target`, in order."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version > _SCHEMA_VERSION:
         raise RuntimeError(
             f"{path} has schema version {version}; this server knows {_SCHEMA_VERSION}"
         )
-    for target in range(version + 1, _SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[target].split(";"):
+    for step in range(version + 1, target + 1):
+        for statement in _MIGRATIONS[step].split(";"):
             if statement.strip():
                 conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {target}")
+        conn.execute(f"PRAGMA user_version = {step}")
 
 
 @contextmanager

@@ -20,9 +20,10 @@ class AcquireRequest:
         ttl_seconds (float): The lease's time to live in seconds, from 0.1 to 86400.
         wait_seconds (float | Unset): How long an acquire may wait in the key's queue for the lock, in seconds: 0 (the
             default) answers at once; at most 60 per request, so that no request outlives common
-            proxy and load-balancer timeouts. Wait longer by acquiring again with the same
-            `owner_token` as soon as a wait runs out: the queue keeps the caller's place for a few
-            seconds.
+            proxy and load-balancer timeouts. A server may end a wait sooner (its operator keeps it
+            below their load balancer's idle timeout): the answer is then the same `409 lock_held`.
+            Wait longer by acquiring again with the same `owner_token` as soon as a wait runs out:
+            the queue keeps the caller's place for a few seconds.
     """
 
     owner_token: str

@@ -46,9 +46,10 @@ class TestMigrate:
             tables = scalar(
                 url,
                 "SELECT count(*) FROM information_schema.tables WHERE table_name IN"
-                " ('projects', 'api_keys', 'locks', 'request_outcomes', 'lock_waiters', 'servers')",
+                " ('projects', 'api_keys', 'locks', 'request_outcomes', 'key_events',"
+                " 'lock_waiters', 'servers')",
             )
-            assert tables == 6
+            assert tables == 7
 
     def test_newer_schema_is_refused_in_one_line(self) -> None:
         """A database migrated by a newer server is not touched: one line says why."""

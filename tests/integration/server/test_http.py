@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import LiveServer
 from tests.support.server import create_project
+from tests.support.sockets import connect, read_reply, request_bytes
 
 from .conftest import Locks, new_id
 
@@ -412,3 +413,88 @@ class TestBadInput:
         """A refused acquire leaves the key untouched."""
         locks.http.post(f"/v1/locks/{key}/acquire", json=acquire_body(0))
         assert locks.get(key).json()["fencing_token"] is None
+
+
+class TestStrictHeaders:
+    @pytest.mark.parametrize("name", ["apikey", "Authorization"])
+    def test_a_credential_sent_twice_is_400(
+        self, live_server: LiveServer, key: str, name: str
+    ) -> None:
+        """Two apikey (or Authorization) headers are refused, never resolved by "first wins",
+        even when the first is valid."""
+        own, other = live_server.project, live_server.other
+        values = {
+            "apikey": [own.anon_key, other.anon_key],
+            "Authorization": [f"Bearer {own.service_key}", f"Bearer {other.service_key}"],
+        }
+        single = "Authorization" if name == "apikey" else "apikey"
+        headers = [(name, value) for value in values[name]] + [(single, values[single][0])]
+        with live_server.http() as http:
+            response = http.get(f"/v1/locks/{key}", headers=headers)
+        assert response.status_code == 400
+        assert name in error(response)["message"]
+
+    @pytest.mark.parametrize("space", [" ", "\t", "  "])
+    def test_both_credentials_lose_edge_whitespace_alike(
+        self, live_server: LiveServer, key: str, space: str
+    ) -> None:
+        """Whitespace around either credential is ignored the same way (sent raw: httpx will
+        not send it)."""
+        port = int(live_server.url.rsplit(":", 1)[1])
+        project = live_server.project
+        headers = [
+            ("apikey", f"{space}{project.anon_key}{space}"),
+            ("Authorization", f"Bearer {project.service_key}{space}"),
+        ]
+        with connect(port) as sock:
+            sock.sendall(
+                request_bytes("GET", f"/v1/locks/{key}", [*headers, ("Connection", "close")])
+            )
+            reply = read_reply(sock, timeout=5)
+        assert reply.status == 200
+
+    @pytest.mark.parametrize("encoding", ["gzip", "br", "identity, gzip"])
+    def test_compressed_body_is_415(self, api: httpx.Client, key: str, encoding: str) -> None:
+        """A body in a Content-Encoding the server does not decode is refused, not misread."""
+        response = api.post(
+            f"/v1/locks/{key}/acquire",
+            json=acquire_body(),
+            headers={"Content-Encoding": encoding},
+        )
+        assert response.status_code == 415
+        assert error(response)["code"] == "unsupported_media_type"
+
+    def test_identity_encoding_is_accepted(self, api: httpx.Client, key: str) -> None:
+        """Content-Encoding: identity is no encoding at all."""
+        response = api.post(
+            f"/v1/locks/{key}/acquire",
+            json=acquire_body(),
+            headers={"Content-Encoding": "identity"},
+        )
+        assert response.status_code == 200
+
+    @pytest.mark.parametrize("digits", [101, 5001])
+    def test_overlong_number_names_no_python_internals(
+        self, api: httpx.Client, key: str, digits: int
+    ) -> None:
+        """A number of thousands of digits is a 400 saying so, never Python's advice on
+        sys.set_int_max_str_digits()."""
+        body = b'{"owner_token": "%s", "fencing_token": %s}' % (new_id().encode(), b"9" * digits)
+        response = api.post(
+            f"/v1/locks/{key}/release", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 400
+        message = error(response)["message"]
+        assert f"number of {digits} characters" in message
+        assert "sys." not in message
+        assert "int_max_str_digits" not in message
+
+    def test_long_but_sane_number_is_judged_by_the_schema(
+        self, api: httpx.Client, key: str
+    ) -> None:
+        """A 40-digit fencing token is still a number: 422 at most 2^53-1."""
+        body = b'{"owner_token": "%s", "fencing_token": %s}' % (new_id().encode(), b"9" * 40)
+        response = api.post(
+            f"/v1/locks/{key}/release", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 422

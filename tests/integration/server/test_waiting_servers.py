@@ -8,6 +8,9 @@ the lease's ttl, so only a hand-off between servers (not an expiry) can answer i
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +147,38 @@ class TestShutdown:
         assert answer.status_code == 503
         assert answer.json()["error"]["code"] == "unavailable"
         assert answer.headers["Retry-After"] == "1"
+
+
+class TestMaxWait:
+    def test_a_server_ends_waits_at_its_max_wait(
+        self, live_server: LiveServer, tmp_path: Path, key: str
+    ) -> None:
+        """--max-wait 0.3: a request asking to wait 30 s gets 409 lock_held after 0.3 s."""
+        database = f"sqlite:///{tmp_path / 'max-wait.db'}"
+        project = create_project(database, "max-wait")
+        with ServerProcess(database, "--no-access-log", "--max-wait", "0.3") as server:
+            view = attrs.evolve(live_server, url=server.url, database_url=database, project=project)
+            with view.http(project) as http:
+                locks = Locks(http)
+                hold(locks, key, ttl=60)
+                started = time.monotonic()
+                answer = locks.acquire(key, new_id(), 30, wait=30)
+                took = time.monotonic() - started
+        assert answer.status_code == 409
+        assert answer.json()["error"]["code"] == "lock_held"
+        assert 0.3 <= took < 20  # an upper bound only: far below the 30 s it asked for
+
+    def test_max_wait_over_60_is_refused_at_start(self, tmp_path: Path) -> None:
+        """The server refuses a --max-wait above the API's 60 s, in one line."""
+        result = subprocess.run(
+            [sys.executable, "-m", "volcano_server", "serve", "--max-wait", "61"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode != 0
+        assert result.stderr.splitlines() == [
+            "volcano-server: the longest wait must be more than 0 and at most 60 seconds, got 61"
+        ]

@@ -70,6 +70,11 @@ def _parse_response(
 
         return response_405
 
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+        return response_408
+
     if response.status_code == 409:
         response_409 = Error.from_dict(response.json())
 
@@ -80,6 +85,11 @@ def _parse_response(
 
         return response_413
 
+    if response.status_code == 415:
+        response_415 = Error.from_dict(response.json())
+
+        return response_415
+
     if response.status_code == 422:
         response_422 = Error.from_dict(response.json())
 
@@ -89,6 +99,11 @@ def _parse_response(
         response_429 = Error.from_dict(response.json())
 
         return response_429
+
+    if response.status_code == 431:
+        response_431 = Error.from_dict(response.json())
+
+        return response_431
 
     if response.status_code == 500:
         response_500 = Error.from_dict(response.json())

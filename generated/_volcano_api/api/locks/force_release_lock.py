@@ -64,6 +64,11 @@ def _parse_response(
 
         return response_405
 
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+        return response_408
+
     if response.status_code == 409:
         response_409 = Error.from_dict(response.json())
 
@@ -78,6 +83,11 @@ def _parse_response(
         response_429 = Error.from_dict(response.json())
 
         return response_429
+
+    if response.status_code == 431:
+        response_431 = Error.from_dict(response.json())
+
+        return response_431
 
     if response.status_code == 500:
         response_500 = Error.from_dict(response.json())

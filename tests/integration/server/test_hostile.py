@@ -1,0 +1,294 @@
+"""Clients that attack the server over real sockets: oversized heads, connections that never
+finish a request, floods of connections, forged log lines. Each attack is bounded in size and
+time and aimed at a server process on loopback; the server must refuse it cheaply and go on
+answering everyone else."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import select
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.raw import new_id, wait_for
+from tests.support.server import Project, ServerProcess, create_project
+from tests.support.sockets import connect, read_reply, request_bytes, send_quietly
+
+pytestmark = pytest.mark.slow
+
+MAX_HEAD = 8192
+# How every line the server writes begins (a forged line would not).
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) [\w.]+: ")
+QUICK = ("--header-timeout", "0.5", "--body-timeout", "0.5", "--keepalive-timeout", "1")
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'volcano.db'}"
+
+
+@pytest.fixture(scope="module")
+def project(database: str) -> Project:
+    return create_project(database, "hostile")
+
+
+@pytest.fixture(scope="module")
+def server(database: str, project: Project) -> Iterator[ServerProcess]:
+    """A server with short client deadlines and an 8 KiB head limit, logging each request."""
+    with ServerProcess(database, "--max-header-bytes", str(MAX_HEAD), *QUICK) as running:
+        yield running
+
+
+def rss_bytes(server: ServerProcess) -> int:
+    assert server.process is not None
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def head_of(size: int) -> bytes:
+    """The start of a request whose apikey header alone is `size` bytes (never finished)."""
+    return b"GET /v1/locks/k HTTP/1.1\r\nHost: 127.0.0.1\r\napikey: " + b"a" * size
+
+
+def endless_head(port: int, megabytes: int, stop: threading.Event) -> None:
+    """Send one header value of up to `megabytes` MB, until the server cuts the connection."""
+    with contextlib.suppress(OSError), connect(port) as sock:
+        sock.sendall(head_of(0))
+        chunk = b"a" * 65_536
+        for _ in range(megabytes * 16):
+            if stop.is_set():
+                return
+            sock.sendall(chunk)
+
+
+def lock_calls_answer(server: ServerProcess, project: Project, times: int = 5) -> None:
+    """/healthz, /readyz and an acquire/release each answer, `times` over (5 s bound each)."""
+    key = f"under-attack-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=server.url, headers=project.headers(), timeout=5) as http:
+        for _ in range(times):
+            assert http.get("/healthz").status_code == 200
+            assert http.get("/readyz").status_code == 200
+            owner = new_id()
+            lease = http.post(
+                f"/v1/locks/{key}/acquire", json={"owner_token": owner, "ttl_seconds": 30}
+            )
+            assert lease.status_code == 200, lease.text
+            body = {"owner_token": owner, "fencing_token": lease.json()["fencing_token"]}
+            assert http.post(f"/v1/locks/{key}/release", json=body).status_code == 204
+
+
+class TestHeadLimit:
+    def test_oversized_head_gets_431_and_is_never_read_whole(self, server: ServerProcess) -> None:
+        """A 4 MB header is cut at the limit: 431 in the API's error shape, then the server
+        closes the connection."""
+        with connect(server.port) as sock:
+            send_quietly(sock, head_of(4_000_000))
+            reply = read_reply(sock)
+        assert reply.status == 431
+        assert reply.json()["error"]["code"] == "request_headers_too_large"
+        assert reply.headers["x-request-id"] == reply.json()["error"]["request_id"]
+        assert reply.closed
+
+    def test_head_under_the_limit_is_served(self, server: ServerProcess) -> None:
+        """A head just under the limit is an ordinary request (here: an unknown apikey, 401)."""
+        request = request_bytes("GET", "/v1/locks/k", [("apikey", "a" * (MAX_HEAD - 200))])
+        assert len(request) < MAX_HEAD
+        with connect(server.port) as sock:
+            sock.sendall(request)
+            reply = read_reply(sock, timeout=3)
+        assert reply.status == 401
+
+    def test_ten_concurrent_50_mb_heads_cost_little(
+        self, server: ServerProcess, project: Project
+    ) -> None:
+        """Ten clients each sending a 50 MB header at once: the server keeps answering lock
+        calls, and its memory grows by far less than what they sent."""
+        before = rss_bytes(server)
+        stop = threading.Event()
+        senders = [
+            threading.Thread(target=endless_head, args=(server.port, 50, stop)) for _ in range(10)
+        ]
+        for sender in senders:
+            sender.start()
+        try:
+            lock_calls_answer(server, project)
+        finally:
+            stop.set()
+            for sender in senders:
+                sender.join(timeout=30)
+        assert rss_bytes(server) - before < 32 * 2**20
+
+
+class TestSlowClients:
+    def test_silent_connection_is_closed_without_an_answer(self, server: ServerProcess) -> None:
+        """A connection that never sends a byte is closed after the header timeout."""
+        with connect(server.port) as sock:
+            reply = read_reply(sock)
+        assert reply.closed
+        assert reply.raw == b""
+
+    def test_partial_head_gets_408(self, server: ServerProcess) -> None:
+        """Half a request head, then silence: 408 request_timeout and the connection closed."""
+        with connect(server.port) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            reply = read_reply(sock)
+        assert reply.status == 408
+        assert reply.json()["error"]["code"] == "request_timeout"
+        assert "headers" in reply.json()["error"]["message"]
+        assert reply.closed
+
+    def test_trickled_head_is_cut_at_the_deadline(self, server: ServerProcess) -> None:
+        """A head sent a byte at a time keeps no connection alive: the deadline counts from the
+        start of the head, not from the last byte."""
+        head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nx-slow: " + b"s" * 200
+        with connect(server.port) as sock:
+            for byte in head:  # at most 200 x 0.05 s
+                readable, _, _ = select.select([sock], [], [], 0.05)
+                if readable:
+                    break
+                with contextlib.suppress(OSError):
+                    sock.send(bytes([byte]))
+            reply = read_reply(sock)
+        assert reply.status == 408
+
+    def test_unfinished_body_gets_408(self, server: ServerProcess, project: Project) -> None:
+        """A Content-Length body that never completes: 408 naming the body, connection closed."""
+        headers = [*project.headers().items(), ("Content-Type", "application/json")]
+        head = request_bytes("POST", "/v1/locks/k/acquire", [*headers, ("Content-Length", "100")])
+        with connect(server.port) as sock:
+            sock.sendall(head + b'{"owner_token"')
+            reply = read_reply(sock)
+        assert reply.status == 408
+        assert "body" in reply.json()["error"]["message"]
+        assert reply.closed
+
+    def test_endless_chunked_body_gets_408(self, server: ServerProcess, project: Project) -> None:
+        """A chunked body that never ends, however steadily it trickles, is cut."""
+        headers = [*project.headers().items(), ("Transfer-Encoding", "chunked")]
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("POST", "/v1/locks/k/acquire", headers))
+            for _ in range(200):  # at most 200 x 0.05 s
+                readable, _, _ = select.select([sock], [], [], 0.05)
+                if readable:
+                    break
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"1\r\n \r\n")
+            reply = read_reply(sock)
+        assert reply.status == 408
+        assert reply.closed
+
+    def test_idle_kept_alive_connection_is_closed(self, server: ServerProcess) -> None:
+        """After an answer, a connection left idle is closed by the keep-alive timeout."""
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("GET", "/healthz"))
+            reply = read_reply(sock)
+        assert reply.status == 200
+        assert reply.closed
+
+    def test_head_sent_in_pieces_in_time_is_served(self, server: ServerProcess) -> None:
+        """The deadlines leave ordinary clients alone: a head in two quick pieces is served."""
+        request = request_bytes("GET", "/healthz")
+        with connect(server.port) as sock:
+            sock.sendall(request[:10])
+            sock.sendall(request[10:])
+            reply = read_reply(sock, timeout=3)
+        assert reply.status == 200
+
+
+class TestConnectionCap:
+    def test_past_the_cap_new_connections_get_503_and_admitted_ones_are_served(
+        self, database: str
+    ) -> None:
+        """With 20 connections open, the 21st gets 503 at once; the 20 are still served."""
+        with ServerProcess(database, "--max-connections", "20") as server:
+            with contextlib.ExitStack() as held:
+                admitted = [held.enter_context(connect(server.port)) for _ in range(20)]
+                with connect(server.port) as extra:
+                    refused = read_reply(extra)
+                admitted[0].sendall(request_bytes("GET", "/healthz"))
+                served = read_reply(admitted[0], timeout=1)
+            assert refused.status == 503
+            assert refused.json()["error"]["code"] == "unavailable"
+            assert refused.headers["retry-after"] == "1"
+            assert refused.closed
+            assert served.status == 200
+
+            def healthy() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+                return False
+
+            wait_for(healthy, "the server admits connections again once some close")
+        assert "open-files limit" in server.log
+        assert "at most 20 connections" in server.log
+
+    def test_slowloris_and_huge_heads_at_once_leave_lock_calls_answering(
+        self, database: str, project: Project
+    ) -> None:
+        """200 connections holding half a head open, plus ten 50 MB headers, against default
+        limits: /healthz, /readyz and lock calls keep answering (each within a 5 s bound)."""
+        with ServerProcess(database, "--no-access-log") as server, contextlib.ExitStack() as held:
+            for _ in range(200):
+                sock = held.enter_context(connect(server.port))
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            stop = threading.Event()
+            senders = [
+                threading.Thread(target=endless_head, args=(server.port, 50, stop))
+                for _ in range(10)
+            ]
+            for sender in senders:
+                sender.start()
+            try:
+                lock_calls_answer(server, project, times=10)
+            finally:
+                stop.set()
+                for sender in senders:
+                    sender.join(timeout=30)
+
+
+class TestAccessLog:
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/v1/locks/a%0A2026-01-01%20INFO%20forged",
+            "/v1/locks/a%0D%0Aforged",
+            "/v1/locks/%1B[31mred",
+            "/v1/locks/a%E2%80%A8b%00c",
+            "/nowhere\\%0A",
+        ],
+    )
+    def test_a_path_cannot_forge_or_color_a_line(self, server: ServerProcess, path: str) -> None:
+        """Each request is one log line, printable ASCII only, whatever its path encodes."""
+        marker = new_id()
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("GET", path, [("X-Request-Id", marker)]))
+            read_reply(sock, timeout=3)
+        wait_for(lambda: marker in server.log, "the access line")
+        assert len([line for line in server.log.splitlines() if marker in line]) == 1
+        for line in server.log.splitlines():
+            assert LOG_LINE.match(line), repr(line)
+            assert line.isascii(), repr(line)
+            assert line.isprintable(), repr(line)
+
+    def test_json_lines(self, database: str, project: Project) -> None:
+        """--log-format json: every line is one JSON object; an access line has its fields,
+        the path as sent and escaped, and no key."""
+        with ServerProcess(database, "--log-format", "json") as server:
+            httpx.get(f"{server.url}/v1/locks/a%0Ab", headers=project.headers(), timeout=5)
+            wait_for(lambda: '"path"' in server.log, "the access line")
+        entries = [json.loads(line) for line in server.log.splitlines()]
+        access = next(entry for entry in entries if "path" in entry)
+        assert access["path"] == "/v1/locks/a%0Ab"
+        assert access["operation"] == "getLock"
+        assert access["status"] == 422
+        assert access["logger"] == "volcano_server.access"
+        assert project.anon_key not in server.log
+        assert project.service_key not in server.log

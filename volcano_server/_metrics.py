@@ -1,0 +1,87 @@
+"""Prometheus metrics of one server process, in a registry of its own.
+
+Served in the Prometheus text format on the listener `--metrics-port` opens (keep it private).
+A new metric is one attribute in `Metrics.__init__`, registered in `self.registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+if TYPE_CHECKING:
+    from ._accesslog import RequestRecord
+
+__all__ = ["Metrics"]
+
+# Lock operations take about a millisecond; a request may wait for a lock up to a minute.
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class Metrics:
+    """The counters, histograms and gauges a server exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # memory, CPU, open files against their limit
+        PlatformCollector(registry=self.registry)
+        self.requests = Counter(
+            "volcano_requests",
+            "Requests answered, by operation (operationId, or none before routing) and status.",
+            ["operation", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "volcano_request_duration_seconds",
+            "Time from a request's arrival to its answer, by operation.",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.storage_errors = Counter(
+            "volcano_storage_errors",
+            "Times the database could not serve (answered 503, or a background task retried).",
+            ["during"],
+            registry=self.registry,
+        )
+        self.open_connections = Gauge(
+            "volcano_open_connections",
+            "Client connections open now (waiting requests included).",
+            registry=self.registry,
+        )
+        self.refused_connections = Counter(
+            "volcano_refused_connections",
+            "Connections refused with 503 because --max-connections were open.",
+            registry=self.registry,
+        )
+        self.max_connections = Gauge(
+            "volcano_max_connections",
+            "The connection cap in force (--max-connections, lowered to fit the open-files limit).",
+            registry=self.registry,
+        )
+        self.waiters = Gauge(
+            "volcano_waiters_queued",
+            "Acquire requests this server holds open in a lock's queue, waiting for their turn.",
+            registry=self.registry,
+        )
+
+    def watch_waiters(self, room: Sized) -> None:
+        """Report how many requests `room` holds open, read at each scrape."""
+        self.waiters.set_function(lambda: len(room))
+
+    def observe(self, record: RequestRecord) -> None:
+        """Count one answered request and its latency."""
+        self.requests.labels(record.operation, str(record.status)).inc()
+        if record.seconds is not None:
+            self.latency.labels(record.operation).observe(record.seconds)

@@ -99,7 +99,9 @@ def serve_in_thread(
     try:
         yield f"http://{host}:{port}"
     finally:
-        app.state.waiting_room.close()
+        room = getattr(app.state, "waiting_room", None)  # a test's own app may have none
+        if room is not None:
+            room.close()
         server.should_exit = True
         thread.join(timeout=20)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 import httpx
 
 from . import _config, _requests
+from ._async_renewer import AsyncRenewer
 from ._clock import SYSTEM_CLOCK, Clock
 from ._exceptions import ClientClosedError, InvalidArgumentError
 from ._guard import AsyncLockGuard
@@ -19,11 +20,14 @@ from ._transport import AsyncTransport
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
     from datetime import timedelta
     from types import TracebackType
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._transport import Call
+    from ._ownership import Attempt
+    from ._transport import Answer, Call
 
 T = TypeVar("T")
 
@@ -43,6 +47,7 @@ class AsyncClient:
         timeout: Seconds (or a `timedelta`) each request may take; default 10.
         http_client: An `httpx.AsyncClient` to send through (for proxies, TLS settings, or
             tests). Its base URL and timeout are not used, and `close()` leaves it open.
+        _clock: For tests only: the clock that times renewals and retries.
 
     Raises:
         InvalidArgumentError: A key is missing (the message names its variable), or an
@@ -57,6 +62,7 @@ class AsyncClient:
         api_url: str | None = None,
         timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
+        _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._settings = _config.resolve(
             anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
@@ -67,10 +73,10 @@ class AsyncClient:
             )
         self._owns_http = http_client is None
         self._http = httpx.AsyncClient() if http_client is None else http_client
-        self._transport = AsyncTransport(self._http, self._settings)
-        self._clock: Clock = SYSTEM_CLOCK
+        self._clock = _clock
+        self._transport = AsyncTransport(self._http, self._settings, _clock)
         self._closed = False
-        self._guards: set[AsyncLockGuard] = set()
+        self._renewer_instance: AsyncRenewer | None = None
         self._locks = AsyncLocks(self)
 
     def __repr__(self) -> str:
@@ -117,10 +123,8 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        reason = ClientClosedError("the client was closed")
-        guards, self._guards = list(self._guards), set()
-        for guard in guards:
-            await guard._shut_down(reason)
+        if self._renewer_instance is not None:
+            await self._renewer_instance.stop(ClientClosedError("the client was closed"))
         if self._owns_http:
             await self._http.aclose()
 
@@ -128,37 +132,30 @@ class AsyncClient:
         if self._closed:
             raise ClientClosedError("this volcano.AsyncClient is closed")
 
-    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         self._check_open()
         return await self._transport.send(call, request_timeout=request_timeout)
 
-    async def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
-        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
+    async def _acquire(self, call: Call[LockLease]) -> Answer[LockLease]:
+        """Acquire, retrying once; the answer dates from the first attempt's send.
 
-        The retry repeats the request id, so its answer may replay the lease the first attempt
-        created: the lease dates from the first send, never from the retry's.
+        The one path every acquisition takes (`acquire` and entering `with_lock`).
         """
-
-        async def attempt() -> tuple[LockLease, bool]:
-            self._check_open()
-            return await self._transport.send_noting_replay(call)
-
-        sent_at = self._clock.monotonic()
-        lease, replayed = await retry_once_async(
-            attempt, self._clock.async_sleep, f"acquire {call.key}"
+        return await retry_once_async(
+            lambda: self._send(call), self._clock.async_sleep, f"acquire {call.key}"
         )
-        return lease, sent_at, replayed
 
-    def _track(self, guard: AsyncLockGuard) -> bool:
-        """Keep `guard` to stop at close; a closed client marks it lost and returns False."""
-        if self._closed:
-            guard._abandon(ClientClosedError("the client was closed"))
-            return False
-        self._guards.add(guard)
-        return True
+    async def _renew(self, attempt: Attempt) -> Answer[LockLease]:
+        """Send one of the renewal loop's attempts."""
+        return await self._send(attempt.call, request_timeout=attempt.timeout)
 
-    def _untrack(self, guard: AsyncLockGuard) -> None:
-        self._guards.discard(guard)
+    def _renewer(self) -> AsyncRenewer:
+        """The client's renewal loop, made on first use; once closed, it refuses new guards."""
+        if self._renewer_instance is None:
+            self._renewer_instance = AsyncRenewer(self._renew, self._clock)
+            if self._closed:
+                self._renewer_instance.refuse(ClientClosedError("the client was closed"))
+        return self._renewer_instance
 
 
 class AsyncLocks:
@@ -187,8 +184,7 @@ class AsyncLocks:
         id, key, ttl and credentials; nothing else is retried.
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _, _ = await self._client._acquire(call)
-        return lease
+        return (await self._client._acquire(call)).value
 
     async def renew(
         self,
@@ -200,7 +196,7 @@ class AsyncLocks:
     ) -> LockLease:
         """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
         call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
-        return await self._client._send(call)
+        return (await self._client._send(call)).value
 
     async def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
@@ -210,13 +206,14 @@ class AsyncLocks:
 
     async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report `key`'s state without acquiring it; see `Locks.get`."""
-        return await self._client._send(_requests.get(key, request_id=request_id))
+        return (await self._client._send(_requests.get(key, request_id=request_id))).value
 
     async def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
         """Remove `key`'s live lease, whoever holds it; see `Locks.force_release`."""
-        return await self._client._send(_requests.force_release(key, request_id=request_id))
+        call = _requests.force_release(key, request_id=request_id)
+        return (await self._client._send(call)).value
 
     def with_lock(
         self,
@@ -225,14 +222,26 @@ class AsyncLocks:
         ttl: float | timedelta,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
+        on_lost: Callable[[Error], object] | None = None,
+        on_at_risk: Callable[[Error], object] | None = None,
+        at_risk_margin: float | timedelta | None = None,
     ) -> AsyncLockGuard:
         """A guard holding `key` for an `async with` block; see `Locks.with_lock`.
 
         ```python
         async with client.locks.with_lock("daily-report", ttl=30) as guard:
-            if guard.lost:
-                raise RuntimeError("lock ownership was lost")
+            guard.check()  # raises LockLostError once ownership is lost
         ```
+
+        The callbacks are plain functions, called on the event loop: they must not block.
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return AsyncLockGuard(self._client, call, replayable=request_id is not None)
+        plan = _requests.with_lock(
+            key,
+            ttl=ttl,
+            token=token,
+            request_id=request_id,
+            at_risk_margin=at_risk_margin,
+            on_lost=on_lost,
+            on_at_risk=on_at_risk,
+        )
+        return AsyncLockGuard(self._client, plan)

@@ -17,11 +17,14 @@ from ._transport import SyncTransport
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
     from datetime import timedelta
     from types import TracebackType
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._transport import Call
+    from ._ownership import Attempt
+    from ._transport import Answer, Call
 
 T = TypeVar("T")
 
@@ -41,6 +44,7 @@ class Client:
         timeout: Seconds (or a `timedelta`) each request may take; default 10.
         http_client: An `httpx.Client` to send through (for proxies, TLS settings, or tests).
             Its base URL and timeout are not used, and `close()` leaves it open.
+        _clock: For tests only: the clock that times renewals and retries.
 
     Raises:
         InvalidArgumentError: A key is missing (the message names its variable), or an
@@ -55,6 +59,7 @@ class Client:
         api_url: str | None = None,
         timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
         http_client: httpx.Client | None = None,
+        _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._settings = _config.resolve(
             anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
@@ -65,8 +70,8 @@ class Client:
             )
         self._owns_http = http_client is None
         self._http = httpx.Client() if http_client is None else http_client
-        self._transport = SyncTransport(self._http, self._settings)
-        self._clock: Clock = SYSTEM_CLOCK
+        self._clock = _clock
+        self._transport = SyncTransport(self._http, self._settings, _clock)
         self._lifecycle = threading.Lock()
         self._closed = False
         self._renewer_instance: Renewer | None = None
@@ -127,30 +132,26 @@ class Client:
         if self._closed:
             raise ClientClosedError("this volcano.Client is closed")
 
-    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         self._check_open()
         return self._transport.send(call, request_timeout=request_timeout)
 
-    def _acquire(self, call: Call[LockLease]) -> tuple[LockLease, float, bool]:
-        """Acquire with retry-once: (lease, first attempt's send time, answer was a replay).
+    def _acquire(self, call: Call[LockLease]) -> Answer[LockLease]:
+        """Acquire, retrying once; the answer dates from the first attempt's send.
 
-        The retry repeats the request id, so its answer may replay the lease the first attempt
-        created: the lease dates from the first send, never from the retry's.
+        The one path every acquisition takes (`acquire` and entering `with_lock`).
         """
+        return retry_once(lambda: self._send(call), self._clock.sleep, f"acquire {call.key}")
 
-        def attempt() -> tuple[LockLease, bool]:
-            self._check_open()
-            return self._transport.send_noting_replay(call)
-
-        sent_at = self._clock.monotonic()
-        lease, replayed = retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
-        return lease, sent_at, replayed
+    def _renew(self, attempt: Attempt) -> Answer[LockLease]:
+        """Send one of the renewal loop's attempts."""
+        return self._send(attempt.call, request_timeout=attempt.timeout)
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""
         with self._lifecycle:
             if self._renewer_instance is None:
-                self._renewer_instance = Renewer(self._clock)
+                self._renewer_instance = Renewer(self._renew, self._clock)
                 if self._closed:
                     self._renewer_instance.stop(ClientClosedError("the client was closed"))
             return self._renewer_instance
@@ -202,8 +203,7 @@ class Locks:
             LockHeldError: Another owner holds a live lease (`retry_after` says how long).
         """
         call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        lease, _, _ = self._client._acquire(call)
-        return lease
+        return self._client._acquire(call).value
 
     def renew(
         self,
@@ -228,7 +228,8 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        return self._client._send(_requests.renew(key, lease, ttl=ttl, request_id=request_id))
+        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        return self._client._send(call).value
 
     def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
@@ -252,7 +253,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.get(key, request_id=request_id))
+        return self._client._send(_requests.get(key, request_id=request_id)).value
 
     def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
@@ -266,7 +267,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.force_release(key, request_id=request_id))
+        return self._client._send(_requests.force_release(key, request_id=request_id)).value
 
     def with_lock(
         self,
@@ -275,13 +276,17 @@ class Locks:
         ttl: float | timedelta,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
+        on_lost: Callable[[Error], object] | None = None,
+        on_at_risk: Callable[[Error], object] | None = None,
+        at_risk_margin: float | timedelta | None = None,
     ) -> LockGuard:
         """A guard that holds `key` for a `with` block, renewing the lease in the background.
 
         ```python
-        with client.locks.with_lock("daily-report", ttl=30) as guard:
-            if guard.lost:
-                raise RuntimeError("lock ownership was lost")
+        with client.locks.with_lock("daily-report", ttl=30, on_lost=alert) as guard:
+            for item in work:
+                guard.check()  # raises LockLostError once ownership is lost
+                write(item, fence=guard.lease.fencing_token)
         ```
 
         Entering acquires like `acquire` (same retry-once, with `token` and `request_id`);
@@ -289,13 +294,30 @@ class Locks:
         may describe an earlier acquisition whose age this client cannot know, so entering then
         renews the lease once (not retried) and dates it from that renewal; a lease that has
         meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
-        entering. Exiting does not raise when the lease was lost: check `guard.lost`.
+        entering. Exiting does not raise when the lease was lost: check the guard.
 
         Args:
             key: The lock's name.
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
+            on_lost: Called once, with `lost_reason`, when ownership is lost.
+            on_at_risk: Called with the last renewal error each time the lease becomes at
+                risk (it may then be renewed after all, or lost).
+            at_risk_margin: How long before the lease may expire, without a successful
+                renewal, it counts as at risk: seconds or a `timedelta`, from 0 to half the
+                ttl; default a third of the ttl.
+
+        The callbacks run on the client's renewal thread (or in the thread that exits the
+        block, for a release refused on exit); keep them short. What they raise is logged.
         """
-        call = _requests.acquire(key, ttl=ttl, token=token, request_id=request_id)
-        return LockGuard(self._client, call, replayable=request_id is not None)
+        plan = _requests.with_lock(
+            key,
+            ttl=ttl,
+            token=token,
+            request_id=request_id,
+            at_risk_margin=at_risk_margin,
+            on_lost=on_lost,
+            on_at_risk=on_at_risk,
+        )
+        return LockGuard(self._client, plan)

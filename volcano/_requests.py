@@ -8,13 +8,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from . import _transport, _validate
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
     from ._transport import Call
+
+
+@attrs.frozen
+class GuardPlan:
+    """What a with_lock guard is made of: its acquisition and how it reports on the lease."""
+
+    acquisition: Call[LockLease]
+    replayable: bool
+    """A caller's request id may be answered with a replay of an earlier call's lease."""
+    at_risk_margin: float | None
+    on_lost: Callable[[Error], object] | None
+    on_at_risk: Callable[[Error], object] | None
 
 
 def acquire(
@@ -26,6 +42,27 @@ def acquire(
         owner_token=_validate.new_uuid() if token is None else _validate.owner_token(token),
         ttl=_validate.ttl(ttl),
         request_id=_request_id(request_id),
+    )
+
+
+def with_lock(
+    key: object,
+    *,
+    ttl: object,
+    token: str | uuid.UUID | None,
+    request_id: str | uuid.UUID | None,
+    at_risk_margin: object,
+    on_lost: object,
+    on_at_risk: object,
+) -> GuardPlan:
+    """The plan of a with_lock guard for these arguments."""
+    acquisition = acquire(key, ttl=ttl, token=token, request_id=request_id)
+    return GuardPlan(
+        acquisition,
+        replayable=request_id is not None,
+        at_risk_margin=_validate.at_risk_margin(at_risk_margin, _validate.ttl(ttl)),
+        on_lost=_validate.callback("on_lost", on_lost),
+        on_at_risk=_validate.callback("on_at_risk", on_at_risk),
     )
 
 

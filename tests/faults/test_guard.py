@@ -24,7 +24,8 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
-from volcano._renewal import Timeline
+from volcano._ownership import GuardState, Ownership
+from volcano._transport import Answer
 
 from .conftest import PATIENCE, LostSamples, Sdk
 
@@ -263,11 +264,11 @@ class TestAcquisitionAge:
 
 class TestLostIsFinal:
     def test_a_renewal_landing_while_lost_is_judged_never_flips_it_back(self) -> None:
-        """A renewal answer landing between lost()'s deadline check and its expiry: lost()
-        never answers True and then False.
+        """A renewal answer landing between two judgements of a lease past its deadline: the
+        guard never answers lost and then held.
 
         The window is a few bytecodes wide, so no network fault can aim at it; the renewal is
-        made to land there by a Timeline that records it at exactly that point."""
+        made to land there by handing it to the guard's state machine between the two reads."""
         lease = volcano.LockLease(
             key="k",
             owner_token=str(uuid.uuid4()),
@@ -275,16 +276,12 @@ class TestLostIsFinal:
             expires_at=datetime.now(UTC),
             ttl_seconds=1,
         )
-
-        class LandsMidJudgement(Timeline):
-            landed = False
-
-            def _expire_if_due(self, now: float) -> Any:
-                if not self.landed:
-                    self.landed = True
-                    self.succeeded(lease, sent_at=now - 0.01)
-                return super()._expire_if_due(now)
-
-        timeline = LandsMidJudgement(lease, 0.0, timeout=5.0, on_lost=lambda: None)
-        answers = [timeline.lost(1.001), timeline.lost(1.002)]
+        ownership = Ownership(
+            "k", timeout=5.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
+        )
+        ownership.enter()
+        ownership.acquired(Answer(lease, 0.0, replayed=False))
+        answers = [ownership.state(1.001) is GuardState.LOST]
+        ownership.renewed(Answer(lease, 0.99, replayed=False), 1.0015)
+        answers.append(ownership.state(1.002) is GuardState.LOST)
         assert answers in ([False, False], [True, True])

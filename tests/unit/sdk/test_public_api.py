@@ -22,14 +22,22 @@ MODULES = [
 
 # Classes with public names that are implementation, not API: users never build or hold them.
 INTERNAL = {
+    "Answer",
+    "AsyncRenewer",
     "AsyncTransport",
+    "Attempt",
     "Call",
     "Clock",
-    "Renewable",
+    "Event",
+    "GuardPlan",
+    "Notice",
+    "Outcome",
+    "Ownership",
     "Renewer",
+    "Schedule",
     "Settings",
     "SyncTransport",
-    "Timeline",
+    "Work",
 }
 
 PUBLIC_CLASSES = [

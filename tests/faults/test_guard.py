@@ -262,6 +262,46 @@ class TestAcquisitionAge:
         assert (state.held, state.fencing_token) == (True, taken[0].fencing_token)
 
 
+class TestOneSlowRenewal:
+    SLOW_TTL = 6.0
+    """The slow key's first renewal goes out after 2 s and may wait 4 s for its answer."""
+    FAST_TTL = 0.6
+    """The other key is renewed every 0.2 s."""
+
+    def test_does_not_delay_another_guards_renewals(
+        self, sdk: Sdk, proxy: FaultProxy, key: str
+    ) -> None:
+        """One key's renewal gets no answer: another guard of the same client is renewed on
+        schedule meanwhile, again and again, while the slow one is still waiting."""
+        slow_key, fast_key = f"{key}-slow", f"{key}-fast"
+        proxy.on("POST", rf"/{slow_key}/renew$").blackhole(times=None)
+        slow = sdk.with_lock(slow_key, ttl=self.SLOW_TTL)
+        fast = sdk.with_lock(fast_key, ttl=self.FAST_TTL)
+        sdk.enter(slow)
+        sdk.enter(fast)
+
+        def slow_renewal(records: list[Any]) -> Any:
+            return next((r for r in records if r.path.endswith(f"/{slow_key}/renew")), None)
+
+        waiting = slow_renewal(proxy.wait_until(slow_renewal, PATIENCE, "the slow renewal"))
+
+        def fast_renewals_since() -> list[Any]:
+            return [
+                r
+                for r in proxy.requests
+                if r.seq > waiting.seq
+                and r.path.endswith(f"/{fast_key}/renew")
+                and r.client_status == 200
+            ]
+
+        wait_for(lambda: len(fast_renewals_since()) >= 3, "renewals of the other key")
+        assert waiting.outcome == "held", "the slow renewal was answered or gave up first"
+        assert not sdk.read(lambda: fast.lost)
+        proxy.release_held()
+        sdk.exit(fast)
+        sdk.exit(slow)
+
+
 class TestLostIsFinal:
     def test_a_renewal_landing_while_lost_is_judged_never_flips_it_back(self) -> None:
         """A renewal answer landing between two judgements of a lease past its deadline: the

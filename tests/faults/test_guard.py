@@ -13,8 +13,10 @@ The backend plays no part in this, so these tests run against the SQLite server 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -300,6 +302,114 @@ class TestOneSlowRenewal:
         proxy.release_held()
         sdk.exit(fast)
         sdk.exit(slow)
+
+
+class Calls:
+    """What a guard's callbacks were called with, and on which thread."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, volcano.Error, str]] = []
+        self._lock = threading.Lock()
+
+    def callback(self, name: str) -> Callable[[volcano.Error], None]:
+        def record(reason: volcano.Error) -> None:
+            with self._lock:
+                self.seen.append((name, reason, threading.current_thread().name))
+
+        return record
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [name for name, _, _ in self.seen]
+
+
+LOOP_THREAD = {"sync": "volcano-renewer", "async": "faults-async-sdk"}
+"""Where the renewal loop runs: the client's loop thread, or the event loop's thread."""
+
+
+class TestStatesAndCallbacks:
+    TTL = 1.5
+    MARGIN = 0.6
+
+    def test_cut_off_goes_at_risk_then_lost_and_calls_back_once_each(
+        self, sdk: Sdk, proxy: FaultProxy, key: str
+    ) -> None:
+        """Renewals cut off: the guard turns at risk (on_at_risk gets the unanswered renewal as
+        an APITimeoutError), then lost (on_lost gets lost_reason), each callback once and from
+        the renewal loop; check() then raises LockLostError caused by lost_reason."""
+        calls = Calls()
+        guard = sdk.with_lock(
+            key,
+            ttl=self.TTL,
+            at_risk_margin=self.MARGIN,
+            on_lost=calls.callback("on_lost"),
+            on_at_risk=calls.callback("on_at_risk"),
+        )
+        sdk.enter(guard)
+        wait_for(lambda: len(sdk.log.successes("renew")) >= 1, "a first renewal")
+        assert sdk.read(lambda: guard.state) is volcano.GuardState.HELD
+        proxy.partition()
+        wait_for(lambda: calls.names() == ["on_at_risk"], "the at-risk callback")
+        assert sdk.read(lambda: guard.state) is volcano.GuardState.AT_RISK
+        assert sdk.wait_lost(guard, PATIENCE)
+        wait_for(lambda: calls.names() == ["on_at_risk", "on_lost"], "the lost callback")
+        (_, at_risk, where), (_, lost, where_lost) = calls.seen
+        assert isinstance(at_risk, volcano.APITimeoutError)
+        assert "has had no answer" in str(at_risk)
+        assert lost is sdk.read(lambda: guard.lost_reason)
+        assert isinstance(lost, volcano.LockLostError)
+        assert where == where_lost == LOOP_THREAD[sdk.kind]
+        with pytest.raises(volcano.LockLostError) as raised:
+            sdk.read(guard.check)
+        assert raised.value.__cause__ is lost
+        proxy.heal()
+        sdk.exit(guard)
+        assert calls.names() == ["on_at_risk", "on_lost"]
+
+    def test_takeover_calls_on_lost_with_the_refusal(
+        self, sdk: Sdk, other: volcano.Client, key: str
+    ) -> None:
+        """A force release mid-block: the next renewal is refused, on_lost gets the
+        LeaseNotHeldError once, the lease was never at risk, and exit sends no release."""
+        calls = Calls()
+        guard = sdk.with_lock(
+            key, ttl=self.TTL, on_lost=calls.callback("on_lost"), on_at_risk=calls.callback("x")
+        )
+        sdk.enter(guard)
+        other.locks.force_release(key)
+        assert sdk.wait_lost(guard, PATIENCE)
+        wait_for(lambda: calls.names() == ["on_lost"], "the lost callback")
+        assert isinstance(calls.seen[0][1], volcano.LeaseNotHeldError)
+        sdk.exit(guard)
+        assert not any(s.operation == "release" for s in sdk.log.sent)
+        assert calls.names() == ["on_lost"]
+
+    def test_a_raising_callback_is_logged_and_the_loop_goes_on(
+        self, sdk: Sdk, other: volcano.Client, key: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """on_lost raises: the exception is logged with its traceback, and the same loop goes
+        on renewing the client's other guard."""
+
+        def broken(reason: volcano.Error) -> None:
+            raise RuntimeError("a bug in the callback")
+
+        doomed = sdk.with_lock(f"{key}-doomed", ttl=self.TTL, on_lost=broken)
+        kept = sdk.with_lock(f"{key}-kept", ttl=self.TTL)
+        sdk.enter(doomed)
+        sdk.enter(kept)
+        other.locks.force_release(f"{key}-doomed")
+        assert sdk.wait_lost(doomed, PATIENCE)
+        wait_for(
+            lambda: any("on_lost callback" in r.getMessage() for r in caplog.records),
+            "the callback's exception in the log",
+        )
+        (record,) = [r for r in caplog.records if "on_lost callback" in r.getMessage()]
+        assert record.exc_info is not None
+        renewed = len(sdk.log.successes("renew"))
+        wait_for(lambda: len(sdk.log.successes("renew")) >= renewed + 2, "more renewals")
+        assert sdk.read(lambda: kept.state) is volcano.GuardState.HELD
+        sdk.exit(kept)
+        sdk.exit(doomed)
 
 
 class TestLostIsFinal:

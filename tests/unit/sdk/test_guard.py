@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import threading
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import httpx
@@ -396,6 +397,47 @@ class TestMisuse:
         with pytest.raises(volcano.GuardStateError):
             guard.__enter__()
         assert api.of("release") == []
+
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ({"at_risk_margin": 15.5}, "at_risk_margin must be from 0 to half the ttl"),
+            ({"at_risk_margin": -1}, "at_risk_margin must be from 0"),
+            ({"at_risk_margin": "5"}, "at_risk_margin must be seconds"),
+            ({"on_lost": "alert"}, "on_lost must be callable, got str"),
+            ({"on_at_risk": 3}, "on_at_risk must be callable, got int"),
+        ],
+    )
+    def test_bad_arguments_are_refused_by_with_lock(
+        self, client: volcano.Client, api: FakeApi, arguments: dict[str, object], message: str
+    ) -> None:
+        """A bad margin or callback is refused when the guard is made, before any request."""
+        with pytest.raises(volcano.InvalidArgumentError, match=message):
+            client.locks.with_lock("k", ttl=30, **arguments)  # type: ignore[arg-type]
+        assert api.requests == []
+
+    def test_state_and_check_around_the_block(self, client: volcano.Client, api: FakeApi) -> None:
+        """state reads NEW, HELD, RELEASED; check() refuses before entry and is quiet while
+        held and after a clean exit."""
+        guard = client.locks.with_lock("k", ttl=30, at_risk_margin=timedelta(seconds=2))
+        assert guard.state is volcano.GuardState.NEW
+        with pytest.raises(volcano.GuardStateError):
+            guard.check()
+        with guard:
+            assert guard.state is volcano.GuardState.HELD
+            guard.check()
+        assert guard.state is volcano.GuardState.RELEASED
+        guard.check()
+
+    def test_failed_entry_is_a_state(self, client: volcano.Client, api: FakeApi) -> None:
+        """An entry that raised leaves the guard FAILED, and it cannot be entered again."""
+        api.then(error(409, "lock_held"))
+        guard = client.locks.with_lock("k", ttl=30)
+        with pytest.raises(volcano.LockHeldError), guard:
+            pass
+        assert guard.state is volcano.GuardState.FAILED
+        with pytest.raises(volcano.GuardStateError, match="has been used"):
+            guard.__enter__()
 
     def test_repr(self, client: volcano.Client) -> None:
         """A guard's repr names its key and state, never the token."""

@@ -47,6 +47,7 @@ PUBLIC_CLASSES = [
     volcano.AsyncLocks,
     volcano.LockGuard,
     volcano.AsyncLockGuard,
+    volcano.GuardState,
     volcano.LockLease,
     volcano.LockState,
     volcano.ForceReleaseResult,
@@ -121,6 +122,22 @@ class TestAll:
         assert len(errors) > 20
         for cls in errors:
             assert getattr(volcano, cls.__name__) is cls
+
+    def test_guard_states(self) -> None:
+        """GuardState names where a guard can stand; the three users act on are among them."""
+        assert [state.value for state in volcano.GuardState] == [
+            "new",
+            "entering",
+            "held",
+            "at_risk",
+            "releasing",
+            "released",
+            "lost",
+            "failed",
+        ]
+        for guard in (volcano.LockGuard, volcano.AsyncLockGuard):
+            assert isinstance(guard.state, property)
+            assert callable(guard.check)
 
     def test_contract_names(self) -> None:
         """The names the contract fixes exist with their meaning."""

@@ -3,7 +3,7 @@
 Prints a table of medians with min and max, and writes DIR/results.json and DIR/chart.png.
 Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
 keys (1,000 vs 1,000,000 keys), retention (the request-id store under sustained load),
-guards (1,000 with_lock guards), import (import time).
+guards (10,000 with_lock guards, one key's renewals slowed, sync and async), import (import time).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import attrs
 
 from ._measure import Summary, Workers, interleaved, time_ratio
 from ._report import print_table, write_chart
-from ._scale import bounded_outcomes, import_time, many_keys, thousand_guards
+from ._scale import bounded_outcomes, import_time, many_guards, many_keys
 from ._servers import deployment, postgres_available
 
 SECTIONS = ("cycles", "keys", "retention", "guards", "import")
@@ -34,6 +34,7 @@ class Plan:
     retention_acceleration: float
     guards: int
     guard_hold: float
+    slow_key_delay: float
     import_rounds: int
 
 
@@ -43,8 +44,9 @@ FULL = Plan(
     keys_large=1_000_000,
     retention_seconds=300,
     retention_acceleration=4,
-    guards=1000,
+    guards=10_000,
     guard_hold=30,
+    slow_key_delay=3.0,
     import_rounds=15,
 )
 QUICK = Plan(
@@ -53,8 +55,9 @@ QUICK = Plan(
     keys_large=100_000,
     retention_seconds=30,
     retention_acceleration=40,
-    guards=200,
+    guards=500,
     guard_hold=12,
+    slow_key_delay=3.0,
     import_rounds=5,
 )
 
@@ -114,8 +117,16 @@ def main() -> None:
             plan.retention_seconds, plan.retention_acceleration
         )
     if "guards" not in args.skip:
-        print(f"... {plan.guards} with_lock guards for {plan.guard_hold:g} s", flush=True)
-        results["scale"]["guards"] = thousand_guards(plan.guards, ttl=10.0, hold=plan.guard_hold)
+        print(
+            f"... {plan.guards:,} with_lock guards for {plan.guard_hold:g} s, one key's renewals"
+            f" {plan.slow_key_delay:g} s slow, sync and async",
+            flush=True,
+        )
+        found = many_guards(
+            plan.guards, ttl=10.0, hold=plan.guard_hold, slow_delay=plan.slow_key_delay
+        )
+        for kind, values in found.items():
+            results["scale"][f"guards_{kind}"] = values
     if "import" not in args.skip:
         print("... import time", flush=True)
         found = import_time(plan.import_rounds)

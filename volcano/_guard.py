@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._exceptions import Error
     from ._models import LockLease
     from ._requests import GuardPlan
-    from ._transport import Answer
+    from ._transport import Answer, Call
 
 _FINAL = (GuardState.LOST, GuardState.RELEASED, GuardState.FAILED)
 
@@ -157,6 +157,20 @@ class _GuardBase:
             return None
         return self._clock.monotonic() + max(0.0, timeout)
 
+    def _stop_renewing(self) -> None:
+        """The block ended: the renewal loop is to let the guard go."""
+        deliver(self._ownership.begin_exit(self._clock.monotonic()))
+
+    def _release(self) -> Call[None] | None:
+        """Once renewal has stopped: the release to send, or None when ownership is lost."""
+        notices, lease = self._ownership.to_release(self._clock.monotonic())
+        deliver(notices)
+        return None if lease is None else _requests.release(lease.key, lease, request_id=None)
+
+    def _released(self, error: Exception | None) -> None:
+        """The release was answered (`error` None), or failed with `error`."""
+        deliver(self._ownership.release_ended(error, self._clock.monotonic()))
+
     def _dates_replay(self, answer: Answer[LockLease]) -> bool:
         """Whether an acquisition's answer must be renewed before the guard can date it."""
         return answer.replayed and self._plan.replayable
@@ -213,17 +227,16 @@ class LockGuard(_GuardBase):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        held = self._ownership.begin_exit(self._clock.monotonic())
+        self._stop_renewing()
         self._client._renewer().remove(self._ownership)  # a renewal under way ends first
-        if held is None or self.state is not GuardState.RELEASING:
+        if (release := self._release()) is None:
             return
-        lease = self.lease
-        error: Exception | None = None
         try:
-            self._client._send(_requests.release(lease.key, lease, request_id=None))
+            self._client._send(release)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
-            error = failure
-        deliver(self._ownership.release_ended(error, self._clock.monotonic()))
+            self._released(failure)
+        else:
+            self._released(None)
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until ownership is lost or `timeout` seconds pass (None: no limit).
@@ -284,17 +297,16 @@ class AsyncLockGuard(_GuardBase):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        held = self._ownership.begin_exit(self._clock.monotonic())
+        self._stop_renewing()
         await self._client._renewer().remove(self._ownership)  # cancels a renewal under way
-        if held is None or self.state is not GuardState.RELEASING:
+        if (release := self._release()) is None:
             return
-        lease = self.lease
-        error: Exception | None = None
         try:
-            await self._client._send(_requests.release(lease.key, lease, request_id=None))
+            await self._client._send(release)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
-            error = failure
-        deliver(self._ownership.release_ended(error, self._clock.monotonic()))
+            self._released(failure)
+        else:
+            self._released(None)
 
     async def wait_lost(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the contract's name
         """Wait until ownership is lost or `timeout` seconds pass (None: no limit).

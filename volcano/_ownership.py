@@ -363,16 +363,21 @@ class Ownership:
         with self._lock:
             self._in_flight = None
 
-    def begin_exit(self, now: float) -> LockLease | None:
-        """The block ended: stop renewing; return the lease to release (None when lost)."""
+    def begin_exit(self, now: float) -> list[Notice]:
+        """The block ended: stop renewing. A guard not in its block refuses."""
         notices = self._catch_up(now)
-        deliver(notices)
-        if self._move(Event.EXIT) is None:
+        moved = self._move(Event.EXIT)
+        if moved is None:
             with self._lock:
                 state = self._state
             raise GuardStateError(f"the guard on {self.key!r} is {state.value}, not entered")
+        return notices + moved
+
+    def to_release(self, now: float) -> tuple[list[Notice], LockLease | None]:
+        """Once renewal has stopped: the lease to release, or None when ownership is lost."""
+        notices = self._catch_up(now)
         with self._lock:
-            return self._lease if self._state is GuardState.RELEASING else None
+            return notices, self._lease if self._state is GuardState.RELEASING else None
 
     def release_ended(self, error: BaseException | None, now: float) -> list[Notice]:
         """The release on exit was answered: refused (409) means ownership was already lost."""

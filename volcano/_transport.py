@@ -5,17 +5,17 @@ This is the only module that imports `_volcano_api`. It always calls the generat
 no generated type, `Unset` or httpx exception gets past it.
 
 Each request goes through the generated client's own extension point, `set_httpx_client`,
-with an `httpx.Client` made for that one request: the API's base URL, the credentials, and
-that request's timeout (a renewal may wait only as long as its lease has left). Its transport,
-`_Through`, hands the request to the caller's `httpx.Client` (their proxies, TLS, hooks and
-connection pool) and keeps the `httpx.Response`: the generated functions parse the body
-before they return the status, so a non-JSON page (a proxy's 503, say) makes them raise, and
-the kept response still lets the status decide the error. tests/unit/sdk/test_seam.py pins
-what this module relies on in the generated code.
+given a `_Routed` client: an `httpx.Client` subclass that builds requests for the API (base URL,
+credentials, and that request's timeout, since a renewal may wait only as long as its lease has
+left) and sends them through the caller's `httpx.Client`, keeping the response. The generated
+functions parse the body before they return the status, so a non-JSON page (a proxy's 503,
+say) makes them raise; the kept response still lets the status decide the error.
+tests/unit/sdk/test_seam.py pins what this module relies on in the generated code.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import time
@@ -230,7 +230,7 @@ class SyncTransport:
     """Sends Calls through the caller's `httpx.Client`, timing each by `clock`."""
 
     def __init__(self, http: httpx.Client, settings: Settings, clock: Clock) -> None:
-        self._http = http
+        self._routed = _Routed(http, settings)
         self._settings = settings
         self._clock = clock
 
@@ -241,10 +241,8 @@ class SyncTransport:
             call: The request.
             request_timeout: Seconds it may take; the client's timeout by default.
         """
-        through = _Through(self._http)
-        defaults = _request_defaults(self._http, self._settings, request_timeout)
-        http = httpx.Client(transport=through, trust_env=False, **defaults)
-        api = _generated_client(self._settings).set_httpx_client(http)
+        routed = self._routed.for_request(request_timeout)
+        api = _generated_client(self._settings).set_httpx_client(routed)
         sent_at = call.first_send.stamp(self._clock.monotonic())
         started = time.monotonic()
         try:
@@ -252,26 +250,24 @@ class SyncTransport:
         except _HTTPX_ERRORS as exc:
             raise _send_error(call, exc, self._settings, started) from exc
         except PARSE_ERRORS:
-            if through.response is None:
+            if routed.response is None:
                 raise  # not a body the generated parse refused: a bug, so let it show
             detailed = None
-        return _answer(call, through.received(), detailed, sent_at, started)
+        return _answer(call, _received(routed.response), detailed, sent_at, started)
 
 
 class AsyncTransport:
     """Sends Calls through the caller's `httpx.AsyncClient`, timing each by `clock`."""
 
     def __init__(self, http: httpx.AsyncClient, settings: Settings, clock: Clock) -> None:
-        self._http = http
+        self._routed = _AsyncRouted(http, settings)
         self._settings = settings
         self._clock = clock
 
     async def send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         """Send `call` once; return its answer or raise a `volcano.Error`; see `SyncTransport`."""
-        through = _AsyncThrough(self._http)
-        defaults = _request_defaults(self._http, self._settings, request_timeout)
-        http = httpx.AsyncClient(transport=through, trust_env=False, **defaults)
-        api = _generated_client(self._settings).set_async_httpx_client(http)
+        routed = self._routed.for_request(request_timeout)
+        api = _generated_client(self._settings).set_async_httpx_client(routed)
         sent_at = call.first_send.stamp(self._clock.monotonic())
         started = time.monotonic()
         try:
@@ -281,65 +277,91 @@ class AsyncTransport:
         except _HTTPX_ERRORS as exc:
             raise _send_error(call, exc, self._settings, started) from exc
         except PARSE_ERRORS:
-            if through.response is None:
+            if routed.response is None:
                 raise  # not a body the generated parse refused: a bug, so let it show
             detailed = None
-        return _answer(call, through.received(), detailed, sent_at, started)
+        return _answer(call, _received(routed.response), detailed, sent_at, started)
 
 
-class _Kept:
-    """The response a `_Through` handed back, kept for when the generated parse fails."""
-
-    response: httpx.Response | None = None
-
-    def received(self) -> httpx.Response:
-        if self.response is None:
-            raise RuntimeError("the generated client returned without sending a request")
-        return self.response
-
-
-class _Through(_Kept, httpx.BaseTransport):
-    """An httpx transport that sends each request through the caller's `httpx.Client`.
-
-    The caller's client applies its own auth, event hooks, redirects, proxies and pool.
-    """
-
-    def __init__(self, http: httpx.Client) -> None:
-        self._http = http
+class _NoTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """The transport of a `_Routed` client, which never sends through its own."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.response = self._http.send(request)
-        return self.response
-
-
-class _AsyncThrough(_Kept, httpx.AsyncBaseTransport):
-    """The asyncio twin of `_Through`."""
-
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self._http = http
+        raise RuntimeError("volcano sends every request through the caller's httpx client")
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.response = await self._http.send(request)
+        raise RuntimeError("volcano sends every request through the caller's httpx client")
+
+
+_NO_TRANSPORT = _NoTransport()
+
+
+class _Routed(httpx.Client):
+    """An `httpx.Client` that builds requests for the API and sends them through the caller's.
+
+    It builds each request as httpx does, under the API's base URL with the credentials (and
+    the caller's default headers, cookies and query parameters as they were when the volcano
+    client was made); `send` hands it to the caller's client, so their auth, event hooks,
+    redirects, proxies and connection pool apply. `for_request` gives each request a shallow
+    copy with its own timeout, which keeps that request's response: the generated functions
+    parse the body before they return the status, and raise on a body they cannot read.
+    """
+
+    def __init__(self, through: httpx.Client, settings: Settings) -> None:
+        super().__init__(transport=_NO_TRANSPORT, trust_env=False, **_defaults(through, settings))
+        self._through = through
+        self.response: httpx.Response | None = None
+
+    def for_request(self, timeout: float | None) -> _Routed:
+        """A copy for one request: `timeout` seconds (None: the client's), its own response."""
+        routed = copy.copy(self)
+        if timeout is not None:
+            routed.timeout = httpx.Timeout(timeout)
+        return routed
+
+    def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
+        """Send `request` through the caller's client, and keep its response."""
+        self.response = self._through.send(request, **options)
         return self.response
 
 
-def _request_defaults(
-    http: httpx.Client | httpx.AsyncClient, settings: Settings, timeout: float | None
-) -> dict[str, Any]:
-    """How to build one request, as the caller's client would, for the API.
+class _AsyncRouted(httpx.AsyncClient):
+    """The asyncio twin of `_Routed`."""
 
-    The caller's default headers, cookies and query parameters, under the API's base URL,
-    credentials and the request's timeout.
-    """
-    headers = httpx.Headers(http.headers)
+    def __init__(self, through: httpx.AsyncClient, settings: Settings) -> None:
+        super().__init__(transport=_NO_TRANSPORT, trust_env=False, **_defaults(through, settings))
+        self._through = through
+        self.response: httpx.Response | None = None
+
+    def for_request(self, timeout: float | None) -> _AsyncRouted:
+        """A copy for one request: `timeout` seconds (None: the client's), its own response."""
+        routed = copy.copy(self)
+        if timeout is not None:
+            routed.timeout = httpx.Timeout(timeout)
+        return routed
+
+    async def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
+        """Send `request` through the caller's client, and keep its response."""
+        self.response = await self._through.send(request, **options)
+        return self.response
+
+
+def _defaults(through: httpx.Client | httpx.AsyncClient, settings: Settings) -> dict[str, Any]:
+    headers = httpx.Headers(through.headers)
     headers.update(settings.headers())
     return {
         "base_url": settings.api_url,
         "headers": headers,
-        "cookies": http.cookies,
-        "params": http.params,
-        "timeout": settings.timeout if timeout is None else timeout,
+        "cookies": through.cookies,
+        "params": through.params,
+        "timeout": settings.timeout,
     }
+
+
+def _received(response: httpx.Response | None) -> httpx.Response:
+    if response is None:
+        raise RuntimeError("the generated client returned without sending a request")
+    return response
 
 
 def _generated_client(settings: Settings) -> GeneratedClient:

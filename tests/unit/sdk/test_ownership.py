@@ -334,7 +334,8 @@ class TestReasonsAndCallbacks:
         """A 409 on release: lost, one WARNING (the failed release), on_lost with the 409."""
         seen = Seen()
         made = held(seen)
-        assert made.begin_exit(101.0) is made.lease()
+        made.begin_exit(101.0)
+        assert made.to_release(101.5) == ([], made.lease())
         refusal = status(409, "lease_not_held")
         deliver(made.release_ended(refusal, 102.0))
         assert made.state(102.0) is S.LOST
@@ -347,15 +348,30 @@ class TestReasonsAndCallbacks:
         """Leaving after loss returns no lease to release."""
         made = held()
         made.renewal_failed(status(409, "lease_not_held"), 110.0)
-        assert made.begin_exit(111.0) is None
+        made.begin_exit(111.0)
+        assert made.to_release(111.0) == ([], None)
 
     def test_exit_past_the_deadline_is_lost_first(self) -> None:
         """Leaving after the deadline passed (unnoticed by the loop): lost, nothing to release."""
         seen = Seen()
         made = held(seen)
-        assert made.begin_exit(130.0) is None
+        deliver(made.begin_exit(130.0))
+        assert made.to_release(130.0) == ([], None)
         assert made.state(130.0) is S.LOST
         assert seen.calls[-1][0] == "on_lost"
+
+    def test_deadline_passing_while_exit_waits_is_a_move(self) -> None:
+        """The deadline passes while exit waits for a renewal under way: lost by a real move
+        (callback and all), and nothing to release."""
+        seen = Seen()
+        made = held(seen)
+        assert made.begin_renewal(125.0) is not None
+        deliver(made.begin_exit(126.0))
+        notices, lease = made.to_release(130.5)
+        deliver(notices)
+        assert lease is None
+        assert made._state is S.LOST
+        assert [name for name, _ in seen.calls] == ["on_at_risk", "on_lost"]
 
 
 class TestIsTransient:

@@ -28,8 +28,8 @@ leaving two thirds to retry transient failures (transport errors, timeouts, 5xx,
 short backoff, each attempt bounded by the time left. The lease is at risk when no renewal has
 succeeded and less than the margin is left; lost at the deadline, or at once on a refusal.
 
-`_move` is the only place a state changes: it records the reason, logs, wakes waiters and
-hands back the user's callbacks to call outside every lock. Reading a state never changes it:
+`_move` is the only place a state changes: it records the reason, logs, wakes waiters (when the
+state changed) and hands back the user's callbacks to call outside every lock. Reading a state never changes it:
 `state(now)` judges the time-driven moves (`AT_RISK`, `DEADLINE`) that are due but not yet made,
 so a guard never reports held past its deadline even while its renewal loop is busy; the loop
 makes those moves when it wakes for them.
@@ -207,7 +207,7 @@ class Ownership:
             the ttl).
         on_lost: Called once when ownership is lost.
         on_at_risk: Called each time the lease becomes at risk.
-        wake: Called after every move, outside the lock, to wake waiters.
+        wake: Called after every change of state, outside the lock, to wake waiters.
     """
 
     def __init__(
@@ -426,7 +426,8 @@ class Ownership:
                 told = self._reason
             next_attempt = self._renew_at
         self._log(before, after, event=event, reason=told or reason, now=now, retry=next_attempt)
-        self._wake()
+        if after is not before:
+            self._wake()
         callback, name = None, ""
         if after is GuardState.LOST and before is not GuardState.LOST:
             callback, name = self._on_lost, "on_lost"

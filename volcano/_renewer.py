@@ -4,7 +4,7 @@ The loop thread sleeps until its `Schedule` needs it (a renewal due, an at-risk 
 deadline, a finished renewal, a new guard, or close), takes a step, calls the user's callbacks,
 and hands the renewal attempts to at most `MAX_IN_FLIGHT` sender threads. Those only send and
 report back, so one slow answer holds up its own guard and no other; a sender thread starts
-only when every one there is is busy. All are daemon threads, like the loop: a program that
+only when all the others are busy. All are daemon threads, like the loop: a program that
 never closes its client is not kept from exiting by a renewal waiting for its answer.
 
 State is shared behind one `threading.Condition`; the loop's `finally` leaves every guard it
@@ -129,15 +129,28 @@ class Renewer:
             return None
 
     def _renew(self, guard: Ownership, attempt: Attempt) -> None:
-        outcome = Outcome()
-        try:
-            outcome = Outcome(answer=self._send(attempt))
-        except Exception as exc:  # noqa: BLE001 - a bug loses this guard, never the loop
-            outcome = failed(guard, exc)
-        finally:
-            with self._changed:
-                self._schedule.finish(guard, outcome)
-                self._changed.notify_all()
+        """Send `attempt`, take its outcome in, and go on with any renewal now due.
+
+        A sender takes in its own outcome and starts what has fallen due meanwhile itself, so
+        a busy loop does not hand every renewal from thread to thread twice.
+        """
+        while True:
+            outcome = Outcome()
+            try:
+                outcome = Outcome(answer=self._send(attempt))
+            except Exception as exc:  # noqa: BLE001 - a bug loses this guard, never the loop
+                outcome = failed(guard, exc)
+            finally:
+                with self._changed:
+                    self._schedule.finish(guard, outcome)
+                    work = self._schedule.step(self._clock.monotonic())
+                    self._changed.notify_all()  # remove() waits for this; the loop re-plans
+            deliver(work.notices)
+            if not work.starts:
+                return
+            (guard, attempt), *others = work.starts
+            for other in others:
+                self._senders.run(functools.partial(self._renew, *other))
 
 
 class _Senders:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("volcano")
 
-MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT = 8
 """How many renewals of one client may be under way at once."""
 
 

@@ -308,8 +308,8 @@ class Locks:
                 renewal, it counts as at risk: seconds or a `timedelta`, from 0 to half the
                 ttl; default a third of the ttl.
 
-        The callbacks run on the client's renewal thread (or in the thread that exits the
-        block, for a release refused on exit); keep them short. What they raise is logged.
+        The callbacks run on one of the client's renewal threads (or in the thread that exits
+        the block, for a loss found there); keep them short. What they raise is logged.
         """
         plan = _requests.with_lock(
             key,

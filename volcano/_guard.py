@@ -189,8 +189,9 @@ class LockGuard(_GuardBase):
 
     `state` reads `HELD`, then `AT_RISK` when no renewal has succeeded and less than the
     at-risk margin is left, and `LOST` when a renewal is refused (409, 401, 403, 422) or the
-    deadline passes; `on_at_risk` and `on_lost` are called then (from the renewal thread, once
-    per change; keep them short), `wait_lost` wakes, and the `volcano` logger logs a WARNING.
+    deadline passes; `on_at_risk` and `on_lost` are called then (on one of the client's renewal
+    threads, once per change; keep them short), `wait_lost` wakes, and the `volcano` logger
+    logs a WARNING.
 
     Exiting stops renewal and releases the latest lease unless it was lost (`state` turns
     `RELEASED`, or `LOST` if the release was refused with 409). It never raises because the

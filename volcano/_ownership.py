@@ -29,10 +29,10 @@ short backoff, each attempt bounded by the time left. The lease is at risk when 
 succeeded and less than the margin is left; lost at the deadline, or at once on a refusal.
 
 `_move` is the only place a state changes: it records the reason, logs, wakes waiters (when the
-state changed) and hands back the user's callbacks to call outside every lock. Reading a state never changes it:
-`state(now)` judges the time-driven moves (`AT_RISK`, `DEADLINE`) that are due but not yet made,
-so a guard never reports held past its deadline even while its renewal loop is busy; the loop
-makes those moves when it wakes for them.
+state changed) and hands back the user's callbacks to call outside every lock. Reading a state
+never changes it: `state(now)` judges the time-driven moves (`AT_RISK`, `DEADLINE`) that are due
+but not yet made, so a guard never reports held past its deadline even while its renewal loop is
+busy; the loop makes those moves when it wakes for them.
 """
 
 from __future__ import annotations

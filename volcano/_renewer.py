@@ -1,14 +1,15 @@
 """The renewal loop of a `Client`: one thread serves every guard, a few threads send.
 
-The loop thread sleeps until its `Schedule` needs it (a renewal due, an at-risk point, a
-deadline, a finished renewal, a new guard, or close), takes a step, calls the user's callbacks,
-and hands the renewal attempts to at most `MAX_IN_FLIGHT` sender threads. Those only send and
-report back, so one slow answer holds up its own guard and no other; a sender thread starts
-only when all the others are busy. All are daemon threads, like the loop: a program that
-never closes its client is not kept from exiting by a renewal waiting for its answer.
+The loop thread sleeps until its `Schedule` needs it (a renewal due, an at-risk point, a deadline, a
+new guard, or close), takes a step, calls the user's callbacks, and hands the renewal attempts to at
+most `MAX_IN_FLIGHT` sender threads. A sender sends, takes its outcome in with a step of its own
+(calling the callbacks it brings) and goes on with whatever fell due meanwhile, so one slow answer
+holds up its own guard and no other, and a busy loop does not pass every renewal between threads; a
+sender thread starts only when all the others are busy. All are daemon threads, like the loop: a
+program that never closes its client is not kept from exiting by a renewal waiting for its answer.
 
-State is shared behind one `threading.Condition`; the loop's `finally` leaves every guard it
-still serves lost, so a guard is never left looking held by a loop that is gone.
+State is shared behind one `threading.Condition`; the loop's `finally` leaves every guard it still
+serves lost, so a guard is never left looking held by a loop that is gone.
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ class Client:
             `https://api.volcano.dev`). Requests always go there, even through `http_client`.
         timeout: Seconds (or a `timedelta`) each request may take; default 10.
         http_client: An `httpx.Client` to send through (for proxies, TLS settings, or tests).
-            Its base URL and timeout are not used, and `close()` leaves it open.
+            Its base URL and timeout are not used; its default headers, cookies and query
+            parameters are read once, here. `close()` leaves it open.
         _clock: For tests only: the clock that times renewals and retries.
 
     Raises:

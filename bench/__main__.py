@@ -4,7 +4,8 @@ Prints a table of medians with min and max, and writes DIR/results.json and DIR/
 Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
 contention (workers waiting for one key, beside redis-py Lock, python-redis-lock and PostgreSQL
 advisory locks; 1,000 queued waiters), keys (1,000 vs 1,000,000 keys), retention (the
-request-id store under sustained load), guards (1,000 with_lock guards), import (import time).
+request-id store under sustained load), guards (10,000 with_lock guards, one key's renewals
+slowed, sync and async), import (import time).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import attrs
 from ._contention import SYSTEMS, Pool, as_dict, queued_waiters, run_system
 from ._measure import Summary, Workers, interleaved, time_ratio
 from ._report import print_table, write_chart
-from ._scale import bounded_outcomes, import_time, many_keys, thousand_guards
+from ._scale import bounded_outcomes, import_time, many_guards, many_keys
 from ._servers import deployment, postgres_admin_url, postgres_available
 
 SECTIONS = ("cycles", "contention", "keys", "retention", "guards", "import")
@@ -37,6 +38,7 @@ class Plan:
     retention_acceleration: float
     guards: int
     guard_hold: float
+    slow_key_delay: float
     import_rounds: int
     contention_seconds: float
 
@@ -47,8 +49,9 @@ FULL = Plan(
     keys_large=1_000_000,
     retention_seconds=300,
     retention_acceleration=4,
-    guards=1000,
+    guards=10_000,
     guard_hold=30,
+    slow_key_delay=3.0,
     import_rounds=15,
     contention_seconds=6.0,
 )
@@ -58,8 +61,9 @@ QUICK = Plan(
     keys_large=100_000,
     retention_seconds=30,
     retention_acceleration=40,
-    guards=200,
+    guards=500,
     guard_hold=12,
+    slow_key_delay=3.0,
     import_rounds=5,
     contention_seconds=1.5,
 )
@@ -126,8 +130,16 @@ def main() -> None:
             plan.retention_seconds, plan.retention_acceleration
         )
     if "guards" not in args.skip:
-        print(f"... {plan.guards} with_lock guards for {plan.guard_hold:g} s", flush=True)
-        results["scale"]["guards"] = thousand_guards(plan.guards, ttl=10.0, hold=plan.guard_hold)
+        print(
+            f"... {plan.guards:,} with_lock guards for {plan.guard_hold:g} s, one key's renewals"
+            f" {plan.slow_key_delay:g} s slow, sync and async",
+            flush=True,
+        )
+        found = many_guards(
+            plan.guards, ttl=10.0, hold=plan.guard_hold, slow_delay=plan.slow_key_delay
+        )
+        for kind, values in found.items():
+            results["scale"][f"guards_{kind}"] = values
     if "import" not in args.skip:
         print("... import time", flush=True)
         found = import_time(plan.import_rounds)

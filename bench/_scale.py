@@ -1,8 +1,9 @@
-"""Scale figures: many keys, a bounded request-id store, a thousand guards, import time."""
+"""Scale figures: many keys, a bounded request-id store, many guards, import time."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import sqlite3
 import statistics
@@ -12,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -183,47 +185,36 @@ def bounded_outcomes(seconds: float, acceleration: float, clients: int = 2) -> d
     }
 
 
-# --- a thousand guards ----------------------------------------------------------------------
+# --- many guards, one key slowed -----------------------------------------------------------
 
 
-def thousand_guards(count: int, ttl: float, hold: float) -> dict[str, float]:
-    """`count` with_lock guards held `hold` seconds here: losses, renewals, threads, CPU."""
-    import volcano
-
-    with deployment("sqlite", label="guards") as target:
-        client = volcano.Client(
-            anon_key=target.keys.anon, service_key=target.keys.service, api_url=target.urls[0]
-        )
-        threads_before = threading.active_count()
-        with client, contextlib.ExitStack() as stack:
-            guards = [
-                stack.enter_context(client.locks.with_lock(f"guard-{n}", ttl=ttl))
-                for n in range(count)
-            ]
-            first_expiry = [guard.lease.expires_at for guard in guards]
-            cpu_started, wall_started = time.process_time(), time.monotonic()
-            time.sleep(hold)
-            cpu = time.process_time() - cpu_started
-            wall = time.monotonic() - wall_started
-            threads_during = threading.active_count()
-            lost = sum(guard.lost for guard in guards)
-            renewed = sum(
-                guard.lease.expires_at > first
-                for guard, first in zip(guards, first_expiry, strict=True)
+def many_guards(count: int, ttl: float, hold: float, slow_delay: float) -> dict[str, Any]:
+    """`count` with_lock guards held `hold` seconds in one child process per client kind, the
+    renewals of one key held back `slow_delay` seconds each (bench/_guards.py)."""
+    found: dict[str, Any] = {}
+    for kind in ("sync", "async"):
+        with deployment("sqlite", label=f"guards {kind}") as target:
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench._guards",
+                    target.urls[0],
+                    target.keys.anon,
+                    target.keys.service,
+                    kind,
+                    str(count),
+                    str(ttl),
+                    str(hold),
+                    str(slow_delay),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=hold + count * 0.05 + 300,
             )
-            headroom = min((guard.lease.expires_at.timestamp() - time.time()) for guard in guards)
-        return {
-            "guards": count,
-            "ttl_seconds": ttl,
-            "held_seconds": wall,
-            "lost": lost,
-            "renewed": renewed,
-            "threads_before": threads_before,
-            "threads_during": threads_during,
-            "cpu_seconds": cpu,
-            "cpu_share_of_one_core": cpu / wall,
-            "min_seconds_left_at_end": headroom,
-        }
+        found[kind] = json.loads(result.stdout)
+    return found
 
 
 # --- import time ------------------------------------------------------------------------------

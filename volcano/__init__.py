@@ -11,13 +11,13 @@ with volcano.Client() as client:  # VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY, VOLCA
         client.locks.release("daily-report", lease)
 
     with client.locks.with_lock("daily-report", ttl=30) as guard:
-        if guard.lost:
-            raise RuntimeError("lock ownership was lost")
+        guard.check()  # raises volcano.LockLostError once ownership is lost
 ```
 
 `AsyncClient` has the same surface for asyncio. Every error is a `volcano.Error`. The
 `volcano` logger reports requests at DEBUG (operation, key, status, request id, duration) and
-lost leases at WARNING; it never logs keys or owner tokens. The package adds no handler.
+leases at risk or lost at WARNING; it never logs keys or owner tokens. The package adds no
+handler.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from ._exceptions import (
 )
 from ._guard import AsyncLockGuard, LockGuard
 from ._models import ForceReleaseResult, LockLease, LockState
+from ._ownership import GuardState
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ __all__ = [
     "ConflictError",
     "Error",
     "ForceReleaseResult",
+    "GuardState",
     "GuardStateError",
     "InternalServerError",
     "InvalidArgumentError",

@@ -6,11 +6,13 @@ the same code, and only the sending differs.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
 from . import _config, _requests
+from ._async_renewer import AsyncRenewer
 from ._clock import SYSTEM_CLOCK, Clock
 from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import AsyncLockGuard
@@ -20,12 +22,15 @@ from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
     from datetime import timedelta
     from types import TracebackType
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
+    from ._ownership import Attempt
     from ._requests import Acquisition
-    from ._transport import Call
+    from ._transport import Answer, Call
 
 T = TypeVar("T")
 
@@ -44,7 +49,9 @@ class AsyncClient:
             `https://api.volcano.dev`). Requests always go there, even through `http_client`.
         timeout: Seconds (or a `timedelta`) each request may take; default 10.
         http_client: An `httpx.AsyncClient` to send through (for proxies, TLS settings, or
-            tests). Its base URL and timeout are not used, and `close()` leaves it open.
+            tests). Its base URL and timeout are not used; its default headers, cookies and
+            query parameters are read once, here. `close()` leaves it open.
+        _clock: For tests only: the clock that times renewals and retries.
 
     Raises:
         InvalidArgumentError: A key is missing (the message names its variable), or an
@@ -59,6 +66,7 @@ class AsyncClient:
         api_url: str | None = None,
         timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
+        _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._settings = _config.resolve(
             anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
@@ -69,10 +77,10 @@ class AsyncClient:
             )
         self._owns_http = http_client is None
         self._http = httpx.AsyncClient() if http_client is None else http_client
-        self._transport = AsyncTransport(self._http, self._settings)
-        self._clock: Clock = SYSTEM_CLOCK
+        self._clock = _clock
+        self._transport = AsyncTransport(self._http, self._settings, _clock)
         self._closed = False
-        self._guards: set[AsyncLockGuard] = set()
+        self._renewer_instance: AsyncRenewer | None = None
         self._locks = AsyncLocks(self)
 
     def __repr__(self) -> str:
@@ -119,10 +127,8 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        reason = ClientClosedError("the client was closed")
-        guards, self._guards = list(self._guards), set()
-        for guard in guards:
-            await guard._shut_down(reason)
+        if self._renewer_instance is not None:
+            await self._renewer_instance.stop(ClientClosedError("the client was closed"))
         if self._owns_http:
             await self._http.aclose()
 
@@ -130,51 +136,39 @@ class AsyncClient:
         if self._closed:
             raise ClientClosedError("this volcano.AsyncClient is closed")
 
-    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         self._check_open()
         return await self._transport.send(call, request_timeout=request_timeout)
 
-    async def _acquire(self, acquisition: Acquisition) -> tuple[LockLease, float, bool]:
-        """Acquire: (lease, send time of the request that got it, the answer was a replay).
+    async def _acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
+        """Acquire, each request retried once; the answer dates from its request's first send.
 
-        Each request is retried once after a transport failure or a 503, repeating its request
-        id, so its answer may replay the lease the first attempt created: the lease dates from
-        that request's first send, never from the retry's. A wait longer than one request may
-        hold is a chain of requests (`WaitChain`).
+        The one path every acquisition takes (`acquire` and entering `with_lock`). A wait longer
+        than one request may hold is a chain of requests with the same owner token
+        (`WaitChain`); each request's timeout stretches over its wait.
         """
         clock = self._clock
         chain = WaitChain(acquisition, clock.monotonic())
         while True:
             call, wait = chain.next_call(clock.monotonic())
-            timeout = self.timeout + wait  # the request stays open while it waits
-
-            async def attempt(
-                call: Call[LockLease] = call, seconds: float = timeout
-            ) -> tuple[LockLease, bool]:
-                self._check_open()
-                return await self._transport.send_noting_replay(call, request_timeout=seconds)
-
-            sent_at = clock.monotonic()
+            send = functools.partial(self._send, call, request_timeout=self.timeout + wait)
             try:
-                lease, replayed = await retry_once_async(
-                    attempt, self._clock.async_sleep, f"acquire {call.key}"
-                )
+                return await retry_once_async(send, clock.async_sleep, f"acquire {call.key}")
             except LockHeldError:
-                if chain.goes_on(clock.monotonic()):
-                    continue
-                raise
-            return lease, sent_at, replayed
+                if not chain.goes_on(clock.monotonic()):
+                    raise
 
-    def _track(self, guard: AsyncLockGuard) -> bool:
-        """Keep `guard` to stop at close; a closed client marks it lost and returns False."""
-        if self._closed:
-            guard._abandon(ClientClosedError("the client was closed"))
-            return False
-        self._guards.add(guard)
-        return True
+    async def _renew(self, attempt: Attempt) -> Answer[LockLease]:
+        """Send one of the renewal loop's attempts."""
+        return await self._send(attempt.call, request_timeout=attempt.timeout)
 
-    def _untrack(self, guard: AsyncLockGuard) -> None:
-        self._guards.discard(guard)
+    def _renewer(self) -> AsyncRenewer:
+        """The client's renewal loop, made on first use; once closed, it refuses new guards."""
+        if self._renewer_instance is None:
+            self._renewer_instance = AsyncRenewer(self._renew, self._clock)
+            if self._closed:
+                self._renewer_instance.refuse(ClientClosedError("the client was closed"))
+        return self._renewer_instance
 
 
 class AsyncLocks:
@@ -205,8 +199,7 @@ class AsyncLocks:
         closes its connection, which takes it out of the key's queue.
         """
         acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
-        lease, _, _ = await self._client._acquire(acquisition)
-        return lease
+        return (await self._client._acquire(acquisition)).value
 
     async def renew(
         self,
@@ -218,7 +211,7 @@ class AsyncLocks:
     ) -> LockLease:
         """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
         call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
-        return await self._client._send(call)
+        return (await self._client._send(call)).value
 
     async def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
@@ -228,13 +221,14 @@ class AsyncLocks:
 
     async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report `key`'s state without acquiring it; see `Locks.get`."""
-        return await self._client._send(_requests.get(key, request_id=request_id))
+        return (await self._client._send(_requests.get(key, request_id=request_id))).value
 
     async def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
         """Remove `key`'s live lease, whoever holds it; see `Locks.force_release`."""
-        return await self._client._send(_requests.force_release(key, request_id=request_id))
+        call = _requests.force_release(key, request_id=request_id)
+        return (await self._client._send(call)).value
 
     def with_lock(
         self,
@@ -244,14 +238,27 @@ class AsyncLocks:
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
+        on_lost: Callable[[Error], object] | None = None,
+        on_at_risk: Callable[[Error], object] | None = None,
+        at_risk_margin: float | timedelta | None = None,
     ) -> AsyncLockGuard:
         """A guard holding `key` for an `async with` block; see `Locks.with_lock`.
 
         ```python
         async with client.locks.with_lock("daily-report", ttl=30) as guard:
-            if guard.lost:
-                raise RuntimeError("lock ownership was lost")
+            guard.check()  # raises LockLostError once ownership is lost
         ```
+
+        The callbacks are plain functions, called on the event loop: they must not block.
         """
-        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
-        return AsyncLockGuard(self._client, acquisition, replayable=request_id is not None)
+        plan = _requests.with_lock(
+            key,
+            ttl=ttl,
+            wait=wait,
+            token=token,
+            request_id=request_id,
+            at_risk_margin=at_risk_margin,
+            on_lost=on_lost,
+            on_at_risk=on_at_risk,
+        )
+        return AsyncLockGuard(self._client, plan)

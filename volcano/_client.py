@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,12 +19,15 @@ from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
     from datetime import timedelta
     from types import TracebackType
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
+    from ._ownership import Attempt
     from ._requests import Acquisition
-    from ._transport import Call
+    from ._transport import Answer, Call
 
 T = TypeVar("T")
 
@@ -42,7 +46,9 @@ class Client:
             `https://api.volcano.dev`). Requests always go there, even through `http_client`.
         timeout: Seconds (or a `timedelta`) each request may take; default 10.
         http_client: An `httpx.Client` to send through (for proxies, TLS settings, or tests).
-            Its base URL and timeout are not used, and `close()` leaves it open.
+            Its base URL and timeout are not used; its default headers, cookies and query
+            parameters are read once, here. `close()` leaves it open.
+        _clock: For tests only: the clock that times renewals and retries.
 
     Raises:
         InvalidArgumentError: A key is missing (the message names its variable), or an
@@ -57,6 +63,7 @@ class Client:
         api_url: str | None = None,
         timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
         http_client: httpx.Client | None = None,
+        _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._settings = _config.resolve(
             anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
@@ -67,8 +74,8 @@ class Client:
             )
         self._owns_http = http_client is None
         self._http = httpx.Client() if http_client is None else http_client
-        self._transport = SyncTransport(self._http, self._settings)
-        self._clock: Clock = SYSTEM_CLOCK
+        self._clock = _clock
+        self._transport = SyncTransport(self._http, self._settings, _clock)
         self._lifecycle = threading.Lock()
         self._closed = False
         self._renewer_instance: Renewer | None = None
@@ -129,44 +136,37 @@ class Client:
         if self._closed:
             raise ClientClosedError("this volcano.Client is closed")
 
-    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> T:
+    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         self._check_open()
         return self._transport.send(call, request_timeout=request_timeout)
 
-    def _acquire(self, acquisition: Acquisition) -> tuple[LockLease, float, bool]:
-        """Acquire: (lease, send time of the request that got it, the answer was a replay).
+    def _acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
+        """Acquire, each request retried once; the answer dates from its request's first send.
 
-        Each request is retried once after a transport failure or a 503, repeating its request
-        id, so its answer may replay the lease the first attempt created: the lease dates from
-        that request's first send, never from the retry's. A wait longer than one request may
-        hold is a chain of requests (`WaitChain`).
+        The one path every acquisition takes (`acquire` and entering `with_lock`). A wait longer
+        than one request may hold is a chain of requests with the same owner token
+        (`WaitChain`); each request's timeout stretches over its wait.
         """
         clock = self._clock
         chain = WaitChain(acquisition, clock.monotonic())
         while True:
             call, wait = chain.next_call(clock.monotonic())
-            timeout = self.timeout + wait  # the request stays open while it waits
-
-            def attempt(
-                call: Call[LockLease] = call, seconds: float = timeout
-            ) -> tuple[LockLease, bool]:
-                self._check_open()
-                return self._transport.send_noting_replay(call, request_timeout=seconds)
-
-            sent_at = clock.monotonic()
+            send = functools.partial(self._send, call, request_timeout=self.timeout + wait)
             try:
-                lease, replayed = retry_once(attempt, self._clock.sleep, f"acquire {call.key}")
+                return retry_once(send, clock.sleep, f"acquire {call.key}")
             except LockHeldError:
-                if chain.goes_on(clock.monotonic()):
-                    continue
-                raise
-            return lease, sent_at, replayed
+                if not chain.goes_on(clock.monotonic()):
+                    raise
+
+    def _renew(self, attempt: Attempt) -> Answer[LockLease]:
+        """Send one of the renewal loop's attempts."""
+        return self._send(attempt.call, request_timeout=attempt.timeout)
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""
         with self._lifecycle:
             if self._renewer_instance is None:
-                self._renewer_instance = Renewer(self._clock)
+                self._renewer_instance = Renewer(self._renew, self._clock)
                 if self._closed:
                     self._renewer_instance.stop(ClientClosedError("the client was closed"))
             return self._renewer_instance
@@ -229,8 +229,7 @@ class Locks:
                 (`retry_after` says how long the current lease has left).
         """
         acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
-        lease, _, _ = self._client._acquire(acquisition)
-        return lease
+        return self._client._acquire(acquisition).value
 
     def renew(
         self,
@@ -255,7 +254,8 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        return self._client._send(_requests.renew(key, lease, ttl=ttl, request_id=request_id))
+        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        return self._client._send(call).value
 
     def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
@@ -279,7 +279,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.get(key, request_id=request_id))
+        return self._client._send(_requests.get(key, request_id=request_id)).value
 
     def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
@@ -293,7 +293,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.force_release(key, request_id=request_id))
+        return self._client._send(_requests.force_release(key, request_id=request_id)).value
 
     def with_lock(
         self,
@@ -303,13 +303,17 @@ class Locks:
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
+        on_lost: Callable[[Error], object] | None = None,
+        on_at_risk: Callable[[Error], object] | None = None,
+        at_risk_margin: float | timedelta | None = None,
     ) -> LockGuard:
         """A guard that holds `key` for a `with` block, renewing the lease in the background.
 
         ```python
-        with client.locks.with_lock("daily-report", ttl=30) as guard:
-            if guard.lost:
-                raise RuntimeError("lock ownership was lost")
+        with client.locks.with_lock("daily-report", ttl=30, on_lost=alert) as guard:
+            for item in work:
+                guard.check()  # raises LockLostError once ownership is lost
+                write(item, fence=guard.lease.fencing_token)
         ```
 
         Entering acquires like `acquire` (same retry-once and waiting, with `wait`, `token`
@@ -319,7 +323,7 @@ class Locks:
         either. So when the answer is a replay, or a wait outlasted a third of the ttl, entering
         renews the lease once (not retried) and dates it from that renewal; a lease that has
         meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
-        entering. Exiting does not raise when the lease was lost: check `guard.lost`.
+        entering. Exiting does not raise when the lease was lost: check the guard.
 
         Args:
             key: The lock's name.
@@ -327,6 +331,24 @@ class Locks:
             wait: How long entering may wait for a held lock (see `acquire`); default 0.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
+            on_lost: Called once, with `lost_reason`, when ownership is lost.
+            on_at_risk: Called with the last renewal error each time the lease becomes at
+                risk (it may then be renewed after all, or lost).
+            at_risk_margin: How long before the lease may expire, without a successful
+                renewal, it counts as at risk: seconds or a `timedelta`, from 0 to half the
+                ttl; default a third of the ttl.
+
+        The callbacks run on one of the client's renewal threads (or in the thread that exits
+        the block, for a loss found there); keep them short. What they raise is logged.
         """
-        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
-        return LockGuard(self._client, acquisition, replayable=request_id is not None)
+        plan = _requests.with_lock(
+            key,
+            ttl=ttl,
+            wait=wait,
+            token=token,
+            request_id=request_id,
+            at_risk_margin=at_risk_margin,
+            on_lost=on_lost,
+            on_at_risk=on_at_risk,
+        )
+        return LockGuard(self._client, plan)

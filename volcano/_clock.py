@@ -1,7 +1,8 @@
-"""Time as the SDK sees it, in one object so tests can substitute a fake (no test sleeps).
+"""Time as the SDK sees it, in one object that each client takes at construction.
 
 Every decision about a lease's life uses `monotonic()`: wall-clock jumps cannot make a guard
-believe it still holds a lease it may have lost.
+believe it still holds a lease it may have lost. The renewal loops wait through `wait` and
+`async_wait`, so a test's fake clock decides when they wake (no test sleeps).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
     import threading
 
 
 class Clock:
-    """The real clock: `time.monotonic`, `time.sleep`, `asyncio.sleep`, `Condition.wait`."""
+    """The real clock: `time.monotonic`, `time.sleep`, `asyncio.sleep` and timed waits."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back."""
@@ -33,6 +35,16 @@ class Clock:
     def wait(self, condition: threading.Condition, timeout: float | None) -> None:
         """Wait on `condition` (held by the caller) until notified or `timeout` seconds pass."""
         condition.wait(timeout)
+
+    async def async_wait(self, event: asyncio.Event, seconds: float | None) -> None:
+        """Wait until `event` is set or `seconds` pass (None: no limit)."""
+        import asyncio
+
+        try:
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        except TimeoutError:
+            return
 
 
 SYSTEM_CLOCK = Clock()

@@ -1,153 +1,197 @@
-"""The one background thread of a `Client` that renews every active guard's lease.
+"""The renewal loop of a `Client`: one thread serves every guard, a few threads send.
 
-A thousand guards are one thread: guards wait in a heap ordered by when their next renewal is
-due, and the thread sleeps until the earliest (or until a guard is added or the client closes).
-Renewals run one at a time, each bounded by the time its lease has left.
+The loop thread sleeps until its `Schedule` needs it (a renewal due, an at-risk point, a deadline, a
+new guard, or close), takes a step, calls the user's callbacks, and hands the renewal attempts to at
+most `MAX_IN_FLIGHT` sender threads. A sender sends, takes its outcome in with a step of its own
+(calling the callbacks it brings) and goes on with whatever fell due meanwhile, so one slow answer
+holds up its own guard and no other, and a busy loop does not pass every renewal between threads; a
+sender thread starts only when all the others are busy. All are daemon threads, like the loop: a
+program that never closes its client is not kept from exiting by a renewal waiting for its answer.
 
-The thread owns its stop flag and shared state behind one `threading.Condition`; its `finally`
-leaves every guard it still serves lost, so a guard is never left looking held by a renewer
-that is gone.
+State is shared behind one `threading.Condition`; the loop's `finally` leaves every guard it still
+serves lost, so a guard is never left looking held by a loop that is gone.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import functools
 import logging
+import queue
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from ._exceptions import Error, LockLostError
+from ._exceptions import LockLostError
+from ._ownership import deliver
+from ._schedule import MAX_IN_FLIGHT, Outcome, Schedule, failed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._clock import Clock
+    from ._exceptions import Error
+    from ._models import LockLease
+    from ._ownership import Attempt, Ownership
+    from ._schedule import Work
+    from ._transport import Answer
 
 logger = logging.getLogger("volcano")
 
 
-class Renewable(Protocol):
-    """What the renewer needs of a guard."""
-
-    def _renew_due(self) -> float | None:
-        """Make one renewal attempt; return when the next is due, or None when done."""
-
-    def _abandon(self, reason: Error) -> None:
-        """Mark the guard lost because renewal stopped for `reason`."""
-
-
 class Renewer:
-    """Renews the leases of many guards from one lazily started thread."""
+    """Renews the leases of a client's guards from one lazily started thread.
 
-    def __init__(self, clock: Clock) -> None:
+    Args:
+        send: Sends one renewal attempt and returns its answer (raising a volcano error).
+        clock: The client's clock.
+        limit: How many renewals may be under way at once.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[Attempt], Answer[LockLease]],
+        clock: Clock,
+        limit: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self._send = send
         self._clock = clock
         self._changed = threading.Condition()
-        self._heap: list[tuple[float, int, Renewable]] = []
-        self._entry: dict[Renewable, int] = {}  # guard -> sequence number of its live heap entry
-        self._in_flight: set[Renewable] = set()
-        self._sequence = itertools.count()
-        self._stop_reason: Error | None = None
+        self._schedule = Schedule(limit)
         self._thread: threading.Thread | None = None
+        self._senders = _Senders(limit)
+        self._waiting = False
 
-    def add(self, guard: Renewable, due: float) -> None:
-        """Renew `guard` from `due` on; after `stop`, mark it lost at once."""
+    def add(self, guard: Ownership) -> None:
+        """Renew `guard` from now on; once stopped, mark it lost at once."""
         with self._changed:
-            reason = self._stop_reason
+            reason = self._schedule.stopped
             if reason is None:
-                self._push(guard, due)
-                self._start_thread()
+                self._schedule.add(guard)
+                self._start()
                 self._changed.notify_all()
         if reason is not None:
-            guard._abandon(reason)
+            deliver(guard.stop(reason))
 
-    def remove(self, guard: Renewable) -> None:
+    def remove(self, guard: Ownership) -> None:
         """Stop renewing `guard`, after waiting for a renewal of it already under way."""
         with self._changed:
-            self._entry.pop(guard, None)
-            while guard in self._in_flight:
+            self._schedule.remove(guard)
+            while self._schedule.busy(guard):
                 self._changed.wait()
 
     def stop(self, reason: Error) -> None:
-        """Stop the thread and mark every guard still served lost because of `reason`."""
+        """Stop the loop; every guard still served is lost because of `reason`."""
         with self._changed:
-            if self._stop_reason is None:
-                self._stop_reason = reason
+            notices = self._schedule.stop(reason)
             self._changed.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self._abandon_all()
+        self._senders.stop()  # renewals under way end within their own timeouts
+        deliver(notices)
 
-    def _start_thread(self) -> None:
+    def settled(self) -> bool:
+        """Whether the loop is asleep with no renewal under way (a test's fake clock asks)."""
+        with self._changed:
+            return (self._thread is None or self._waiting) and self._schedule.idle()
+
+    def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="volcano-renewer", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
         try:
-            while (batch := self._wait_for_due()) is not None:
-                for guard in batch:
-                    self._serve(guard)
+            while (work := self._next_work()) is not None:
+                deliver(work.notices)
+                for guard, attempt in work.starts:
+                    self._senders.run(functools.partial(self._renew, guard, attempt))
         except Exception:
             logger.exception("the lease renewer stopped unexpectedly")
-            with self._changed:
-                if self._stop_reason is None:
-                    self._stop_reason = LockLostError("the lease renewer stopped unexpectedly")
         finally:
-            self._abandon_all()
+            with self._changed:
+                notices = self._schedule.stop(LockLostError("the lease renewer stopped"))
+                self._changed.notify_all()
+            deliver(notices)
 
-    def _wait_for_due(self) -> list[Renewable] | None:
-        """Sleep until some guards are due and claim them; None once stopped."""
+    def _next_work(self) -> Work | None:
+        """Sleep until the schedule has something to do, and take that step; None once stopped."""
         with self._changed:
-            while self._stop_reason is None:
-                now = self._clock.monotonic()
-                due = self._pop_due(now)
-                if due:
-                    self._in_flight.update(due)
-                    return due
-                self._clock.wait(self._changed, self._seconds_until_due(now))
+            while self._schedule.stopped is None:
+                work = self._schedule.step(self._clock.monotonic())
+                self._changed.notify_all()  # for remove(): a finished renewal was taken in
+                if work.starts or work.notices:
+                    return work
+                pause = self._schedule.next_wake(self._clock.monotonic())
+                if pause == 0:
+                    continue
+                self._waiting = True
+                self._clock.wait(self._changed, pause)
+                self._waiting = False
             return None
 
-    def _serve(self, guard: Renewable) -> None:
-        try:
-            next_due = guard._renew_due()
-        except Exception as exc:
-            logger.exception("renewing a lease failed unexpectedly")
-            reason = LockLostError("renewing the lease failed unexpectedly")
-            reason.__cause__ = exc
-            guard._abandon(reason)
-            next_due = None
-        with self._changed:
-            self._in_flight.discard(guard)
-            if next_due is None:
-                self._entry.pop(guard, None)
-            elif guard in self._entry:  # not removed while its renewal ran
-                self._push(guard, next_due)
-            self._changed.notify_all()
+    def _renew(self, guard: Ownership, attempt: Attempt) -> None:
+        """Send `attempt`, take its outcome in, and go on with any renewal now due.
 
-    def _push(self, guard: Renewable, due: float) -> None:
-        sequence = next(self._sequence)
-        self._entry[guard] = sequence
-        heapq.heappush(self._heap, (due, sequence, guard))
+        A sender takes in its own outcome and starts what has fallen due meanwhile itself, so
+        a busy loop does not hand every renewal from thread to thread twice.
+        """
+        while True:
+            outcome = Outcome()
+            try:
+                outcome = Outcome(answer=self._send(attempt))
+            except Exception as exc:  # noqa: BLE001 - a bug loses this guard, never the loop
+                outcome = failed(guard, exc)
+            finally:
+                with self._changed:
+                    self._schedule.finish(guard, outcome)
+                    work = self._schedule.step(self._clock.monotonic())
+                    self._changed.notify_all()  # remove() waits for this; the loop re-plans
+            deliver(work.notices)
+            if not work.starts:
+                return
+            (guard, attempt), *others = work.starts
+            for other in others:
+                self._senders.run(functools.partial(self._renew, *other))
 
-    def _pop_due(self, now: float) -> list[Renewable]:
-        due: list[Renewable] = []
-        while self._heap and self._heap[0][0] <= now:
-            _, sequence, guard = heapq.heappop(self._heap)
-            if self._entry.get(guard) == sequence:
-                due.append(guard)
-        return due
 
-    def _seconds_until_due(self, now: float) -> float | None:
-        while self._heap and self._entry.get(self._heap[0][2]) != self._heap[0][1]:
-            heapq.heappop(self._heap)  # a removed guard's entry
-        return max(0.0, self._heap[0][0] - now) if self._heap else None
+class _Senders:
+    """Up to `limit` daemon threads that run renewal attempts, started only when needed.
 
-    def _abandon_all(self) -> None:
-        with self._changed:
-            reason = self._stop_reason or LockLostError("the lease renewer stopped")
-            guards = list(self._entry)
-            self._entry.clear()
-            self._heap.clear()
-            self._changed.notify_all()
-        for guard in guards:
-            guard._abandon(reason)
+    The schedule never has more than `limit` attempts under way, so every attempt handed over
+    finds a thread that is idle or newly started: none waits behind another.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Run `job` on an idle sender, or on a new one."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self._limit:
+                thread = threading.Thread(
+                    target=self._work, name=f"volcano-renewal-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put(job)
+
+    def stop(self) -> None:
+        """End every sender once its job (if any) is done."""
+        with self._lock:
+            threads, self._threads, self._idle = self._threads, [], 0
+        for _ in threads:
+            self._queue.put(None)
+        for thread in threads:
+            thread.join()
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            job()
+            with self._lock:
+                self._idle += 1

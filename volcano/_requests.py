@@ -14,7 +14,9 @@ from . import _transport, _validate
 
 if TYPE_CHECKING:
     import uuid
+    from collections.abc import Callable
 
+    from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
     from ._transport import Call
 
@@ -40,6 +42,18 @@ class Acquisition:
         )
 
 
+@attrs.frozen
+class GuardPlan:
+    """What a with_lock guard is made of: its acquisition and how it reports on the lease."""
+
+    acquisition: Acquisition
+    replayable: bool
+    """A caller's request id may be answered with a replay of an earlier call's lease."""
+    at_risk_margin: float | None
+    on_lost: Callable[[Error], object] | None
+    on_at_risk: Callable[[Error], object] | None
+
+
 def acquire(
     key: object,
     *,
@@ -55,6 +69,28 @@ def acquire(
         ttl=_validate.ttl(ttl),
         wait=_validate.wait(wait),
         request_id=_request_id(request_id),
+    )
+
+
+def with_lock(
+    key: object,
+    *,
+    ttl: object,
+    wait: object = 0.0,
+    token: str | uuid.UUID | None,
+    request_id: str | uuid.UUID | None,
+    at_risk_margin: object,
+    on_lost: object,
+    on_at_risk: object,
+) -> GuardPlan:
+    """The plan of a with_lock guard for these arguments."""
+    acquisition = acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+    return GuardPlan(
+        acquisition,
+        replayable=request_id is not None,
+        at_risk_margin=_validate.at_risk_margin(at_risk_margin, acquisition.ttl),
+        on_lost=_validate.callback("on_lost", on_lost),
+        on_at_risk=_validate.callback("on_at_risk", on_at_risk),
     )
 
 

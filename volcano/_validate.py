@@ -11,9 +11,15 @@ import os
 import re
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from ._exceptions import InvalidArgumentError
 from ._models import LockLease
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._exceptions import Error
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 KEY_MAX_LENGTH = 255
@@ -64,6 +70,30 @@ def timeout(value: object) -> float:
             f"got {seconds!r}"
         )
     return seconds
+
+
+def at_risk_margin(value: object, ttl_seconds: float) -> float | None:
+    """Return an at-risk margin in seconds (None: the default), at most half the ttl.
+
+    Renewal starts a third of the way into the ttl; a margin of more than half would call a
+    lease at risk before its renewal had a fair chance.
+    """
+    if value is None:
+        return None
+    seconds = float(_seconds("at_risk_margin", value))
+    if not 0 <= seconds <= ttl_seconds / 2:
+        raise InvalidArgumentError(
+            f"at_risk_margin must be from 0 to half the ttl ({ttl_seconds / 2:g} seconds), "
+            f"got {seconds!r}"
+        )
+    return seconds
+
+
+def callback(name: str, value: object) -> Callable[[Error], object] | None:
+    """Return a callback (anything callable), or None."""
+    if value is not None and not callable(value):
+        raise InvalidArgumentError(f"{name} must be callable, got {type(value).__name__}")
+    return value
 
 
 def owner_token(value: object) -> str:

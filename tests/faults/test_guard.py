@@ -13,8 +13,10 @@ The backend plays no part in this, so these tests run against the SQLite server 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +26,8 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
-from volcano._renewal import Timeline
+from volcano._ownership import GuardState, Ownership
+from volcano._transport import Answer
 
 from .conftest import PATIENCE, LostSamples, Sdk
 
@@ -261,13 +264,163 @@ class TestAcquisitionAge:
         assert (state.held, state.fencing_token) == (True, taken[0].fencing_token)
 
 
+class TestOneSlowRenewal:
+    SLOW_TTL = 6.0
+    """The slow key's first renewal goes out after 2 s and may wait 4 s for its answer."""
+    FAST_TTL = 0.6
+    """The other key is renewed every 0.2 s."""
+
+    def test_does_not_delay_another_guards_renewals(
+        self, sdk: Sdk, proxy: FaultProxy, key: str
+    ) -> None:
+        """One key's renewal gets no answer: another guard of the same client is renewed on
+        schedule meanwhile, again and again, while the slow one is still waiting."""
+        slow_key, fast_key = f"{key}-slow", f"{key}-fast"
+        proxy.on("POST", rf"/{slow_key}/renew$").blackhole(times=None)
+        slow = sdk.with_lock(slow_key, ttl=self.SLOW_TTL)
+        fast = sdk.with_lock(fast_key, ttl=self.FAST_TTL)
+        sdk.enter(slow)
+        sdk.enter(fast)
+
+        def slow_renewal(records: list[Any]) -> Any:
+            return next((r for r in records if r.path.endswith(f"/{slow_key}/renew")), None)
+
+        waiting = slow_renewal(proxy.wait_until(slow_renewal, PATIENCE, "the slow renewal"))
+
+        def fast_renewals_since() -> list[Any]:
+            return [
+                r
+                for r in proxy.requests
+                if r.seq > waiting.seq
+                and r.path.endswith(f"/{fast_key}/renew")
+                and r.client_status == 200
+            ]
+
+        wait_for(lambda: len(fast_renewals_since()) >= 3, "renewals of the other key")
+        assert waiting.outcome == "held", "the slow renewal was answered or gave up first"
+        assert not sdk.read(lambda: fast.lost)
+        proxy.release_held()
+        sdk.exit(fast)
+        sdk.exit(slow)
+
+
+class Calls:
+    """What a guard's callbacks were called with, and on which thread."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, volcano.Error, str]] = []
+        self._lock = threading.Lock()
+
+    def callback(self, name: str) -> Callable[[volcano.Error], None]:
+        def record(reason: volcano.Error) -> None:
+            with self._lock:
+                self.seen.append((name, reason, threading.current_thread().name))
+
+        return record
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [name for name, _, _ in self.seen]
+
+
+LOOP_THREADS = {"sync": "volcano-renew", "async": "faults-async-sdk"}
+"""Where the renewal loop runs: the client's loop and sender threads (volcano-renewer,
+volcano-renewal-N), or the event loop's thread."""
+
+
+class TestStatesAndCallbacks:
+    TTL = 1.5
+    MARGIN = 0.6
+
+    def test_cut_off_goes_at_risk_then_lost_and_calls_back_once_each(
+        self, sdk: Sdk, proxy: FaultProxy, key: str
+    ) -> None:
+        """Renewals cut off: the guard turns at risk (on_at_risk gets the unanswered renewal as
+        an APITimeoutError), then lost (on_lost gets lost_reason), each callback once and from
+        the renewal loop; check() then raises LockLostError caused by lost_reason."""
+        calls = Calls()
+        guard = sdk.with_lock(
+            key,
+            ttl=self.TTL,
+            at_risk_margin=self.MARGIN,
+            on_lost=calls.callback("on_lost"),
+            on_at_risk=calls.callback("on_at_risk"),
+        )
+        sdk.enter(guard)
+        wait_for(lambda: len(sdk.log.successes("renew")) >= 1, "a first renewal")
+        assert sdk.read(lambda: guard.state) is volcano.GuardState.HELD
+        proxy.partition()
+        wait_for(lambda: calls.names() == ["on_at_risk"], "the at-risk callback")
+        assert sdk.read(lambda: guard.state) is volcano.GuardState.AT_RISK
+        assert sdk.wait_lost(guard, PATIENCE)
+        wait_for(lambda: calls.names() == ["on_at_risk", "on_lost"], "the lost callback")
+        (_, at_risk, where), (_, lost, where_lost) = calls.seen
+        assert isinstance(at_risk, volcano.APITimeoutError)
+        assert "has had no answer" in str(at_risk)
+        assert lost is sdk.read(lambda: guard.lost_reason)
+        assert isinstance(lost, volcano.LockLostError)
+        assert where.startswith(LOOP_THREADS[sdk.kind])
+        assert where_lost.startswith(LOOP_THREADS[sdk.kind])
+        with pytest.raises(volcano.LockLostError) as raised:
+            sdk.read(guard.check)
+        assert raised.value.__cause__ is lost
+        proxy.heal()
+        sdk.exit(guard)
+        assert calls.names() == ["on_at_risk", "on_lost"]
+
+    def test_takeover_calls_on_lost_with_the_refusal(
+        self, sdk: Sdk, other: volcano.Client, key: str
+    ) -> None:
+        """A force release mid-block: the next renewal is refused, on_lost gets the
+        LeaseNotHeldError once, the lease was never at risk, and exit sends no release."""
+        calls = Calls()
+        guard = sdk.with_lock(
+            key, ttl=self.TTL, on_lost=calls.callback("on_lost"), on_at_risk=calls.callback("x")
+        )
+        sdk.enter(guard)
+        other.locks.force_release(key)
+        assert sdk.wait_lost(guard, PATIENCE)
+        wait_for(lambda: calls.names() == ["on_lost"], "the lost callback")
+        assert isinstance(calls.seen[0][1], volcano.LeaseNotHeldError)
+        sdk.exit(guard)
+        assert not any(s.operation == "release" for s in sdk.log.sent)
+        assert calls.names() == ["on_lost"]
+
+    def test_a_raising_callback_is_logged_and_the_loop_goes_on(
+        self, sdk: Sdk, other: volcano.Client, key: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """on_lost raises: the exception is logged with its traceback, and the same loop goes
+        on renewing the client's other guard."""
+
+        def broken(reason: volcano.Error) -> None:
+            raise RuntimeError("a bug in the callback")
+
+        doomed = sdk.with_lock(f"{key}-doomed", ttl=self.TTL, on_lost=broken)
+        kept = sdk.with_lock(f"{key}-kept", ttl=self.TTL)
+        sdk.enter(doomed)
+        sdk.enter(kept)
+        other.locks.force_release(f"{key}-doomed")
+        assert sdk.wait_lost(doomed, PATIENCE)
+        wait_for(
+            lambda: any("on_lost callback" in r.getMessage() for r in caplog.records),
+            "the callback's exception in the log",
+        )
+        (record,) = [r for r in caplog.records if "on_lost callback" in r.getMessage()]
+        assert record.exc_info is not None
+        renewed = len(sdk.log.successes("renew"))
+        wait_for(lambda: len(sdk.log.successes("renew")) >= renewed + 2, "more renewals")
+        assert sdk.read(lambda: kept.state) is volcano.GuardState.HELD
+        sdk.exit(kept)
+        sdk.exit(doomed)
+
+
 class TestLostIsFinal:
     def test_a_renewal_landing_while_lost_is_judged_never_flips_it_back(self) -> None:
-        """A renewal answer landing between lost()'s deadline check and its expiry: lost()
-        never answers True and then False.
+        """A renewal answer landing between two judgements of a lease past its deadline: the
+        guard never answers lost and then held.
 
         The window is a few bytecodes wide, so no network fault can aim at it; the renewal is
-        made to land there by a Timeline that records it at exactly that point."""
+        made to land there by handing it to the guard's state machine between the two reads."""
         lease = volcano.LockLease(
             key="k",
             owner_token=str(uuid.uuid4()),
@@ -275,16 +428,12 @@ class TestLostIsFinal:
             expires_at=datetime.now(UTC),
             ttl_seconds=1,
         )
-
-        class LandsMidJudgement(Timeline):
-            landed = False
-
-            def _expire_if_due(self, now: float) -> Any:
-                if not self.landed:
-                    self.landed = True
-                    self.succeeded(lease, sent_at=now - 0.01)
-                return super()._expire_if_due(now)
-
-        timeline = LandsMidJudgement(lease, 0.0, timeout=5.0, on_lost=lambda: None)
-        answers = [timeline.lost(1.001), timeline.lost(1.002)]
+        ownership = Ownership(
+            "k", timeout=5.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
+        )
+        ownership.enter()
+        ownership.acquired(Answer(lease, 0.0, replayed=False))
+        answers = [ownership.state(1.001) is GuardState.LOST]
+        ownership.renewed(Answer(lease, 0.99, replayed=False), 1.0015)
+        answers.append(ownership.state(1.002) is GuardState.LOST)
         assert answers in ([False, False], [True, True])

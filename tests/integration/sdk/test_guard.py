@@ -18,6 +18,7 @@ import pytest
 
 import volcano
 from tests.support.raw import Locks, new_id, wait_for
+from volcano._schedule import MAX_IN_FLIGHT
 
 from .conftest import WAIT, Wire
 
@@ -31,6 +32,10 @@ class BlockError(Exception):
 
 def renewer_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "volcano-renewer" and t.is_alive())
+
+
+def sender_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("volcano-renewal-"))
 
 
 def hold(seconds: float, check: Callable[[], None]) -> None:
@@ -239,9 +244,11 @@ class TestManyGuards:
     def test_fifty_guards_share_one_thread_and_stay_held(
         self, client: volcano.Client, server: Locks, key: str
     ) -> None:
-        """Fifty guards on one client: one renewal thread, every lease held past its expiry."""
+        """Fifty guards on one client: one renewal loop thread and a bounded few that send
+        (never a thread per guard), every lease held past its expiry."""
         keys = [f"{key}-{i}" for i in range(50)]
         before = renewer_threads()
+        senders_before = sender_threads()
         with contextlib.ExitStack() as stack:
             guards = [stack.enter_context(client.locks.with_lock(k, ttl=1.5)) for k in keys]
             firsts = [guard.lease for guard in guards]
@@ -256,6 +263,7 @@ class TestManyGuards:
                 assert (state["held"], state["fencing_token"]) == (True, 1)
                 assert guard.lease.expires_at > first.expires_at
             assert renewer_threads() == before + 1
+            assert sender_threads() - senders_before <= MAX_IN_FLIGHT < len(keys)
         assert not any(server.state(k)["held"] for k in keys)
 
 

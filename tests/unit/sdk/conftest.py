@@ -43,8 +43,8 @@ def make_client(api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcan
             "http_client": httpx.Client(transport=httpx.MockTransport(api)),
         }
         options.update(overrides)
-        client = volcano.Client(**options)
-        client._clock = clock
+        client = volcano.Client(**options, _clock=clock)
+        clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
         made.append(client)
         return client
 
@@ -62,9 +62,9 @@ def client(make_client: Callable[..., volcano.Client]) -> volcano.Client:
 async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.AsyncClient]:
     http = httpx.AsyncClient(transport=httpx.MockTransport(api))
     client = volcano.AsyncClient(
-        anon_key=ANON_KEY, service_key=SERVICE_KEY, api_url=API_URL, http_client=http
+        anon_key=ANON_KEY, service_key=SERVICE_KEY, api_url=API_URL, http_client=http, _clock=clock
     )
-    client._clock = clock
+    clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
     yield client
     await client.close()
     await http.aclose()

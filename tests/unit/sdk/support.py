@@ -173,11 +173,14 @@ def fail(exc: Exception) -> Responder:
 
 
 class FakeClock:
-    """A clock that moves only when told; it also steps a Client's renewal thread.
+    """A clock that moves only when told; it also steps the clients' renewal loops.
 
-    The renewal thread waits through `wait()`, which blocks until notified instead of for a
-    real time. `advance()` moves the time, wakes the thread, and returns once the thread has
-    done everything due and waits again, so a test knows exactly which renewals ran.
+    A Client's loop thread waits through `wait()`, which blocks until notified instead of for
+    a real time. `advance()` moves the time, wakes the thread, and returns once every loop that
+    `follow()` was given is asleep again with no renewal under way, so a test knows exactly
+    which renewals ran. An AsyncClient's loop waits through `async_wait()`: while no renewal
+    is under way, time jumps to the end of the wait at once; while one is (a held request),
+    time stands still until it ends or the test moves it.
     """
 
     def __init__(self, now: float = 100.0) -> None:
@@ -186,6 +189,11 @@ class FakeClock:
         self.waits = 0
         self._condition: threading.Condition | None = None
         self._renewer_waiting = threading.Event()
+        self._settled: list[Callable[[], bool]] = []
+
+    def follow(self, settled: Callable[[], bool]) -> None:
+        """Count a renewal loop as caught up only when `settled()` says so."""
+        self._settled.append(settled)
 
     def monotonic(self) -> float:
         return self.now
@@ -206,6 +214,20 @@ class FakeClock:
         condition.notify_all()
         condition.wait()
 
+    async def async_wait(self, event: asyncio.Event, seconds: float | None) -> None:
+        self.waits += 1
+        for _ in range(5):  # let renewals that are about to end report first
+            if event.is_set():
+                return
+            await asyncio.sleep(0)
+        if seconds is not None and self.settled():
+            self.now += seconds
+            return
+        await event.wait()
+
+    def settled(self) -> bool:
+        return all(settled() for settled in self._settled)
+
     def advance(self, seconds: float) -> None:
         """Move time on, and return once the renewal thread has caught up with it."""
         condition = self._renewer_condition()
@@ -214,7 +236,7 @@ class FakeClock:
             seen = self.waits
             condition.notify_all()
             for _ in range(400):  # a guard against hanging, not a timing assertion
-                if self.waits != seen:
+                if self.waits != seen and self.settled():
                     return
                 condition.wait(0.05)
         raise AssertionError("the renewal thread did not go back to waiting")

@@ -11,17 +11,27 @@ import contextlib
 import json
 import logging
 import threading
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 import volcano
-from tests.unit.sdk.support import REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
+from tests.unit.sdk.support import EXPIRES, REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
+from volcano._ownership import Ownership
 from volcano._renewer import Renewer
+from volcano._transport import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import NoReturn
+
+
+def lease() -> volcano.LockLease:
+    return volcano.LockLease(
+        key="k", owner_token=TOKEN, fencing_token=7, expires_at=EXPIRES, ttl_seconds=30
+    )
 
 
 def renewer_threads() -> list[threading.Thread]:
@@ -155,12 +165,17 @@ class TestTransientFailures:
         clock: FakeClock,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
-        """With every attempt failing, the guard is held until the deadline and lost at it."""
+        """With every attempt failing, the guard is held until the deadline (at risk from a
+        third of the ttl before it) and lost at it."""
         caplog.set_level(logging.INFO, logger="volcano")
         with client.locks.with_lock("k", ttl=30) as guard:
             api.then(*[error(503, "unavailable")] * 100)
-            for _ in range(29):
-                clock.advance(1)  # t=101 .. 129
+            for _ in range(19):
+                clock.advance(1)  # t=101 .. 119
+            assert guard.state is volcano.GuardState.HELD
+            for _ in range(10):
+                clock.advance(1)  # t=120 .. 129
+                assert guard.state is volcano.GuardState.AT_RISK
             assert not guard.lost
             assert len(api.of("renew")) > 5  # retried all along
             clock.advance(1)  # t=130: the deadline
@@ -173,9 +188,10 @@ class TestTransientFailures:
             clock.advance(5)
             assert len(api.of("renew")) == attempts  # no renewal after loss
         assert api.of("release") == []
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1
-        assert "lost the lease on k" in warnings[0].getMessage()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 2
+        assert warnings[0].startswith("the lease on k is at risk: 503 unavailable")
+        assert warnings[1].startswith("lost the lease on k")
 
     def test_held_is_never_reported_past_the_deadline(
         self, client: volcano.Client, api: FakeApi, clock: FakeClock
@@ -297,11 +313,11 @@ class TestExit:
         assert gate.entered.wait(20)
         exiting = threading.Thread(target=guard.__exit__, args=(None, None, None))
         exiting.start()
-        wait_for(lambda: "exiting" in repr(guard))
+        wait_for(lambda: guard.state is volcano.GuardState.RELEASING)
         gate.opened.set()
         exiting.join(20)
         assert renewal_done_at_release == [True]
-        assert "exited" in repr(guard)
+        assert guard.state is volcano.GuardState.RELEASED
 
     @pytest.mark.parametrize(
         "failure",
@@ -382,13 +398,54 @@ class TestMisuse:
             guard.__enter__()
         assert api.of("release") == []
 
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ({"at_risk_margin": 15.5}, "at_risk_margin must be from 0 to half the ttl"),
+            ({"at_risk_margin": -1}, "at_risk_margin must be from 0"),
+            ({"at_risk_margin": "5"}, "at_risk_margin must be seconds"),
+            ({"on_lost": "alert"}, "on_lost must be callable, got str"),
+            ({"on_at_risk": 3}, "on_at_risk must be callable, got int"),
+        ],
+    )
+    def test_bad_arguments_are_refused_by_with_lock(
+        self, client: volcano.Client, api: FakeApi, arguments: dict[str, object], message: str
+    ) -> None:
+        """A bad margin or callback is refused when the guard is made, before any request."""
+        with pytest.raises(volcano.InvalidArgumentError, match=message):
+            client.locks.with_lock("k", ttl=30, **arguments)  # type: ignore[arg-type]
+        assert api.requests == []
+
+    def test_state_and_check_around_the_block(self, client: volcano.Client, api: FakeApi) -> None:
+        """state reads NEW, HELD, RELEASED; check() refuses before entry and is quiet while
+        held and after a clean exit."""
+        guard = client.locks.with_lock("k", ttl=30, at_risk_margin=timedelta(seconds=2))
+        assert guard.state is volcano.GuardState.NEW
+        with pytest.raises(volcano.GuardStateError):
+            guard.check()
+        with guard:
+            assert guard.state is volcano.GuardState.HELD
+            guard.check()
+        assert guard.state is volcano.GuardState.RELEASED
+        guard.check()
+
+    def test_failed_entry_is_a_state(self, client: volcano.Client, api: FakeApi) -> None:
+        """An entry that raised leaves the guard FAILED, and it cannot be entered again."""
+        api.then(error(409, "lock_held"))
+        guard = client.locks.with_lock("k", ttl=30)
+        with pytest.raises(volcano.LockHeldError), guard:
+            pass
+        assert guard.state is volcano.GuardState.FAILED
+        with pytest.raises(volcano.GuardStateError, match="has been used"):
+            guard.__enter__()
+
     def test_repr(self, client: volcano.Client) -> None:
         """A guard's repr names its key and state, never the token."""
         guard = client.locks.with_lock("k", ttl=30, token=TOKEN)
-        assert repr(guard) == "<LockGuard key='k' not entered>"
+        assert repr(guard) == "<LockGuard key='k' new>"
         with guard:
-            assert repr(guard) == "<LockGuard key='k' active>"
-        assert repr(guard) == "<LockGuard key='k' exited>"
+            assert repr(guard) == "<LockGuard key='k' held>"
+        assert repr(guard) == "<LockGuard key='k' released>"
 
 
 class TestOneThreadPerClient:
@@ -448,20 +505,20 @@ class TestRenewerFaults:
 
     def test_a_stopped_renewer_loses_new_guards_at_once(self, clock: FakeClock) -> None:
         """A guard handed to a renewer that has stopped is marked lost with the stop reason."""
-        lost: list[volcano.Error] = []
 
-        class Guard:
-            def _renew_due(self) -> float | None:
-                raise AssertionError("never renewed")
+        def send(attempt: object) -> NoReturn:
+            raise AssertionError("never renewed")
 
-            def _abandon(self, reason: volcano.Error) -> None:
-                lost.append(reason)
-
-        renewer = Renewer(clock)
+        guard = Ownership(
+            "k", timeout=10.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
+        )
+        guard.enter()
+        guard.acquired(Answer(lease(), 100.0, replayed=False))
+        renewer = Renewer(send, clock)
         reason = volcano.ClientClosedError("closed")
         renewer.stop(reason)
-        renewer.add(Guard(), 0.0)
-        assert lost == [reason]
+        renewer.add(guard)
+        assert guard.reason(100.0) is reason
         assert renewer_threads() == []
 
 

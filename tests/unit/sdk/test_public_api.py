@@ -24,14 +24,22 @@ MODULES = [
 # Classes with public names that are implementation, not API: users never build or hold them.
 INTERNAL = {
     "Acquisition",
+    "Answer",
+    "AsyncRenewer",
     "AsyncTransport",
+    "Attempt",
     "Call",
     "Clock",
-    "Renewable",
+    "Event",
+    "GuardPlan",
+    "Notice",
+    "Outcome",
+    "Ownership",
     "Renewer",
+    "Schedule",
     "Settings",
     "SyncTransport",
-    "Timeline",
+    "Work",
     "WaitChain",
 }
 
@@ -42,6 +50,7 @@ PUBLIC_CLASSES = [
     volcano.AsyncLocks,
     volcano.LockGuard,
     volcano.AsyncLockGuard,
+    volcano.GuardState,
     volcano.LockLease,
     volcano.LockState,
     volcano.ForceReleaseResult,
@@ -120,6 +129,22 @@ class TestAll:
     def test_dir_shows_only_public_names(self) -> None:
         """dir(volcano) lists exactly __all__: no private modules, no typing helpers."""
         assert dir(volcano) == sorted(volcano.__all__)
+
+    def test_guard_states(self) -> None:
+        """GuardState names where a guard can stand; the three users act on are among them."""
+        assert [state.value for state in volcano.GuardState] == [
+            "new",
+            "entering",
+            "held",
+            "at_risk",
+            "releasing",
+            "released",
+            "lost",
+            "failed",
+        ]
+        for guard in (volcano.LockGuard, volcano.AsyncLockGuard):
+            assert isinstance(guard.state, property)
+            assert callable(guard.check)
 
     def test_contract_names(self) -> None:
         """The names the contract fixes exist with their meaning."""

@@ -1,0 +1,526 @@
+"""A with_lock guard's ownership of its lease: every state, every event, and the one move.
+
+```
+state      event                               next state   (any pair not listed: no change)
+NEW        ENTER                               ENTERING
+ENTERING   ACQUIRED                            HELD
+ENTERING   ACQUISITION_FAILED                  FAILED
+HELD       RENEWED, RENEWAL_FAILED             HELD
+HELD       AT_RISK (time: deadline - margin)   AT_RISK
+AT_RISK    RENEWED                             HELD
+AT_RISK    RENEWAL_FAILED                      AT_RISK
+HELD, AT_RISK, RELEASING
+           DEADLINE (time: no renewal in time)
+           REFUSED (a 409 or another refusal)
+           STOPPED (the client closed)         LOST
+HELD, AT_RISK
+           EXIT                                RELEASING
+RELEASING  RENEWED (one under way at exit)     RELEASING
+RELEASING  RELEASED, RELEASE_FAILED            RELEASED
+RELEASING  RELEASE_REFUSED (409 on release)    LOST
+LOST       EXIT                                LOST
+```
+
+Time is the client's monotonic clock, counted from when the request that produced the current
+lease was first *sent*: the server's expiry is at least that late, so `deadline = sent_at +
+ttl` is never after the real one. A renewal is tried once a third of the ttl has passed,
+leaving two thirds to retry transient failures (transport errors, timeouts, 5xx, 429) with a
+short backoff, each attempt bounded by the time left. The lease is at risk when no renewal has
+succeeded and less than the margin is left; lost at the deadline, or at once on a refusal.
+
+`_move` is the only place a state changes: it records the reason, logs, wakes waiters (when the
+state changed) and hands back the user's callbacks to call outside every lock. Reading a state
+never changes it: `state(now)` judges the time-driven moves (`AT_RISK`, `DEADLINE`) that are due
+but not yet made, so a guard never reports held past its deadline even while its renewal loop is
+busy; the loop makes those moves when it wakes for them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import math
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from . import _requests
+from ._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    Error,
+    GuardStateError,
+    LockLostError,
+)
+
+if TYPE_CHECKING:
+    from ._models import LockLease
+    from ._transport import Answer, Call
+
+logger = logging.getLogger("volcano")
+
+RENEW_AFTER_FRACTION = 1 / 3
+"""The share of the ttl that passes before the first renewal attempt."""
+AT_RISK_FRACTION = 1 / 3
+"""The default at-risk margin, as a share of the ttl."""
+BACKOFF_FIRST = 0.1
+"""Seconds before the first retry of a failed renewal (doubling after each failure)."""
+BACKOFF_CAP = 2.0
+"""The longest wait between renewal attempts."""
+BACKOFF_TTL_FRACTION = 0.1
+"""No wait between attempts is longer than this share of the ttl."""
+
+
+class GuardState(enum.Enum):
+    """Where a with_lock guard stands; `guard.state` reads it.
+
+    Attributes:
+        NEW: Made by `with_lock`, not entered yet.
+        ENTERING: Acquiring the lease.
+        HELD: The lease is held and renewed in the background.
+        AT_RISK: Still held, but no renewal has succeeded and less than the at-risk margin
+            is left before the lease may expire: pause or checkpoint the protected work.
+        RELEASING: The block has ended; renewal has stopped and the release is under way.
+        RELEASED: The block ended with the lease held, and the guard let it go.
+        LOST: Ownership ended before the guard let go (`guard.lost_reason` says why): stop
+            the protected work.
+        FAILED: Entering raised; nothing was held.
+    """
+
+    NEW = "new"
+    ENTERING = "entering"
+    HELD = "held"
+    AT_RISK = "at_risk"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    LOST = "lost"
+    FAILED = "failed"
+
+
+class Event(enum.Enum):
+    """What can happen to a guard (see the table in the module docstring)."""
+
+    ENTER = "enter"
+    ACQUIRED = "acquired"
+    ACQUISITION_FAILED = "acquisition failed"
+    RENEWED = "renewed"
+    RENEWAL_FAILED = "renewal failed"
+    AT_RISK = "at risk"
+    DEADLINE = "deadline"
+    REFUSED = "refused"
+    STOPPED = "stopped"
+    EXIT = "exit"
+    RELEASED = "released"
+    RELEASE_FAILED = "release failed"
+    RELEASE_REFUSED = "release refused"
+
+
+_S = GuardState
+_E = Event
+_LIVE = (_S.HELD, _S.AT_RISK, _S.RELEASING)
+"""The states in which the lease may still be held, so its deadline still counts."""
+
+TRANSITIONS: dict[tuple[GuardState, Event], GuardState] = {
+    (_S.NEW, _E.ENTER): _S.ENTERING,
+    (_S.ENTERING, _E.ACQUIRED): _S.HELD,
+    (_S.ENTERING, _E.ACQUISITION_FAILED): _S.FAILED,
+    (_S.HELD, _E.RENEWED): _S.HELD,
+    (_S.HELD, _E.RENEWAL_FAILED): _S.HELD,
+    (_S.HELD, _E.AT_RISK): _S.AT_RISK,
+    (_S.AT_RISK, _E.RENEWED): _S.HELD,
+    (_S.AT_RISK, _E.RENEWAL_FAILED): _S.AT_RISK,
+    **{(state, event): _S.LOST for state in _LIVE for event in (_E.DEADLINE, _E.REFUSED)},
+    **{(state, _E.STOPPED): _S.LOST for state in _LIVE},
+    (_S.HELD, _E.EXIT): _S.RELEASING,
+    (_S.AT_RISK, _E.EXIT): _S.RELEASING,
+    (_S.LOST, _E.EXIT): _S.LOST,
+    (_S.RELEASING, _E.RENEWED): _S.RELEASING,
+    (_S.RELEASING, _E.RELEASED): _S.RELEASED,
+    (_S.RELEASING, _E.RELEASE_FAILED): _S.RELEASED,
+    (_S.RELEASING, _E.RELEASE_REFUSED): _S.LOST,
+}
+"""Every move a guard can make: (state, event) -> next state."""
+
+Callback = Callable[[Error], object]
+"""An `on_lost` or `on_at_risk` callback: it gets the reason."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a renewal that failed with `error` may succeed if tried again."""
+    if isinstance(error, APIConnectionError):
+        return True
+    if isinstance(error, APIStatusError):
+        status = error.status_code
+        return status >= 500 or status in (408, 429) or status < 400
+    return False
+
+
+def backoff(failures: int, ttl: float) -> float:
+    """Seconds to wait after the `failures`-th failed attempt in a row."""
+    return min(BACKOFF_FIRST * 2.0 ** (failures - 1), BACKOFF_CAP, ttl * BACKOFF_TTL_FRACTION)
+
+
+@attrs.frozen
+class Attempt:
+    """One renewal attempt: the request and how long it may take."""
+
+    call: Call[LockLease]
+    timeout: float
+
+
+@attrs.frozen
+class Notice:
+    """A user's callback to call, outside every lock, with the reason of a move."""
+
+    callback: Callback
+    reason: Error
+    name: str
+    key: str
+
+    def deliver(self) -> None:
+        """Call it; an exception it raises is logged, never propagated."""
+        try:
+            self.callback(self.reason)
+        except Exception:
+            logger.exception("the %s callback of the guard on %s raised", self.name, self.key)
+
+
+def deliver(notices: list[Notice]) -> None:
+    """Call each callback in turn."""
+    for notice in notices:
+        notice.deliver()
+
+
+class Ownership:
+    """One guard's state machine: its lease, its schedule, and its moves.
+
+    Thread-safe: the renewal loop, the thread leaving the block and readers share it.
+
+    Args:
+        key: The lock's key.
+        timeout: The client's request timeout; no renewal attempt waits longer.
+        margin: Seconds before the deadline at which the lease is at risk (None: a third of
+            the ttl).
+        on_lost: Called once when ownership is lost.
+        on_at_risk: Called each time the lease becomes at risk.
+        wake: Called after every change of state, outside the lock, to wake waiters.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        timeout: float,
+        margin: float | None,
+        on_lost: Callback | None,
+        on_at_risk: Callback | None,
+        wake: Callable[[], None],
+    ) -> None:
+        self.key = key
+        self._timeout = timeout
+        self._margin = margin
+        self._on_lost = on_lost
+        self._on_at_risk = on_at_risk
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._state = GuardState.NEW
+        self._lease: LockLease | None = None
+        self._deadline = math.inf
+        self._at_risk_at = math.inf
+        self._renew_at = math.inf
+        self._failures = 0
+        self._last_error: Error | None = None
+        self._in_flight: tuple[Attempt, float] | None = None  # (attempt, when it began)
+        self._reason: Error | None = None
+        self._expired: LockLostError | None = None  # the DEADLINE reason, made once
+
+    def __repr__(self) -> str:
+        return f"<Ownership of {self.key!r}: {self._state.value}>"
+
+    # -- reading (never moves) ---------------------------------------------------------------
+
+    def state(self, now: float) -> GuardState:
+        """The state at `now`, counting the time-driven moves that are due."""
+        with self._lock:
+            return self._judge(now)
+
+    def lease(self) -> LockLease | None:
+        """The latest lease, or None before one was acquired."""
+        with self._lock:
+            return self._lease
+
+    def reason(self, now: float) -> Error | None:
+        """The error that ended ownership, or None while it lasts (or never began)."""
+        with self._lock:
+            if self._judge(now) is not GuardState.LOST:
+                return None
+            return self._reason if self._reason is not None else self._deadline_reason()
+
+    def next_change(self, now: float) -> float | None:
+        """When a time-driven move could next happen (for waiters), or None: never by time."""
+        with self._lock:
+            state = self._judge(now)
+            if state is GuardState.HELD:
+                return min(self._at_risk_at, self._deadline)
+            return self._deadline if state in _LIVE else None
+
+    def next_wake(self, *, renewal: bool = True) -> float | None:
+        """When the renewal loop must next look at this guard, or None: nothing more to do.
+
+        `renewal=False` leaves out a renewal already known to be due (it waits for a slot).
+        """
+        with self._lock:
+            if self._state not in (GuardState.HELD, GuardState.AT_RISK):
+                return None
+            wake = self._deadline
+            if self._state is GuardState.HELD:
+                wake = min(wake, self._at_risk_at)
+            if renewal and self._in_flight is None:
+                wake = min(wake, self._renew_at)
+            return wake
+
+    # -- events --------------------------------------------------------------------------------
+
+    def enter(self) -> None:
+        """Begin entering; a guard is single use, so any other state refuses."""
+        if self._move(Event.ENTER) is None:
+            with self._lock:
+                state = self._state
+            if state in (GuardState.ENTERING, GuardState.HELD, GuardState.AT_RISK):
+                raise GuardStateError(
+                    f"the guard on {self.key!r} is already entered; a guard is not re-entrant"
+                )
+            raise GuardStateError(
+                f"the guard on {self.key!r} has been used ({state.value}); "
+                "call with_lock() again for a new lease"
+            )
+
+    def acquired(self, answer: Answer[LockLease]) -> None:
+        """The acquisition (and the renewal that dates a replay) succeeded."""
+        self._move(Event.ACQUIRED, change=functools.partial(self._adopt, answer))
+
+    def acquisition_failed(self) -> None:
+        """Entering raised: the guard is spent."""
+        self._move(Event.ACQUISITION_FAILED)
+
+    def due(self, now: float) -> tuple[list[Notice], bool]:
+        """Make the time-driven moves due at `now`; also say whether a renewal is due."""
+        notices = self._catch_up(now)
+        with self._lock:
+            renew = (
+                self._state in (GuardState.HELD, GuardState.AT_RISK)
+                and self._in_flight is None
+                and now >= self._renew_at
+            )
+        return notices, renew
+
+    def begin_renewal(self, now: float) -> Attempt | None:
+        """The renewal attempt to start at `now`, or None when none is due or it is too late."""
+        with self._lock:
+            if (
+                self._state not in (GuardState.HELD, GuardState.AT_RISK)
+                or self._in_flight is not None
+                or now < self._renew_at
+                or now >= self._deadline
+                or self._lease is None
+            ):
+                return None
+            attempt = Attempt(
+                _requests.renewal(self._lease), min(self._timeout, self._deadline - now)
+            )
+            self._in_flight = (attempt, now)
+            return attempt
+
+    def renewed(self, answer: Answer[LockLease], now: float) -> list[Notice]:
+        """A renewal succeeded; an answer that arrives after the deadline changes nothing."""
+        notices = self._catch_up(now)
+        adopt = functools.partial(self._adopt, answer)
+        return notices + (self._move(Event.RENEWED, change=adopt) or [])
+
+    def renewal_failed(self, error: Error, now: float) -> list[Notice]:
+        """A renewal failed: retry a transient failure after a backoff; a refusal loses."""
+        notices = self._catch_up(now)
+        if not is_transient(error):
+            return notices + (self._move(Event.REFUSED, reason=error) or [])
+
+        def retry() -> None:
+            self._in_flight = None
+            self._failures += 1
+            self._last_error = error
+            ttl = self._lease.ttl_seconds if self._lease is not None else 0.0
+            self._renew_at = min(now + backoff(self._failures, ttl), self._deadline)
+
+        return notices + (
+            self._move(Event.RENEWAL_FAILED, reason=error, change=retry, now=now) or []
+        )
+
+    def renewal_ended(self) -> None:
+        """The renewal under way ended without an answer to judge (cancelled at exit)."""
+        with self._lock:
+            self._in_flight = None
+
+    def begin_exit(self, now: float) -> list[Notice]:
+        """The block ended: stop renewing. A guard not in its block refuses."""
+        notices = self._catch_up(now)
+        moved = self._move(Event.EXIT)
+        if moved is None:
+            with self._lock:
+                state = self._state
+            raise GuardStateError(f"the guard on {self.key!r} is {state.value}, not entered")
+        return notices + moved
+
+    def to_release(self, now: float) -> tuple[list[Notice], LockLease | None]:
+        """Once renewal has stopped: the lease to release, or None when ownership is lost."""
+        notices = self._catch_up(now)
+        with self._lock:
+            return notices, self._lease if self._state is GuardState.RELEASING else None
+
+    def release_ended(self, error: BaseException | None, now: float) -> list[Notice]:
+        """The release on exit was answered: refused (409) means ownership was already lost."""
+        notices = self._catch_up(now)
+        if error is None:
+            event = Event.RELEASED
+        elif isinstance(error, APIStatusError) and error.status_code == 409:
+            event = Event.RELEASE_REFUSED
+        else:
+            event = Event.RELEASE_FAILED
+        return notices + (self._move(event, reason=error) or [])
+
+    def stop(self, reason: Error) -> list[Notice]:
+        """Renewal stopped for good (the client closed, or its loop broke)."""
+        return self._move(Event.STOPPED, reason=reason) or []
+
+    # -- the one move ------------------------------------------------------------------------
+
+    def _move(
+        self,
+        event: Event,
+        *,
+        reason: BaseException | None = None,
+        change: Callable[[], None] | None = None,
+        now: float | None = None,
+    ) -> list[Notice] | None:
+        """Make `event` happen, if the table lists a move for it in the current state.
+
+        Under the lock: look up the next state, apply `change` with it, record the reason.
+        Then log, wake waiters, and return the callbacks to call. None: no move was listed.
+        """
+        told: Error | None = None  # the reason a callback gets
+        with self._lock:
+            before = self._state
+            after = TRANSITIONS.get((before, event))
+            if after is None:
+                return None
+            if change is not None:
+                change()
+            self._state = after
+            if after is GuardState.LOST and self._reason is None:
+                self._reason = reason if isinstance(reason, Error) else self._deadline_reason()
+            if after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
+                told = self._at_risk_reason(now)
+            elif after is GuardState.LOST and before is not GuardState.LOST:
+                told = self._reason
+            next_attempt = self._renew_at
+        self._log(before, after, event=event, reason=told or reason, now=now, retry=next_attempt)
+        if after is not before:
+            self._wake()
+        callback, name = None, ""
+        if after is GuardState.LOST and before is not GuardState.LOST:
+            callback, name = self._on_lost, "on_lost"
+        elif after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
+            callback, name = self._on_at_risk, "on_at_risk"
+        if callback is None or told is None:
+            return []
+        return [Notice(callback, told, name, self.key)]
+
+    def _log(
+        self,
+        before: GuardState,
+        after: GuardState,
+        *,
+        event: Event,
+        reason: BaseException | None,
+        now: float | None,
+        retry: float,
+    ) -> None:
+        # Each reason's text carries the request id of the answer behind it.
+        if event in (Event.RELEASE_REFUSED, Event.RELEASE_FAILED):
+            logger.warning(
+                "releasing the lease on %s failed: %s",
+                self.key,
+                reason,
+                exc_info=not isinstance(reason, Error),
+            )
+        elif after is GuardState.LOST and before is not GuardState.LOST:
+            logger.warning("lost the lease on %s: %s", self.key, reason)
+        elif after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
+            logger.warning("the lease on %s is at risk: %s", self.key, reason)
+        elif event is Event.RENEWAL_FAILED and now is not None:
+            logger.info(
+                "renewal of %s failed (%s), retrying in %.2fs (request_id=%s)",
+                self.key,
+                type(reason).__name__,
+                retry - now,
+                getattr(reason, "request_id", None),
+            )
+        elif before is GuardState.AT_RISK and after is GuardState.HELD:
+            logger.info("the lease on %s is renewed and no longer at risk", self.key)
+
+    # -- inside the lock -----------------------------------------------------------------------
+
+    def _catch_up(self, now: float) -> list[Notice]:
+        """Make the time-driven move due at `now`, if any (past the deadline: straight to LOST)."""
+        with self._lock:
+            due = self._judge(now)
+            if due is self._state:
+                return []
+        event = Event.DEADLINE if due is GuardState.LOST else Event.AT_RISK
+        return self._move(event, now=now) or []
+
+    def _judge(self, now: float) -> GuardState:
+        if self._state in _LIVE and now >= self._deadline:
+            return GuardState.LOST
+        if self._state is GuardState.HELD and now >= self._at_risk_at:
+            return GuardState.AT_RISK
+        return self._state
+
+    def _adopt(self, answer: Answer[LockLease]) -> None:
+        lease = answer.value
+        ttl = lease.ttl_seconds
+        margin = ttl * AT_RISK_FRACTION if self._margin is None else self._margin
+        self._lease = lease
+        self._deadline = answer.sent_at + ttl
+        self._at_risk_at = self._deadline - margin
+        self._renew_at = answer.sent_at + ttl * RENEW_AFTER_FRACTION
+        self._failures = 0
+        self._last_error = None
+        self._in_flight = None
+        self._expired = None
+
+    def _deadline_reason(self) -> LockLostError:
+        if self._expired is None:
+            ttl = self._lease.ttl_seconds if self._lease is not None else 0.0
+            last = self._last_error
+            got = "" if last is None else f"; the last attempt got {last!r}"
+            self._expired = LockLostError(
+                f"no renewal of {self.key!r} succeeded before its ttl of {ttl:g}s ran out{got}"
+            )
+            self._expired.__cause__ = last
+        return self._expired
+
+    def _at_risk_reason(self, now: float | None) -> Error:
+        if self._last_error is not None:
+            return self._last_error
+        left = "" if now is None else f"; {self._deadline - now:.2f}s are left"
+        if self._in_flight is None:
+            return APITimeoutError(f"no renewal of {self.key!r} has been sent yet{left}")
+        attempt, began = self._in_flight
+        waited = "" if now is None else f" for {now - began:.2f}s"
+        return APITimeoutError(
+            f"the renewal of {self.key!r} has had no answer{waited}{left}",
+            request_id=attempt.call.request_id,
+        )

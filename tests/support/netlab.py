@@ -19,13 +19,15 @@ the switch (its TAP devices vanish with it), whatever happened in the block. Pro
 with `command` also get SIGKILL when the test process dies, and the switch stops when its stdin
 closes; namespaces left by a test process that was killed outright are reaped by the next lab.
 
-Needs root, `ip`, `setpriv` and /dev/net/tun: `unavailable()` says what is missing.
+Needs root, `ip`, `setpriv` and /dev/net/tun: `unavailable()` says what is missing, and
+`require()` skips a test for that reason (fails it with VOLCANO_REQUIRE_NETNS=1, as in CI).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -38,15 +40,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-__all__ = ["Lab", "unavailable"]
+__all__ = ["Lab", "require", "unavailable"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _PREFIX = "volcano-lab-"
-_NAMESPACE = re.compile(rf"^{_PREFIX}(\d+)-")
+_NAMESPACE = re.compile(rf"^{_PREFIX}(\d+)l")
 _RANGE = ipaddress.ip_network("198.18.0.0/15")
 _FIRST_HOST = 10
 _COMMAND_SECONDS = 30.0
@@ -69,6 +73,16 @@ def unavailable() -> str | None:
         return f"ip netns add failed: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], check=False)
     return None
+
+
+def require(reason: str | None) -> None:
+    """Skip the test when `reason` (what the machine lacks) is set; fail it instead when
+    VOLCANO_REQUIRE_NETNS=1, so CI on a machine that can run labs never skips them."""
+    if reason is None:
+        return
+    if os.environ.get("VOLCANO_REQUIRE_NETNS") == "1":
+        pytest.fail(f"{reason}; VOLCANO_REQUIRE_NETNS=1 demands the network tests", pytrace=False)
+    pytest.skip(f"{reason}: the network tests cannot run on this machine")
 
 
 def _ip(*args: str, namespace: str | None = None) -> None:
@@ -125,9 +139,12 @@ def _free_subnet() -> ipaddress.IPv4Network:
 class Lab:
     """Hosts in network namespaces joined by the fault-injecting switch; a context manager."""
 
+    _made = itertools.count(1)
+
     def __init__(self, hosts: Sequence[str]) -> None:
         self.hosts = list(hosts)
-        self.tag = str(os.getpid())
+        # Names unique to this lab: the test process's pid (for reaping) and a serial number.
+        self.tag = f"{os.getpid()}l{next(Lab._made)}"
         self.subnet = _free_subnet()
         self._addresses = {
             host: str(self.subnet.network_address + _FIRST_HOST + n)
@@ -137,7 +154,7 @@ class Lab:
         self._taps = {host: f"vk{self.tag}x{n}" for n, host in enumerate(self.hosts)}
         self._switch: subprocess.Popen[str] | None = None
         self._switch_lock = threading.Lock()
-        self._made: list[str] = []
+        self._namespaces: list[str] = []
 
     def namespace(self, host: str) -> str | None:
         """The host's namespace name; None for `here`, the test process's own."""
@@ -229,9 +246,9 @@ class Lab:
 
     def close(self) -> None:
         """Kill the lab's processes, delete its namespaces, stop its switch."""
-        for namespace in self._made:
+        for namespace in self._namespaces:
             _remove_namespace(namespace)
-        self._made.clear()
+        self._namespaces.clear()
         switch, self._switch = self._switch, None
         if switch is not None:
             for stream in (switch.stdin, switch.stdout):
@@ -264,7 +281,7 @@ class Lab:
         device = tap
         if namespace is not None:
             _ip("netns", "add", namespace)
-            self._made.append(namespace)
+            self._namespaces.append(namespace)
             _ip("link", "set", tap, "netns", namespace)
             _ip("link", "set", tap, "name", "eth0", namespace=namespace)
             _ip("link", "set", "lo", "up", namespace=namespace)

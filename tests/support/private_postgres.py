@@ -8,7 +8,7 @@ one listens on the lab host's address, so every byte between a server and it cro
 switch. It runs as the `postgres` system user (PostgreSQL refuses root) from a temporary
 directory, trusts the lab's addresses, and skips fsync (nothing here survives the test). It is
 stopped, and its directory removed, when the block ends; it also gets SIGQUIT (immediate
-shutdown) if the test process dies.
+shutdown) if the test process dies, and the next cluster removes the directory left behind.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["PrivatePostgres", "binaries"]
 
 _USER = "postgres"
+_FOLDER_PREFIX = "volcano-pg-"
 _START_SECONDS = 60.0
 
 
@@ -54,6 +56,14 @@ def unavailable() -> str | None:
     except KeyError:
         return f"no {_USER!r} system user to run PostgreSQL as"
     return None
+
+
+def _remove_stale_folders() -> None:
+    """Remove the directories of clusters whose test process is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_FOLDER_PREFIX}*-*"):
+        pid = folder.name.removeprefix(_FOLDER_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class PrivatePostgres:
@@ -118,7 +128,8 @@ class PrivatePostgres:
         return [*inside, *user, "--pdeathsig", pdeathsig, "--", *argv]
 
     def __enter__(self) -> Self:
-        folder = Path(tempfile.mkdtemp(prefix="volcano-pg-"))
+        _remove_stale_folders()
+        folder = Path(tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-"))
         self._folder = folder
         try:
             shutil.chown(folder, _USER, _USER)
@@ -200,7 +211,7 @@ class PrivatePostgres:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, 3)  # SIGQUIT: immediate shutdown, children included
+                os.kill(process.pid, signal.SIGQUIT)  # immediate shutdown, children included
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:

@@ -97,28 +97,16 @@ class PrivatePostgres:
     def sql(self, statement: str, database: str = "postgres") -> str:
         """Run one statement through psql on the cluster's host; its unaligned output."""
         assert self._folder is not None
+        psql = [str(self._bin / "psql"), "-XAtq", "-h", str(self._folder), "-p", str(self.port)]
+        return self._run([*psql, "-d", database, "-c", statement], timeout=30)
+
+    def _run(self, argv: list[str], *, timeout: float) -> str:
+        """`argv` as the postgres user on the cluster's host; its output, or RuntimeError."""
         done = subprocess.run(
-            self._as_postgres(
-                [
-                    str(self._bin / "psql"),
-                    "-XAtq",
-                    "-h",
-                    str(self._folder),
-                    "-p",
-                    str(self.port),
-                    "-d",
-                    database,
-                    "-c",
-                    statement,
-                ]
-            ),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+            self._as_postgres(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
         if done.returncode != 0:
-            raise RuntimeError(f"psql {statement!r}: {done.stderr.strip()}")
+            raise RuntimeError(f"{Path(argv[0]).name} failed: {done.stderr.strip()}")
         return done.stdout.strip()
 
     def _as_postgres(self, argv: list[str], pdeathsig: str = "KILL") -> list[str]:
@@ -149,26 +137,8 @@ class PrivatePostgres:
         return self
 
     def _initdb(self, data: Path) -> None:
-        done = subprocess.run(
-            self._as_postgres(
-                [
-                    str(self._bin / "initdb"),
-                    "-D",
-                    str(data),
-                    "-A",
-                    "trust",
-                    "-U",
-                    _USER,
-                    "--no-sync",
-                ]
-            ),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"initdb failed: {done.stderr.strip()}")
+        initdb = [str(self._bin / "initdb"), "-D", str(data), "-A", "trust", "-U", _USER]
+        self._run([*initdb, "--no-sync"], timeout=120)
         settings = {
             "listen_addresses": f"'{self.lab.address(self.host)}'",
             "port": str(self.port),

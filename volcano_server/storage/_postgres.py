@@ -31,6 +31,10 @@
   failures, a read-only standby) is `StorageUnavailable`: the API answers 503. A connection
   lost during COMMIT leaves the outcome unknown; the request's outcome row commits or not with
   it, so a retry with the same request id either replays it or runs it once.
+- Packets that just vanish are bounded on both sides: this side gives a silent connection up
+  after about 5 s (`NETWORK_DEFAULTS`), and each transaction makes the database give up on a
+  silent server after 2 s (`_SILENCE_SETTINGS`, idle in transaction), below the lock timeout,
+  so a server that vanished mid-transaction never holds a key's row lock past others' waits.
 """
 
 from __future__ import annotations

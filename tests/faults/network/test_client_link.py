@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -39,6 +39,9 @@ from tests.support.raw import Locks, Waiter, wait_for
 from ._probes import Prober
 from .conftest import Deployment
 
+if TYPE_CHECKING:
+    from typing import Self
+
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 PATIENCE = 10.0
@@ -50,22 +53,16 @@ def micros(instant: str) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
-class ExpiryWatch:
-    """Polls `get` for some keys through another server; the latest expiry it saw of each
-    fencing token, by the server's clock (the lease as the database has it, renewals the holder
-    never heard of included)."""
+class _Repeating:
+    """Runs `step` in a thread of its own, every `pause` seconds, until the block ends or `step`
+    returns False."""
 
-    def __init__(self, http: httpx.Client, keys: list[str]) -> None:
-        self._locks = Locks(http)
-        self._keys = keys
+    def __init__(self, name: str, pause: float) -> None:
+        self._pause = pause
         self._stop = threading.Event()
-        self._seen: dict[tuple[str, int], int] = {}
-        self._thread = threading.Thread(target=self._run, name="expiry-watch")
+        self._thread = threading.Thread(target=self._run, name=name)
 
-    def latest(self, key: str, token: int) -> int:
-        return self._seen[(key, token)]
-
-    def __enter__(self) -> ExpiryWatch:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -74,14 +71,34 @@ class ExpiryWatch:
         self._thread.join(PATIENCE)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            for key in self._keys:
-                state = self._locks.state(key)
-                if state["held"]:
-                    seen = (key, state["fencing_token"])
-                    expiry = micros(state["expires_at"])
-                    self._seen[seen] = max(self._seen.get(seen, 0), expiry)
-            time.sleep(0.02)
+        while self.step() and not self._stop.wait(self._pause):
+            pass
+
+    def step(self) -> bool:
+        raise NotImplementedError
+
+
+class ExpiryWatch(_Repeating):
+    """Polls `get` for some keys through another server; the latest expiry it saw of each
+    fencing token, by the server's clock (the lease as the database has it, renewals the holder
+    never heard of included)."""
+
+    def __init__(self, http: httpx.Client, keys: list[str]) -> None:
+        super().__init__("expiry-watch", 0.02)
+        self._locks = Locks(http)
+        self._keys = keys
+        self._seen: dict[tuple[str, int], int] = {}
+
+    def latest(self, key: str, token: int) -> int:
+        return self._seen[(key, token)]
+
+    def step(self) -> bool:
+        for key in self._keys:
+            state = self._locks.state(key)
+            if state["held"]:
+                seen = (key, state["fencing_token"])
+                self._seen[seen] = max(self._seen.get(seen, 0), micros(state["expires_at"]))
+        return True
 
 
 class TestBlackHoleBetweenSdkAndServer:
@@ -209,31 +226,21 @@ class TestBlackHoleBetweenSdkAndServer:
         print(f"\nblack hole here<->a figures: {json.dumps(report)}")
 
 
-class _Writer:
+class _Writer(_Repeating):
     """Writes to the fencing store with the guard's token while the guard says held."""
 
     def __init__(self, sdk: Sdk, guard: Any, store: FencingStore, name: str) -> None:
+        super().__init__(f"writer-{name}", 0.05)
         self.count = 0
         self._sdk, self._guard, self._store, self._name = sdk, guard, store, name
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"writer-{name}")
 
-    def __enter__(self) -> _Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(PATIENCE)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self._sdk.read(lambda: self._guard.lost):
-                return
-            token = self._sdk.read(lambda: self._guard.lease.fencing_token)
-            self._store.write(self._name, token, "begin")
-            self.count += 1
-            time.sleep(0.05)
+    def step(self) -> bool:
+        if self._sdk.read(lambda: self._guard.lost):
+            return False
+        token = self._sdk.read(lambda: self._guard.lease.fencing_token)
+        self._store.write(self._name, token, "begin")
+        self.count += 1
+        return True
 
 
 class TestSlowLossyClientLinks:

@@ -156,12 +156,12 @@ _MIGRATION_LOCK = 0x766F6C63616E6F  # "volcano"
 _CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
-# The database's side of a connection whose server went silent mid-transaction (vanished
-# behind a black hole, or frozen) is ended after this many seconds, so its row locks never
-# outlive a lock wait elsewhere (`lock_timeout`): idle_in_transaction_session_timeout covers a
-# wait between statements, and TCP settings on the database's socket cover a wait in the middle
-# of a batch of statements, where PostgreSQL runs no timer at all. Set only while a transaction
-# runs, and only where the database knows them (PostgreSQL 12 and later).
+# Each transaction makes the database end its side of the connection once the server has been
+# silent for `silence_timeout` (vanished behind a black hole, or frozen), so the transaction's
+# row locks never outlive a lock wait elsewhere (`lock_timeout`). Between two statements that is
+# idle_in_transaction_session_timeout; in the middle of a batch of statements PostgreSQL runs no
+# timer at all, so these TCP settings of the database's socket cover it. They are set for the
+# transaction only, and only where the database has them (PostgreSQL 12 and later).
 _SILENCE_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_user_timeout")
 _CLAIM = (
     "INSERT INTO request_outcomes AS o"

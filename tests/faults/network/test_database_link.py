@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
+AFTER = 6.0
+"""Seconds of load after the link heals, so every contender (a paused one included) is heard."""
 RECOVERY = 10.0
 """Seconds after the link heals by which every new request is served again (upper bound)."""
 PATIENCE = 10.0
@@ -118,7 +120,7 @@ class TestBlackHoleBetweenServerAndDatabase:
             )
             ghost.release_holder()
             ghost_answer = ghost.on_a.result(PATIENCE)
-            time.sleep(3.0)
+            time.sleep(max(3.0, healed_at + AFTER - time.monotonic()))
             journals = run.finish()
         writes = store.writes
         probes = prober.probes

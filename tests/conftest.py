@@ -27,6 +27,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " server; keys from VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY (and, for the cross-project"
         " probe, VOLCANO_OTHER_SERVICE_KEY)",
     )
+    parser.addoption(
+        "--long-faults",
+        action="store_true",
+        default=False,
+        help="run tests/faults/network at the issue's full length (a 30 s black hole, 60 s of"
+        " load) instead of CI's shorter cut; prints the figures",
+    )
 
 
 @pytest.fixture(scope="session")

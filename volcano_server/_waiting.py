@@ -431,9 +431,17 @@ class WaitingRoom:
                     await run(lambda wait: service.leave(entry, may_wait=wait))
                     return None if gone.done() else shutting_down(entry.request_id)
             elif phase is Phase.QUEUED and loop.time() >= deadline:
-                answer: Answer | None = await run(
-                    lambda wait: service.give_up(entry, may_wait=wait)
-                )
+                try:
+                    answer: Answer | None = await run(
+                        lambda wait: service.give_up(entry, may_wait=wait)
+                    )
+                except BaseException:
+                    # The database is out of reach and the request is answered so (503): out
+                    # of line here too, or a hand-off once the database is back would grant it
+                    # a lease nobody receives. Its row there is stepped over at the next
+                    # hand-off, as the row of any request that left.
+                    self.move(entry, Move.LEAVE)
+                    raise
                 if answer is not None:
                     return answer
             if entry.phase is Phase.GRANTING:

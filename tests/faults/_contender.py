@@ -55,6 +55,8 @@ class Journal:
         self.grants: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.answers: list[float] = []
+        # [operation, whether it waited in the queue, status, seconds from send to answer]
+        self.latencies: list[tuple[str, bool, int, float]] = []
         self.replays = 0
         self.attempts = 0
         self.held_elsewhere = 0
@@ -67,10 +69,16 @@ class Journal:
     def heard(self, response: httpx.Response) -> None:
         """httpx response hook: any HTTP answer from the lock server."""
         self.answers.append(time.monotonic())
+        response.read()  # so that `elapsed` is known
+        request = response.request
+        operation = request.url.path.rsplit("/", 1)[-1] if request.method == "POST" else "get"
+        waited = b'"wait_seconds"' in request.content
+        self.latencies.append(
+            (operation, waited, response.status_code, response.elapsed.total_seconds())
+        )
         if response.headers.get("Idempotent-Replayed") == "true":
             self.replays += 1
         if response.status_code == 200 and response.url.path.endswith("/acquire"):
-            response.read()
             lease = response.json()
             expires = datetime.fromisoformat(lease["expires_at"])
             self.acquired.setdefault(lease["fencing_token"], micros(expires))

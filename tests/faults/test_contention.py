@@ -55,29 +55,46 @@ START_PATIENCE = 60.0
 
 
 class Contention:
-    """The contender processes, started against `url`, and their journals once they stop."""
+    """The contender processes, started against `url` (a list: contender n uses url n mod its
+    length), and their journals once they stop."""
 
-    def __init__(self, url: str, project: Project, store: FencingStore, folder: Path) -> None:
-        self.url = url
+    def __init__(
+        self,
+        url: str | list[str],
+        project: Project,
+        store: FencingStore,
+        folder: Path,
+        *,
+        ttl: float = TTL,
+        wait: float = WAIT,
+        timeout: float = TIMEOUT,
+        last_resort: float = 240.0,
+    ) -> None:
+        self.urls = [url] if isinstance(url, str) else url
         self.project = project
         self.store = store
         self.folder = folder
+        self.settings = {"ttl": ttl, "wait": wait, "timeout": timeout}
+        self.last_resort = last_resort
         self.stop_file = folder / "stop"
         self.processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
 
+    def url_of(self, name: str) -> str:
+        """The server the contender called `name` talks to."""
+        names = [n for n, _, _ in self.processes]
+        return self.urls[names.index(name) % len(self.urls)]
+
     def __enter__(self) -> Self:
-        until = time.monotonic() + 240  # a last resort: the test stops them far sooner
-        env = {**os.environ, **self.project.env(self.url)}
+        until = time.monotonic() + self.last_resort  # the test stops them far sooner
         for n, (client, style) in enumerate(CONTENDERS):
             name = f"c{n}-{client}-{style}"
+            env = {**os.environ, **self.project.env(self.urls[n % len(self.urls)])}
             config = {
                 "name": name,
                 "client": client,
                 "style": style,
                 "key": KEY,
-                "ttl": TTL,
-                "wait": WAIT,
-                "timeout": TIMEOUT,
+                **self.settings,
                 "seed": n,
                 "store": self.store.url,
                 "stop_file": str(self.stop_file),

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -115,9 +115,12 @@ class ServerProcess:
         *args: str,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """`prefix` runs the command through another, e.g. into a network namespace."""
         self.database_url = database_url
         self.args = list(args)
+        self.prefix = list(prefix)
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd
         self.port = 0
@@ -136,6 +139,7 @@ class ServerProcess:
         if port is not None:
             self.port = port
         command = [
+            *self.prefix,
             sys.executable,
             "-m",
             "volcano_server",

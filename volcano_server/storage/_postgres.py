@@ -31,6 +31,10 @@
   failures, a read-only standby) is `StorageUnavailable`: the API answers 503. A connection
   lost during COMMIT leaves the outcome unknown; the request's outcome row commits or not with
   it, so a retry with the same request id either replays it or runs it once.
+- Packets that just vanish are bounded on both sides: this side gives a silent connection up
+  after about 5 s (`NETWORK_DEFAULTS`), and each transaction makes the database give up on a
+  silent server after 2 s (`_SILENCE_SETTINGS`, idle in transaction), below the lock timeout,
+  so a server that vanished mid-transaction never holds a key's row lock past others' waits.
 """
 
 from __future__ import annotations
@@ -152,11 +156,13 @@ _MIGRATION_LOCK = 0x766F6C63616E6F  # "volcano"
 _CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
-# Per-transaction limits (SET LOCAL semantics): nothing outlives the transaction.
-_LIMITS = (
-    "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true),"
-    " set_config('idle_in_transaction_session_timeout', %s, true)"
-)
+# Each transaction makes the database end its side of the connection once the server has been
+# silent for `silence_timeout` (vanished behind a black hole, or frozen), so the transaction's
+# row locks never outlive a lock wait elsewhere (`lock_timeout`). Between two statements that is
+# idle_in_transaction_session_timeout; in the middle of a batch of statements PostgreSQL runs no
+# timer at all, so these TCP settings of the database's socket cover it. They are set for the
+# transaction only, and only where the database has them (PostgreSQL 12 and later).
+_SILENCE_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_user_timeout")
 _CLAIM = (
     "INSERT INTO request_outcomes AS o"
     " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
@@ -229,6 +235,23 @@ HANDOFF_CHANNEL = "volcano_handoff"
 # failover) and a transaction killed for idling too long.
 _UNAVAILABLE_SQLSTATES = frozenset({"25006", "25P03"})
 
+# How long a connection to the database may stay silent before it is given up, when packets
+# simply vanish (no RST, no FIN): found by cutting the link in tests/faults/network. Sent data
+# unacknowledged for `tcp_user_timeout` ms ends the connection (the kernel's default is about
+# 15 minutes of retransmissions). A statement whose bytes were acknowledged but whose answer
+# never comes (say, cut while waiting for a row lock) sends nothing, so only keepalives notice:
+# the first probe after `keepalives_idle` s of silence, and with `tcp_user_timeout` set the
+# connection ends at the first probe past it. Both ways a dead connection is dropped about 5 s
+# after the last packet it received; systems without TCP_USER_TIMEOUT get there by
+# keepalives_idle + keepalives_interval x keepalives_count = 5 s too. A URL's own values win.
+NETWORK_DEFAULTS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 5_000,
+}
+
 # URL query parameters that configure this server's pool rather than libpq.
 _POOL_PARAMETERS = frozenset({"pool_size"})
 
@@ -261,20 +284,29 @@ class _ReadTx:
 class _WriteTx:
     """One READ COMMITTED transaction in pipeline mode.
 
-    Statements whose result is needed are flushed and awaited; the writes are only queued and
-    travel with COMMIT.
+    Statements whose result is needed are sent with a Sync and awaited (`_ask`); the writes are
+    only queued and travel with COMMIT. The Sync, rather than psycopg's flush request, is what
+    makes PostgreSQL count the wait for our next statement as "idle in transaction": without
+    it a server that vanished mid-transaction (a black hole, a frozen process) would leave the
+    session waiting for input, its row locks held, with no timeout ever firing.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], offset: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        pipeline: psycopg.Pipeline,
+        offset: Callable[[], int],
+    ) -> None:
         self._conn = conn
+        self._pipeline = pipeline
         self._offset = offset
         self._now: int | None = None
         self._placeholder: tuple[int, str] | None = None
         self.durable = False  # set by writes a client may be told about: leases, outcomes
 
-    def begin(self, limits: tuple[str, str, str]) -> None:
+    def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
         self._conn.execute(_BEGIN)
-        self._conn.execute(_LIMITS, limits)
+        self._conn.execute(*limits)
 
     def commit(self) -> None:
         """Queue COMMIT: leaving pipeline mode sends it, with the queued writes, and waits.
@@ -290,18 +322,24 @@ class _WriteTx:
 
     def now_us(self) -> int:
         if self._now is None:
-            self._set_now(_fetch(self._conn, _CLOCK, ())[0])
+            self._set_now(_one(self._ask(_CLOCK, ()))[0])
         assert self._now is not None  # noqa: S101 - just set
         return self._now
+
+    def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.Cursor[Any]:
+        """Send `query` and everything queued before it, and wait for the results."""
+        cursor = self._conn.execute(query, params)
+        self._pipeline.sync()
+        return cursor
 
     def _set_now(self, clock_us: int) -> None:
         if self._now is None:
             self._now = clock_us + self._offset()
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
-        row = self._conn.execute(_LOCK_ROW, (project_id, key)).fetchone()
+        row = self._ask(_LOCK_ROW, (project_id, key)).fetchone()
         if row is None:
-            row = _fetch(self._conn, _PLACE_LOCK, (project_id, key))
+            row = _one(self._ask(_PLACE_LOCK, (project_id, key)))
         if row[0] == 0:
             self._placeholder = (project_id, key)
         return _lock_row(project_id, key, row)
@@ -323,7 +361,7 @@ class _WriteTx:
             self._placeholder = None
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
-        *stored, clock_us = _fetch(self._conn, _CLAIM, (project_id, request_id))
+        *stored, clock_us = _one(self._ask(_CLAIM, (project_id, request_id)))
         self._set_now(clock_us)
         outcome = StoredOutcome(*stored)
         return outcome if outcome.expires_at_us > self.now_us() else None
@@ -344,24 +382,23 @@ class _WriteTx:
         )
 
     def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
-        rows = self._conn.execute(_QUEUED, (self.now_us(), project_id, key, limit)).fetchall()
+        rows = self._ask(_QUEUED, (self.now_us(), project_id, key, limit)).fetchall()
         return [Waiter.from_row(row) for row in rows]
 
     def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
-        row = self._conn.execute(
-            _FIND_WAITER, (self.now_us(), project_id, key, owner_token)
-        ).fetchone()
+        row = self._ask(_FIND_WAITER, (self.now_us(), project_id, key, owner_token)).fetchone()
         return None if row is None else Waiter.from_row(row)
 
     def add_waiter(
         self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
     ) -> int:
-        (seq,) = _fetch(
-            self._conn,
-            "INSERT INTO lock_waiters"
-            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
-            " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL) RETURNING seq",
-            (project_id, key, owner_token, ttl_seconds, server_id),
+        (seq,) = _one(
+            self._ask(
+                "INSERT INTO lock_waiters"
+                " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
+                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL) RETURNING seq",
+                (project_id, key, owner_token, ttl_seconds, server_id),
+            )
         )
         return int(seq)
 
@@ -394,7 +431,7 @@ class _WriteTx:
         )
 
     def others_alive(self, server_id: str) -> bool:
-        row = self._conn.execute(
+        row = self._ask(
             "SELECT 1 FROM servers WHERE server_id != %s AND alive_until_us > %s LIMIT 1",
             (server_id, self.now_us()),
         ).fetchone()
@@ -423,7 +460,7 @@ class PostgresStorage(KeyAdmin):
         pool_timeout: float = 3.0,
         lock_timeout: float = 3.0,
         statement_timeout: float = 5.0,
-        idle_in_transaction_timeout: float = 5.0,
+        silence_timeout: float = 2.0,
         clock_offset_us: Callable[[], int] | None = None,
     ) -> None:
         self.url_for_display = redact_url(url)
@@ -434,13 +471,22 @@ class PostgresStorage(KeyAdmin):
         size = pool_size or url_pool_size or 10
         self._offset = clock_offset_us or _offset_none
         self._pool_timeout = pool_timeout
-        self._limits = (
-            _ms(lock_timeout),
-            _ms(statement_timeout),
-            _ms(idle_in_transaction_timeout),
-        )
         with _mapped_errors():
             _migrate(conninfo)
+            known = _known_settings(conninfo, _SILENCE_SETTINGS)
+        self._limits = _limits_statement(
+            {
+                "lock_timeout": _ms(lock_timeout),
+                "statement_timeout": _ms(statement_timeout),
+                "idle_in_transaction_session_timeout": _ms(silence_timeout),
+                # First keepalive probe after a second of silence, the next a second later; the
+                # connection ends at the first probe past `silence_timeout` without an answer.
+                "tcp_keepalives_idle": "1",
+                "tcp_keepalives_interval": "1",
+                "tcp_user_timeout": str(round(silence_timeout * 1000)),
+            },
+            skip=set(_SILENCE_SETTINGS) - known,
+        )
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
             psycopg_pool.ConnectionPool(
                 conninfo,
@@ -463,9 +509,9 @@ class PostgresStorage(KeyAdmin):
         if not wait:
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
-            tx = _WriteTx(conn, self._offset)
             try:
-                with conn.pipeline():
+                with conn.pipeline() as pipeline:
+                    tx = _WriteTx(conn, pipeline, self._offset)
                     tx.begin(self._limits)
                     yield tx
                     tx.commit()
@@ -511,6 +557,7 @@ class PostgresStorage(KeyAdmin):
             return cursor.fetchall() if cursor.description is not None else []
 
         with _mapped_errors(), self._connection() as conn, conn.transaction():
+            conn.execute(*self._limits)
             yield sql, _fetch(conn, _CLOCK, ())[0]
 
     def purge_outcomes(self, limit: int) -> int:
@@ -521,6 +568,7 @@ class PostgresStorage(KeyAdmin):
     def purge_waiters(self, grace_us: int, limit: int) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with _mapped_errors(), self._connection() as conn, conn.transaction():
+            conn.execute(*self._limits)
             (now,) = _fetch(conn, _CLOCK, ())
             now += self._offset()
             values = {"now": now, "grace": grace_us, "limit": limit}
@@ -600,9 +648,14 @@ def _has_input(conn: psycopg.Connection[Any]) -> bool:
 def _fetch(
     conn: psycopg.Connection[Any], query: str, params: tuple[object, ...]
 ) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
+    return _one(conn.execute(query, params))
+
+
+def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """The one row a statement returns (an INSERT ... RETURNING, a clock read)."""
+    row = cursor.fetchone()
     if row is None:
-        raise psycopg.InternalError(f"no row from {query.split(maxsplit=1)[0]}")
+        raise psycopg.InternalError("a statement that returns a row returned none")
     return tuple(row)
 
 
@@ -642,6 +695,20 @@ def _migrate(conninfo: str) -> None:
             conn.execute("DELETE FROM volcano_schema")
             conn.execute("INSERT INTO volcano_schema (version) VALUES (%s)", (target,))
         # Leaving the block commits, which also releases the advisory lock.
+
+
+def _known_settings(conninfo: str, names: tuple[str, ...]) -> set[str]:
+    """Which of the settings `names` the database has."""
+    with psycopg.connect(conninfo, prepare_threshold=None) as conn:
+        rows = conn.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", (list(names),))
+        return {name for (name,) in rows}
+
+
+def _limits_statement(settings: dict[str, str], *, skip: set[str]) -> tuple[str, tuple[str, ...]]:
+    """One statement setting each of `settings` for the transaction only (SET LOCAL)."""
+    names = [name for name in settings if name not in skip]
+    calls = ", ".join(f"set_config('{name}', %s, true)" for name in names)
+    return f"SELECT {calls}", tuple(settings[name] for name in names)
 
 
 def _schema_version(conn: psycopg.Connection[Any]) -> int:
@@ -687,11 +754,8 @@ def _conninfo(url: str, connect_timeout: int) -> tuple[str, int | None]:
         ) from None
     # An unreachable database must fail a request within seconds, never hang it.
     params.setdefault("connect_timeout", connect_timeout)
-    params.setdefault("keepalives", 1)
-    params.setdefault("keepalives_idle", 10)
-    params.setdefault("keepalives_interval", 5)
-    params.setdefault("keepalives_count", 3)
-    params.setdefault("tcp_user_timeout", 10_000)
+    for setting, default in NETWORK_DEFAULTS.items():
+        params.setdefault(setting, default)
     params.setdefault("application_name", "volcano-server")
     return make_conninfo("", **params), pool_size
 

@@ -16,7 +16,7 @@ from psycopg import sql
 from tests.support.databases import admin_url, fresh_postgres_database, scalar
 from volcano_server._service import Answer
 from volcano_server.storage import StorageUnavailable, StoredOutcome
-from volcano_server.storage._postgres import PostgresStorage
+from volcano_server.storage._postgres import NETWORK_DEFAULTS, PostgresStorage
 
 from .conftest import caller, service
 
@@ -270,13 +270,50 @@ class TestFailures:
         query = (
             "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
             " current_setting('idle_in_transaction_session_timeout'),"
-            " current_setting('transaction_isolation'),"
+            " current_setting('transaction_isolation'), current_setting('tcp_user_timeout'),"
+            " current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'),"
             " (SELECT count(*) FROM pg_prepared_statements)"
         )
         with storage.read() as tx:
             used = tx._conn.execute(query).fetchone()  # the one pooled connection
         with psycopg.connect(pg_url) as fresh:
             assert used == fresh.execute(query).fetchone()
+
+    def test_a_silent_server_is_given_up_within_the_transaction(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """Inside each write transaction the database's side of the connection gives up on a
+        silent server after 2 s, between statements (idle in transaction) or in the middle of
+        a batch (TCP), below the 3 s lock timeout; the server's own side after 5 s."""
+        storage = storages(pool_size=1)
+        with storage.write() as tx:
+            tx.now_us()
+            row = tx._ask(  # the transaction's own connection
+                "SELECT current_setting('idle_in_transaction_session_timeout'),"
+                " current_setting('tcp_user_timeout'), current_setting('tcp_keepalives_idle'),"
+                " current_setting('tcp_keepalives_interval'), current_setting('lock_timeout')",
+                (),
+            ).fetchone()
+            client = tx._conn.info.get_parameters()
+        assert row == ("2s", "2000", "1", "1", "3s")
+        assert {name: client[name] for name in NETWORK_DEFAULTS} == {
+            "keepalives": "1",
+            "keepalives_idle": "2",
+            "keepalives_interval": "1",
+            "keepalives_count": "3",
+            "tcp_user_timeout": "5000",
+        }
+
+    def test_the_url_overrides_the_network_defaults(self, pg_url: str) -> None:
+        """A libpq setting given in the URL wins over the server's default."""
+        storage = PostgresStorage(
+            pg_url + ("&" if "?" in pg_url else "?") + "tcp_user_timeout=9000"
+        )
+        try:
+            with storage.read() as tx:
+                assert tx._conn.info.get_parameters()["tcp_user_timeout"] == "9000"
+        finally:
+            storage.close()
 
     def test_closed_storage_is_unavailable(self, storages: Storages) -> None:
         """After close (server shutdown), operations fail as StorageUnavailable, not a crash."""

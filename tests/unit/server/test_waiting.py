@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from typing import Any
 
 import pytest
 
 from volcano_server._rules import Reach, decide_handoff
 from volcano_server._waiting import _MOVES, Entry, Move, Phase, WaitingRoom
 from volcano_server._wire import Answer
-from volcano_server.storage import LockRow, Waiter
+from volcano_server.storage import LockRow, StorageUnavailable, Waiter
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +73,31 @@ class TestStateMachine:
         assert older.answer is not None
         assert older.answer.status == 409
         assert room.claim(7) is newer
+
+
+class TestWaitTurn:
+    async def test_a_wait_whose_last_hand_off_fails_leaves_the_line(self) -> None:
+        """The wait runs out while the database is out of reach: the request gets the error,
+        and its entry is out of line, so no hand-off after the database is back grants it."""
+        room = WaitingRoom()
+        made = entry()
+        room.join(made, 7)
+
+        class Unreachable:
+            def give_up(self, entry: Entry, *, may_wait: bool) -> Any:
+                raise StorageUnavailable("the database is out of reach")
+
+        async def run_storage(work: Any) -> Any:
+            return work(True)
+
+        room._service = Unreachable()  # type: ignore[assignment]
+        room._run_storage = run_storage
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with pytest.raises(StorageUnavailable):
+            await room.wait_turn(made, 0.0, gone)
+        assert made.phase is Phase.LEAVING
+        assert len(room) == 0
+        assert room.claim(7) is None
 
 
 def waiter(*, server_alive: bool = True, ttl: float = 30.0) -> Waiter:

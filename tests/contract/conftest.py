@@ -12,9 +12,9 @@ import pytest
 import schemathesis
 from schemathesis.checks import CHECKS, load_all_checks
 
-from tests.conftest import BACKENDS, LiveServer, fresh_database, running_server
+from tests.conftest import BACKENDS, LiveServer, fresh_database
 from tests.contract import hooks  # noqa: F401 - registers the uuid-any-case format and our check
-from tests.support.server import Project
+from tests.support.server import Project, ServerProcess, create_project
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -73,11 +73,17 @@ def contract_target(
     if request.param == "remote":
         yield _remote(request.config.getoption("--contract-url"))
         return
-    with (
-        fresh_database(request.param, tmp_path_factory) as database_url,
-        running_server(database_url) as server,
-    ):
-        yield server
+    with fresh_database(request.param, tmp_path_factory) as database_url:
+        project = create_project(database_url, "tests")
+        other = create_project(database_url, "other-tests")
+        # A child process, not a thread of this one: Hypothesis fails a draw when the global
+        # `random` state moves under it, and the server's own threads (psycopg_pool's jitter)
+        # would move it at any moment. A process is also how users run it.
+        server = ServerProcess(database_url, "--no-access-log").start()
+        try:
+            yield LiveServer(server.url, database_url, project, other)
+        finally:
+            server.terminate()
 
 
 def _remote(url: str) -> LiveServer:

@@ -62,6 +62,9 @@ class Journal:
         self.held_elsewhere = 0
         self.renewals = 0
         self.no_successor = 0
+        # A guard whose wait ended in a grant that expired before the block could begin (the
+        # answer came back later than the ttl): entering renews and is told 409 lease_not_held.
+        self.expired_before_entry = 0
         # token -> expires_at of the first acquire answer granting it: when the lease began,
         # even for a guard that renewed on entry (after a long wait) before its block ran.
         self.acquired: dict[int, int] = {}
@@ -267,6 +270,10 @@ class SyncContender(Contender):
             self.journal.held_elsewhere += 1
             time.sleep(self.idle_time())
             return
+        except volcano.LeaseNotHeldError:
+            self.journal.expired_before_entry += 1
+            time.sleep(self.idle_time())
+            return
         except OUTAGE as exc:
             self.journal.error("acquire", exc)
             time.sleep(self.idle_time())
@@ -379,6 +386,10 @@ class AsyncContender(Contender):
                 exiting = time.monotonic()
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
+            await asyncio.sleep(self.idle_time())
+            return
+        except volcano.LeaseNotHeldError:
+            self.journal.expired_before_entry += 1
             await asyncio.sleep(self.idle_time())
             return
         except OUTAGE as exc:

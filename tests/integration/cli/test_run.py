@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -304,11 +303,11 @@ class TestSignals:
     def test_signal_before_the_command_starts(self, shell: Shell, tmp_path: Path) -> None:
         """SIGTERM while acquiring stops volcano with 128 + 15; the command never runs."""
         marker = tmp_path / "ran"
-        with FaultProxy(upstream=urlsplit(shell.env["VOLCANO_API_URL"]).netloc) as proxy:
+        with FaultProxy(upstream=shell.env["VOLCANO_API_URL"]) as proxy:
             proxy.on("POST", r"/acquire$").blackhole()
             env = {**shell.env, "VOLCANO_API_URL": proxy.url}
             process = shell.start_with(env, "locks", "run", "k", "--", "touch", str(marker))
-            proxy.wait_for_requests(1, timeout=60)
+            proxy.wait_until(lambda records: len(records) >= 1, 60, "the acquire")
             process.send_signal(signal.SIGTERM)
             status, _, stderr = finish(process)
         assert status == 128 + signal.SIGTERM
@@ -319,7 +318,7 @@ class TestSignals:
 class TestRelease:
     def test_failed_release_is_reported_and_status_kept(self, shell: Shell) -> None:
         """The command succeeded but the release failed: its status, and one line saying so."""
-        with FaultProxy(upstream=urlsplit(shell.env["VOLCANO_API_URL"]).netloc) as proxy:
+        with FaultProxy(upstream=shell.env["VOLCANO_API_URL"]) as proxy:
             proxy.on("POST", r"/release$").error_response(503)
             env = {**shell.env, "VOLCANO_API_URL": proxy.url}
             result = shell.run("locks", "run", "k", "--", "true", env=env)

@@ -26,10 +26,9 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
+from tests.support.sdk import PATIENCE, LostSamples, Sdk
 from volcano._ownership import GuardState, Ownership
 from volcano._transport import Answer
-
-from .conftest import PATIENCE, LostSamples, Sdk
 
 
 @pytest.fixture

@@ -44,13 +44,7 @@ def make_sdk(
     made: list[Sdk] = []
 
     def make(*, timeout: float = 5.0) -> Sdk:
-        project = target.project
-        arguments = {
-            "anon_key": project.anon_key,
-            "service_key": project.service_key,
-            "api_url": proxy.url,
-            "timeout": timeout,
-        }
+        arguments = {**target.project.client_args(proxy.url), "timeout": timeout}
         sdk = Sdk(client_kind, arguments)
         made.append(sdk)
         return sdk
@@ -68,14 +62,8 @@ def sdk(make_sdk: Callable[..., Sdk]) -> Sdk:
 @pytest.fixture
 def other(target: LiveServer) -> Iterator[volcano.Client]:
     """A second party with the same project's keys, straight to the server (no proxy)."""
-    project = target.project
     with (
         httpx.Client(verify=TLS) as http,
-        volcano.Client(
-            anon_key=project.anon_key,
-            service_key=project.service_key,
-            api_url=target.url,
-            http_client=http,
-        ) as client,
+        volcano.Client(**target.project.client_args(target.url), http_client=http) as client,
     ):
         yield client

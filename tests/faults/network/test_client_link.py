@@ -115,7 +115,7 @@ class TestBlackHoleBetweenSdkAndServer:
         d = deployment
         keys = [f"guarded-{n}" for n in range(4)]
         sdks = [
-            Sdk(kind, api_url=d.a.url, project=d.project, timeout=10.0)
+            Sdk(kind, {**d.project.client_args(d.a.url), "timeout": 10.0})
             for kind in ("sync", "sync", "async", "async")
         ]
         guards = [sdk.with_lock(key, ttl=self.TTL) for sdk, key in zip(sdks, keys, strict=True)]

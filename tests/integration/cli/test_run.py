@@ -19,8 +19,9 @@ import pytest
 from tests.support.databases import queued
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for as until
+from tests.support.sockets import closed_url
 
-from .conftest import VOLCANO, WAIT, Shell, closed_port_url, finish, one_line, wait_for
+from .conftest import VOLCANO, WAIT, Shell, finish, one_line, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -203,7 +204,7 @@ class TestRunRefused:
     def test_unreachable_server_exits_69(self, shell: Shell, tmp_path: Path) -> None:
         """No server at VOLCANO_API_URL: 69, one line, the command never starts."""
         marker = tmp_path / "ran"
-        env = {**shell.env, "VOLCANO_API_URL": closed_port_url()}
+        env = {**shell.env, "VOLCANO_API_URL": closed_url()}
         result = shell.run("locks", "run", "k", "--", "touch", str(marker), env=env)
         assert result.returncode == 69
         assert "cannot reach the server" in one_line(result.stderr)

@@ -121,12 +121,7 @@ class AsyncWire(httpx.AsyncBaseTransport):
 
 def credentials(live_server: LiveServer) -> dict[str, str]:
     """The Client arguments for the main project on the live server."""
-    project = live_server.project
-    return {
-        "anon_key": project.anon_key,
-        "service_key": project.service_key,
-        "api_url": live_server.url,
-    }
+    return live_server.project.client_args(live_server.url)
 
 
 @pytest.fixture(scope="session")

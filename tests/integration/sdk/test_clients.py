@@ -16,6 +16,7 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks
 from tests.support.sdk import Kind, Sdk
+from tests.support.sockets import closed_url
 
 from .conftest import Wire, credentials
 
@@ -28,15 +29,6 @@ def env(monkeypatch: pytest.MonkeyPatch, live_server: LiveServer) -> pytest.Monk
     for name, value in live_server.project.env(live_server.url).items():
         monkeypatch.setenv(name, value)
     return monkeypatch
-
-
-@pytest.fixture
-def closed_url() -> str:
-    """A loopback URL where nothing listens: connections are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
@@ -78,12 +70,12 @@ class TestConfiguration:
         assert held_by(server, key, lease)
 
     def test_arguments_override_the_environment(
-        self, monkeypatch: pytest.MonkeyPatch, live_server: LiveServer, closed_url: str, key: str
+        self, monkeypatch: pytest.MonkeyPatch, live_server: LiveServer, key: str
     ) -> None:
         """Explicit arguments win over wrong values in the environment."""
         monkeypatch.setenv("VOLCANO_ANON_KEY", live_server.other.anon_key)
         monkeypatch.setenv("VOLCANO_SERVICE_KEY", "wrong-service-key")
-        monkeypatch.setenv("VOLCANO_API_URL", closed_url)
+        monkeypatch.setenv("VOLCANO_API_URL", closed_url())
         with volcano.Client(**credentials(live_server)) as client:
             assert client.locks.acquire(key, ttl=30).fencing_token == 1
 
@@ -195,10 +187,10 @@ class TestLifecycle:
 
 class TestTransportErrors:
     def test_closed_port_acquire_is_tried_twice(
-        self, make_sdk: Callable[..., Sdk], wire: Wire, closed_url: str, key: str
+        self, make_sdk: Callable[..., Sdk], wire: Wire, key: str
     ) -> None:
         """A refused connection raises APIConnectionError after exactly one retry of acquire."""
-        sdk = make_sdk(api_url=closed_url)
+        sdk = make_sdk(api_url=closed_url())
         with pytest.raises(volcano.APIConnectionError) as raised:
             sdk.acquire(key, ttl=30)
         assert not isinstance(raised.value, volcano.APITimeoutError)
@@ -209,10 +201,10 @@ class TestTransportErrors:
         assert wire.count() == 2
 
     def test_closed_port_other_methods_are_tried_once(
-        self, make_sdk: Callable[..., Sdk], wire: Wire, closed_url: str, key: str
+        self, make_sdk: Callable[..., Sdk], wire: Wire, key: str
     ) -> None:
         """get, renew, release and force_release raise APIConnectionError with no retry."""
-        sdk = make_sdk(api_url=closed_url)
+        sdk = make_sdk(api_url=closed_url())
         lease = volcano.LockLease(
             key=key,
             owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
@@ -231,9 +223,9 @@ class TestTransportErrors:
                 call()
         assert wire.count() == len(calls)
 
-    def test_closed_port_without_wire(self, live_server: LiveServer, closed_url: str) -> None:
+    def test_closed_port_without_wire(self, live_server: LiveServer) -> None:
         """The client's own HTTP stack maps a refused connection to APIConnectionError."""
-        args = {**credentials(live_server), "api_url": closed_url}
+        args = {**credentials(live_server), "api_url": closed_url()}
         with volcano.Client(**args) as client, pytest.raises(volcano.APIConnectionError):
             client.locks.get("k")
 

@@ -16,7 +16,7 @@ from tests.conftest import LiveServer
 from tests.support.raw import Locks, new_id, wait_for
 from tests.support.sdk import Sdk
 
-from .conftest import Wire, credentials
+from .conftest import Wire
 
 SYNC_ONLY = pytest.mark.parametrize("client_kind", ["sync"])
 """For behaviour the two clients share by construction (the same validation, models and
@@ -406,12 +406,7 @@ class TestAuthentication:
     def test_projects_are_isolated(self, sdk: Sdk, live_server: LiveServer, key: str) -> None:
         """The same key name in another project is another lock."""
         sdk.acquire(key, ttl=30)
-        other = {
-            **credentials(live_server),
-            "anon_key": live_server.other.anon_key,
-            "service_key": live_server.other.service_key,
-        }
-        with volcano.Client(**other) as other_client:
+        with volcano.Client(**live_server.other.client_args(live_server.url)) as other_client:
             assert other_client.locks.get(key).fencing_token is None
             assert other_client.locks.acquire(key, ttl=30).fencing_token == 1
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +11,7 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks, new_id, wait_for
 from tests.support.sdk import Sdk
+from tests.support.sockets import closed_url
 
 pytestmark = pytest.mark.usefixtures("debug_logs")
 
@@ -21,12 +21,6 @@ WRONG_SERVICE_KEY = "sk-wrong-0123456789abcdef0123456789abcdef"
 @pytest.fixture
 def debug_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="volcano")
-
-
-def closed_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def assert_no_secret(text: str, secrets: list[str]) -> None:

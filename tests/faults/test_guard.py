@@ -322,7 +322,7 @@ class Calls:
             return [name for name, _, _ in self.seen]
 
 
-LOOP_THREADS = {"sync": "volcano-renew", "async": "faults-async-sdk"}
+LOOP_THREADS = {"sync": "volcano-renew", "async": "sdk-async-loop"}
 """Where the renewal loop runs: the client's loop and sender threads (volcano-renewer,
 volcano-renewal-N), or the event loop's thread."""
 

@@ -163,7 +163,7 @@ class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self.loop.run_forever, name="faults-async-sdk", daemon=True
+            target=self.loop.run_forever, name="sdk-async-loop", daemon=True
         )
         self._thread.start()
 

@@ -19,18 +19,33 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 import httpx
+import pytest
 
 import volcano
 from tests.support.conformance import check_response
 from tests.support.raw import operation
 
-__all__ = ["PATIENCE", "TLS", "Heard", "Kind", "LostSamples", "Sdk", "SendLog", "Sent"]
+__all__ = [
+    "PATIENCE",
+    "SYNC_ONLY",
+    "TLS",
+    "Heard",
+    "Kind",
+    "LostSamples",
+    "Sdk",
+    "SendLog",
+    "Sent",
+]
 
 T = TypeVar("T")
 Kind = Literal["sync", "async"]
 
 PATIENCE = 10.0
 """Upper bound (seconds) on waiting for something that a working system does far sooner."""
+
+SYNC_ONLY = pytest.mark.parametrize("client_kind", ["sync"])
+"""Runs a test that takes `sdk` with the sync client alone: for what only it has, or what both
+clients share by construction, where a second run would add time and no coverage."""
 
 TLS = ssl.create_default_context()
 """One TLS context for every HTTP client of the tests: loading the CA bundle takes ~40 ms each

@@ -2,7 +2,8 @@
 
 Each test runs with `Client` and `AsyncClient` (`sdk`); `sdk.lock(...)` is the with block of
 either (`with` or `async with`), and the async guard's renewal task runs on the client's own
-loop while the test body waits.
+loop while the test body waits. Those marked SYNC_ONLY pin what only the sync guard has (its
+renewal thread) or what both share by construction (the renewal schedule and retry rules).
 
 Leases here live 0.5 to 1.5 seconds so that renewals happen while the tests run; every wait
 polls for the awaited change with a generous upper bound, and no assertion depends on timing.
@@ -23,14 +24,10 @@ import pytest
 
 import volcano
 from tests.support.raw import Locks, new_id, wait_for
-from tests.support.sdk import Sdk
+from tests.support.sdk import SYNC_ONLY, Sdk
 from volcano._schedule import MAX_IN_FLIGHT
 
 from .conftest import WAIT, Wire
-
-SYNC_ONLY = pytest.mark.parametrize("client_kind", ["sync"])
-"""For what only the sync guard has (its renewal thread), or what both guards share by
-construction (the same renewal schedule and retry rules), pinned with the sync client alone."""
 
 TTL = 1.2
 """Seconds each guard's lease lives: the first renewal comes after 0.4 s."""

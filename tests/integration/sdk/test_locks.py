@@ -1,5 +1,6 @@
 """Every method of `Client.locks` and `AsyncClient.locks` against the real server, checked from
-the server's side too (each test runs with both clients: `sdk`)."""
+the server's side too. Each test runs with both clients (`sdk`), but those marked SYNC_ONLY: they
+pin what both share by construction (the same validation, models and request building)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,9 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks, new_id, wait_for
-from tests.support.sdk import Sdk
+from tests.support.sdk import SYNC_ONLY, Sdk
 
 from .conftest import Wire
-
-SYNC_ONLY = pytest.mark.parametrize("client_kind", ["sync"])
-"""For behaviour the two clients share by construction (the same validation, models and
-request building under both), pinned with the sync client alone to keep the suite's time."""
 
 TOKEN = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 """An owner token spelled in upper case (tokens may repeat across keys; request ids may not)."""

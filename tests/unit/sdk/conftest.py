@@ -15,11 +15,6 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def api() -> FakeApi:
     return FakeApi()
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.conformance import check_response
 from tests.support.databases import fresh_postgres_database
+from tests.support.sdk import Kind
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 
@@ -106,6 +107,13 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
     """One in-thread reference server on SQLite, for commands run as child processes."""
     with fresh_database("sqlite", tmp_path_factory) as url, running_server(url) as server:
         yield server
+
+
+@pytest.fixture(params=["sync", "async"])
+def client_kind(request: pytest.FixtureRequest) -> Kind:
+    """Which client a test's `sdk` is (tests/support/sdk.py): each test runs with both."""
+    kind: Kind = request.param
+    return kind
 
 
 @pytest.fixture

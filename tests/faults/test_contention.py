@@ -258,23 +258,19 @@ class TestCrash:
 
     def hold_long_leases(self, url: str, project: Project) -> dict[str, int]:
         """Acquire HELD keys for an hour each; their acknowledged fencing tokens."""
-        with volcano.Client(**self.arguments(url, project)) as client:
+        with volcano.Client(**project.client_args(url)) as client:
             return {
                 f"held-{n}": client.locks.acquire(f"held-{n}", ttl=3600).fencing_token
                 for n in range(self.HELD)
             }
 
     def states(self, url: str, project: Project, held: dict[str, int]) -> dict[str, Any]:
-        with volcano.Client(**self.arguments(url, project)) as client:
+        with volcano.Client(**project.client_args(url)) as client:
             return {
                 key: (state.held, state.fencing_token)
                 for key in held
                 for state in [client.locks.get(key)]
             }
-
-    @staticmethod
-    def arguments(url: str, project: Project) -> dict[str, str]:
-        return {"anon_key": project.anon_key, "service_key": project.service_key, "api_url": url}
 
 
 def lease(token: int, worker: str, start: float, end: float, **changes: Any) -> Grant:

@@ -26,10 +26,9 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
+from tests.support.sdk import PATIENCE, LostSamples, Sdk
 from volcano._ownership import GuardState, Ownership
 from volcano._transport import Answer
-
-from .conftest import PATIENCE, LostSamples, Sdk
 
 
 @pytest.fixture
@@ -323,7 +322,7 @@ class Calls:
             return [name for name, _, _ in self.seen]
 
 
-LOOP_THREADS = {"sync": "volcano-renew", "async": "faults-async-sdk"}
+LOOP_THREADS = {"sync": "volcano-renew", "async": "sdk-async-loop"}
 """Where the renewal loop runs: the client's loop and sender threads (volcano-renewer,
 volcano-renewal-N), or the event loop's thread."""
 

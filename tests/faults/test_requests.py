@@ -19,8 +19,7 @@ import pytest
 
 import volcano
 from tests.support.proxy import FaultProxy, RecordedRequest
-
-from .conftest import PATIENCE, Sdk
+from tests.support.sdk import PATIENCE, Sdk
 
 TTL = 30.0
 """Long enough that no lease here expires while a test looks at it."""

@@ -20,8 +20,7 @@ from tests.conftest import LiveServer
 from tests.support.databases import queued
 from tests.support.proxy import FaultProxy
 from tests.support.raw import Waiter, wait_for
-
-from .conftest import PATIENCE, Sdk
+from tests.support.sdk import PATIENCE, Sdk
 
 TTL = 30.0
 

@@ -2,8 +2,7 @@
 
 An action gets the request in hand as an `Exchange` and decides, in a few awaits, whether it
 reaches the upstream, what (if anything) the client hears, and whether the connection stays.
-Build the provided ones with the factories (`forward()`, `drop_response()`...); a custom action
-subclasses `Action` and implements `run`.
+Build them with the factories (`drop_response()`, `error_response()`...).
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 from tests.support._http11 import build_response
@@ -24,33 +22,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
-    "Blackhole",
-    "BodySource",
-    "CutAfter",
-    "Delay",
-    "DelayResponse",
-    "DropResponse",
-    "ErrorResponse",
     "Exchange",
     "Forward",
-    "HeaderSource",
-    "HtmlError",
     "PartitionHold",
-    "ResetBeforeForward",
-    "Respond",
     "blackhole",
     "cut_after",
-    "default_error_code",
     "delay",
     "delay_response",
     "drop_response",
-    "error_body",
     "error_response",
-    "forward",
     "html_error",
-    "request_id_for",
     "reset_before_forward",
-    "respond",
 ]
 
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
@@ -94,7 +76,7 @@ class Exchange(Protocol):
 # The contract's error shape
 
 
-def request_id_for(request: RecordedRequest) -> str:
+def _request_id_for(request: RecordedRequest) -> str:
     """The request's X-Request-Id, spelled as sent, if it is a UUID (any case); else a new uuid4."""
     sent = request.header("X-Request-Id")
     if sent is not None and _UUID.fullmatch(sent):
@@ -102,7 +84,7 @@ def request_id_for(request: RecordedRequest) -> str:
     return str(uuid.uuid4())
 
 
-def error_body(code: str, message: str, request_id: str) -> bytes:
+def _error_body(code: str, message: str, request_id: str) -> bytes:
     """The contract's error body: {"error": {"code", "message", "request_id"}} as JSON bytes."""
     error = {"code": code, "message": message, "request_id": request_id}
     return json.dumps({"error": error}).encode()
@@ -121,11 +103,6 @@ _DEFAULT_CODES = {
     500: "internal",
     503: "unavailable",
 }
-
-
-def default_error_code(status: int) -> str:
-    """The contract's error code for a status (409 -> lock_held); 'internal' if none is listed."""
-    return _DEFAULT_CODES.get(status, "internal")
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,31 +159,22 @@ class ResetBeforeForward(Action):
         return await exchange.disconnect(rst=self.rst)
 
 
-BodySource = bytes | Callable[[RecordedRequest], bytes]
-HeaderSource = Sequence[tuple[str, str]] | Callable[[RecordedRequest], Sequence[tuple[str, str]]]
-
-
 @dataclass(frozen=True)
 class Respond(Action):
-    """Answer from the proxy without forwarding; body and headers may depend on the request."""
+    """Answer from the proxy without forwarding (the base of the error answers)."""
 
-    name: ClassVar[str] = "respond"
     status: int
-    body: BodySource = b""
-    headers: HeaderSource = ()
-    close: bool = False
-    """Close the connection after the response (adds Connection: close)."""
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
 
     def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
         """The headers and body to send for `rec`."""
-        body = self.body(rec) if callable(self.body) else self.body
-        headers = self.headers(rec) if callable(self.headers) else self.headers
-        return list(headers), body
+        return list(self.headers), self.body
 
     async def run(self, exchange: Exchange) -> bool:
         rec = exchange.request
         headers, body = self.render(rec)
-        close = self.close or rec.wants_close
+        close = rec.wants_close
         data = build_response(
             self.status, headers, body, close=close, head_only=rec.method == "HEAD"
         )
@@ -219,20 +187,19 @@ class ErrorResponse(Respond):
 
     name: ClassVar[str] = "error_response"
     code: str = ""
-    message: str = ""
     retry_after: int | None = None
 
     def render(self, rec: RecordedRequest) -> tuple[HeaderList, bytes]:
         """The contract's error for `rec`, echoing its X-Request-Id when that is a UUID."""
-        request_id = request_id_for(rec)
+        request_id = _request_id_for(rec)
         headers: HeaderList = [
             ("Content-Type", "application/json"),
             ("X-Request-Id", request_id),
         ]
         if self.retry_after is not None:
             headers.append(("Retry-After", str(self.retry_after)))
-        extra, _ = super().render(rec)
-        return headers + extra, error_body(self.code, self.message, request_id)
+        message = f"injected by FaultProxy: {self.status} {self.code}"
+        return headers, _error_body(self.code, message, request_id)
 
 
 @dataclass(frozen=True)
@@ -244,7 +211,7 @@ class HtmlError(Respond):
 
 @dataclass(frozen=True)
 class Delay(Action):
-    """Hold the request for `seconds`, then apply `then` (forward by default).
+    """Hold the request for `seconds`, then forward it.
 
     The request is forwarded even if the client went away meanwhile (it was on the wire); the
     response then goes nowhere. A partition that starts during the delay holds the request.
@@ -252,13 +219,12 @@ class Delay(Action):
 
     name: ClassVar[str] = "delay"
     seconds: float
-    then: Action = field(default_factory=Forward)
 
     async def run(self, exchange: Exchange) -> bool:
         await asyncio.sleep(self.seconds)
         if exchange.partitioned:
             return await exchange.hold(partition=True)
-        return await self.then.run(exchange)
+        return await Forward().run(exchange)
 
 
 @dataclass(frozen=True)
@@ -315,11 +281,6 @@ class PartitionHold(Action):
         return await exchange.hold(partition=True)
 
 
-def forward() -> Forward:
-    """Forward unchanged (what happens when no rule matches)."""
-    return Forward()
-
-
 def drop_response(*, rst: bool = False) -> DropResponse:
     """Forward, let the upstream answer in full (it has committed), send the client nothing.
 
@@ -337,72 +298,38 @@ def reset_before_forward(*, rst: bool = True) -> ResetBeforeForward:
     return ResetBeforeForward(rst=rst)
 
 
-def respond(
-    status: int, body: BodySource = b"", headers: HeaderSource = (), *, close: bool = False
-) -> Respond:
-    """Answer from the proxy without forwarding; Content-Length is added for you.
-
-    Args:
-        status: the status code.
-        body: the body, or a function of the RecordedRequest returning it.
-        headers: (name, value) pairs, or a function of the RecordedRequest returning them.
-        close: close the connection after answering (adds Connection: close).
-    """
-    return Respond(status=status, body=body, headers=headers, close=close)
-
-
 def error_response(
-    status: int,
-    code: str | None = None,
-    message: str | None = None,
-    *,
-    retry_after: int | Literal["auto"] | None = "auto",
-    headers: HeaderSource = (),
-    close: bool = False,
+    status: int, *, retry_after: int | Literal["auto"] | None = "auto"
 ) -> ErrorResponse:
     """Answer with the contract's JSON error, without forwarding.
 
-    The body is {"error": {"code", "message", "request_id"}} and the X-Request-Id response header
-    echoes the request's X-Request-Id when it is a UUID, else a fresh uuid4.
+    The body is {"error": {"code", "message", "request_id"}}, the code the contract's for
+    `status` (503 -> unavailable), and the X-Request-Id response header echoes the request's
+    X-Request-Id when it is a UUID, else a fresh uuid4.
 
     Args:
         status: the status code.
-        code: the error code; default_error_code(status) if None (503 -> unavailable).
-        message: the message; a generic one if None.
         retry_after: Retry-After seconds; "auto" sends 1 for 429, 503 and lock_held, None omits it.
-        headers: extra response headers (or a function of the request returning them).
-        close: close the connection after answering.
     """
-    code = code or default_error_code(status)
+    code = _DEFAULT_CODES.get(status, "internal")
     if retry_after == "auto":
         retry_after = 1 if status in (429, 503) or code == "lock_held" else None
-    message = message or f"injected by FaultProxy: {status} {code}"
-    return ErrorResponse(
-        status=status,
-        headers=headers,
-        close=close,
-        code=code,
-        message=message,
-        retry_after=retry_after,
-    )
+    return ErrorResponse(status=status, code=code, retry_after=retry_after)
 
 
-def html_error(status: int = 503, *, retry_after: int | None = None) -> HtmlError:
+def html_error(status: int) -> HtmlError:
     """Answer with a small HTML error page (not JSON), like a load balancer, without forwarding."""
     title = f"{status} Service Temporarily Unavailable" if status == 503 else f"{status} Error"
     page = f"<html><head><title>{title}</title></head><body><h1>{title}</h1></body></html>\n"
-    headers: HeaderList = [("Content-Type", "text/html")]
-    if retry_after is not None:
-        headers.append(("Retry-After", str(retry_after)))
-    return HtmlError(status=status, body=page.encode(), headers=headers)
+    return HtmlError(status=status, body=page.encode(), headers=(("Content-Type", "text/html"),))
 
 
-def delay(seconds: float, *, then: Action | None = None) -> Delay:
-    """Hold the request `seconds` before forwarding it (or applying `then`): a slow link.
+def delay(seconds: float) -> Delay:
+    """Hold the request `seconds` before forwarding it: a slow link.
 
     The upstream sees the request only after the delay, even if the client gave up meanwhile.
     """
-    return Delay(seconds=seconds, then=then or Forward())
+    return Delay(seconds=seconds)
 
 
 def delay_response(seconds: float) -> DelayResponse:

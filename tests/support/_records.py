@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from tests.support._http11 import find_header, find_headers, wants_close
-
-if TYPE_CHECKING:
-    from tests.support._rules import Rule
+from tests.support._http11 import find_header, wants_close
 
 __all__ = ["HeaderList", "Outcome", "RecordedRequest", "RecordedResponse"]
 
@@ -75,12 +71,9 @@ class RecordedRequest:
     """The request line and header section exactly as received, CRLFCRLF included."""
     raw_body: bytes = field(repr=False)
     """The body exactly as received (chunk framing included)."""
-    received_at: float = field(default_factory=time.monotonic, repr=False)
     action: str = "pending"
     """Name of the action applied: forward, drop_response, reset_before_forward, respond,
     error_response, html_error, delay, delay_response, blackhole, or partition."""
-    rule: Rule | None = field(default=None, repr=False)
-    """The rule that chose the action, or None (default forward, or partition)."""
     upstream_response: RecordedResponse | None = field(default=None, repr=False)
     client_status: int | None = None
     """Status of the response the client was sent (the upstream's or the proxy's own), if any."""
@@ -99,19 +92,9 @@ class RecordedRequest:
         return urlsplit(self.target).path if "://" in self.target else self.target.split("?")[0]
 
     @property
-    def query(self) -> str:
-        """The query part of the request-target (after '?'), or ''."""
-        return self.target.partition("?")[2]
-
-    @property
     def raw(self) -> bytes:
         """Every byte of the request exactly as received (and forwarded)."""
         return self.head + self.raw_body
-
-    @property
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The header fields as bytes, exactly as received."""
-        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
 
     @property
     def upstream_status(self) -> int | None:
@@ -126,10 +109,6 @@ class RecordedRequest:
     def header(self, name: str) -> str | None:
         """The first value of header `name` (any letter case), or None."""
         return find_header(self.headers, name)
-
-    def header_values(self, name: str) -> list[str]:
-        """Every value of header `name` (any letter case), in order."""
-        return find_headers(self.headers, name)
 
     def json(self) -> Any:
         """The body parsed as JSON."""

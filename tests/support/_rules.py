@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tests.support._actions import (
     Action,
-    BodySource,
-    HeaderSource,
     blackhole,
     cut_after,
     delay,
     delay_response,
     drop_response,
     error_response,
-    forward,
     html_error,
     reset_before_forward,
-    respond,
 )
 
 if TYPE_CHECKING:
@@ -37,37 +32,28 @@ class Match:
     Attributes:
         method: the method, any letter case.
         path: a regular expression searched (re.search) in the path, query excluded.
-        where: a predicate on the RecordedRequest (runs on the proxy's thread).
     """
 
     method: str | None = None
     path: str | re.Pattern[str] | None = None
-    where: Callable[[RecordedRequest], bool] | None = None
 
     def __call__(self, request: RecordedRequest) -> bool:
         """Whether `request` is selected."""
         if self.method is not None and request.method.upper() != self.method.upper():
             return False
-        if self.path is not None and not re.search(self.path, request.path):
-            return False
-        return self.where is None or bool(self.where(request))
+        return self.path is None or re.search(self.path, request.path) is not None
 
 
 @dataclass(eq=False)
 class Rule:
     """A match, an action, and how many matching requests it may still apply to."""
 
-    match: Callable[[RecordedRequest], bool]
+    match: Match
     action: Action
     times: int | None = 1
     """How many requests it applies to in all; None for no limit."""
     hits: int = 0
     """How many requests it has applied to."""
-
-    @property
-    def remaining(self) -> int | None:
-        """How many more requests it may apply to; None for no limit."""
-        return None if self.times is None else self.times - self.hits
 
     @property
     def exhausted(self) -> bool:
@@ -84,11 +70,7 @@ class RuleBuilder:
 
     def then(self, action: Action, *, times: int | None = 1) -> Rule:
         """Add a rule applying `action` to the next `times` matching requests (None: all)."""
-        return self._proxy.add_rule(self._match, action, times=times)
-
-    def forward(self, *, times: int | None = 1) -> Rule:
-        """See forward()."""
-        return self.then(forward(), times=times)
+        return self._proxy._add_rule(self._match, action, times=times)
 
     def drop_response(self, *, rst: bool = False, times: int | None = 1) -> Rule:
         """See drop_response()."""
@@ -98,40 +80,23 @@ class RuleBuilder:
         """See reset_before_forward()."""
         return self.then(reset_before_forward(rst=rst), times=times)
 
-    def respond(
-        self,
-        status: int,
-        body: BodySource = b"",
-        headers: HeaderSource = (),
-        *,
-        close: bool = False,
-        times: int | None = 1,
-    ) -> Rule:
-        """See respond()."""
-        return self.then(respond(status, body, headers, close=close), times=times)
-
     def error_response(
         self,
         status: int,
-        code: str | None = None,
-        message: str | None = None,
         *,
         retry_after: int | Literal["auto"] | None = "auto",
         times: int | None = 1,
     ) -> Rule:
         """See error_response()."""
-        action = error_response(status, code, message, retry_after=retry_after)
-        return self.then(action, times=times)
+        return self.then(error_response(status, retry_after=retry_after), times=times)
 
-    def html_error(
-        self, status: int = 503, *, retry_after: int | None = None, times: int | None = 1
-    ) -> Rule:
+    def html_error(self, status: int, *, times: int | None = 1) -> Rule:
         """See html_error()."""
-        return self.then(html_error(status, retry_after=retry_after), times=times)
+        return self.then(html_error(status), times=times)
 
-    def delay(self, seconds: float, *, then: Action | None = None, times: int | None = 1) -> Rule:
+    def delay(self, seconds: float, *, times: int | None = 1) -> Rule:
         """See delay()."""
-        return self.then(delay(seconds, then=then), times=times)
+        return self.then(delay(seconds), times=times)
 
     def delay_response(self, seconds: float, *, times: int | None = 1) -> Rule:
         """See delay_response()."""

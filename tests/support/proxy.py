@@ -1,10 +1,10 @@
 """FaultProxy: a real HTTP/1.1 proxy that injects faults between a real client and a real server.
 
-    with FaultProxy(upstream=("127.0.0.1", server_port)) as proxy:
+    with FaultProxy(upstream=server_url) as proxy:
         proxy.on("POST", r"/acquire$").drop_response()  # server commits, client hears nothing
         client = volcano.Client(api_url=proxy.url, ...)
         ...
-        [first, retry] = proxy.wait_for_requests(2)
+        [first, retry] = proxy.wait_until(lambda records: len(records) >= 2)
         assert retry.raw == first.raw  # byte-identical retry
 
 The proxy listens on 127.0.0.1 (a free port by default) and runs an asyncio event loop in its own
@@ -15,30 +15,26 @@ and matched against the rules in order; the first rule that matches and is not u
 what happens; with no match the request is forwarded. Bytes are forwarded exactly as received,
 both ways, Host header included.
 
-Actions (factories in _actions.py; each is also a method of `proxy.on(...)`):
+Actions (factories in _actions.py), each a method of `proxy.on(method, path_regex)`, which
+applies it to the next matching request (`times=2` to the next two, `times=None` forever):
 
-    forward()                        pass through unchanged (what happens without a rule)
     drop_response(rst=False)         forward, read the whole response, close without a word
     reset_before_forward(rst=True)   close the client connection, never forward
-    respond(status, body, headers)   answer from the proxy, never forward
-    error_response(503)              ... with the contract's JSON error, X-Request-Id echoed
-    html_error(503)                  ... with an HTML page, as a load balancer would
-    delay(seconds, then=forward())   hold the request, then forward it (or apply `then`)
+    error_response(503)              answer the contract's JSON error, X-Request-Id echoed
+    html_error(503)                  answer an HTML page, as a load balancer would
+    delay(seconds)                   hold the request, then forward it
     delay_response(seconds)          forward at once, hold the response
+    cut_after(seconds)               forward; no answer within `seconds`: close both sides
     blackhole()                      read the request, never forward nor answer
 
-Rules: `proxy.add_rule(match, action, times=1)` or `proxy.on(method, path_regex, where=...)`;
-`times=None` applies forever. A custom action subclasses `Action` and implements
-`run(exchange)` with the moves of `Exchange` (forward, reply, disconnect, hold).
+Without a matching rule a request is forwarded unchanged.
 
 Partition: `proxy.partition()` cuts all traffic. Requests on existing connections and on new ones
 are read, recorded with action "partition", and never forwarded nor answered; a response that
-arrives from the upstream while partitioned is withheld. New TCP connections are accepted and held
-(`new_connections="hold"`, the default: the client times out, as across a real partition) or
-accepted and immediately reset (`new_connections="reset"`: the client gets a transport error at
-once, never a ConnectError since the TCP handshake completes). `proxy.heal()` lets traffic pass
-again and closes every held connection without a response (blackholed ones included); by then
-their clients have usually timed out.
+arrives from the upstream while partitioned is withheld. New TCP connections are accepted and
+their requests held (the client times out, as across a real partition). `proxy.heal()` lets
+traffic pass again and closes every held connection without a response (blackholed ones
+included); by then their clients have usually timed out.
 
 Limitations: messages are buffered whole (fine for test-sized bodies); `Expect: 100-continue`
 is not honoured (the proxy waits for the body); a `101 Switching Protocols` response and upstream
@@ -57,35 +53,10 @@ import re
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tests.support._actions import (
-    Action,
-    Blackhole,
-    Delay,
-    DelayResponse,
-    DropResponse,
-    ErrorResponse,
-    Exchange,
-    Forward,
-    HtmlError,
-    PartitionHold,
-    ResetBeforeForward,
-    Respond,
-    blackhole,
-    default_error_code,
-    delay,
-    delay_response,
-    drop_response,
-    error_body,
-    error_response,
-    forward,
-    html_error,
-    request_id_for,
-    reset_before_forward,
-    respond,
-)
+from tests.support._actions import Action, Forward, PartitionHold
 from tests.support._http11 import (
     ProtocolError,
     build_response,
@@ -103,37 +74,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-__all__ = [
-    "Action",
-    "Blackhole",
-    "Delay",
-    "DelayResponse",
-    "DropResponse",
-    "ErrorResponse",
-    "Exchange",
-    "FaultProxy",
-    "Forward",
-    "HtmlError",
-    "Match",
-    "RecordedRequest",
-    "RecordedResponse",
-    "ResetBeforeForward",
-    "Respond",
-    "Rule",
-    "RuleBuilder",
-    "blackhole",
-    "default_error_code",
-    "delay",
-    "delay_response",
-    "drop_response",
-    "error_body",
-    "error_response",
-    "forward",
-    "html_error",
-    "request_id_for",
-    "reset_before_forward",
-    "respond",
-]
+__all__ = ["FaultProxy", "RecordedRequest", "RecordedResponse"]
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +128,9 @@ class _Connection:
             writer, self.up_writer, self.up_reader = self.up_writer, None, None
             await _close_stream(writer, rst=rst)
 
-    async def close(self, *, rst: bool = False) -> None:
+    async def close(self) -> None:
         try:
-            await _close_stream(self.writer, rst=rst)
+            await _close_stream(self.writer)
         finally:
             await self.close_upstream()
 
@@ -261,33 +202,22 @@ class FaultProxy:
     when it stops. All public methods are thread-safe.
 
     Args:
-        upstream: where to forward: (host, port), "host:port" or "http://host:port".
-        host: the address to listen on.
-        port: the port to listen on; 0 picks a free one.
-        connect_timeout: seconds to wait for a connection to the upstream.
+        upstream: where to forward, as a URL: "http://host:port".
     """
 
-    def __init__(
-        self,
-        upstream: tuple[str, int] | str,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        connect_timeout: float = 5.0,
-    ) -> None:
+    host = "127.0.0.1"
+    connect_timeout = 5.0
+    """Seconds to wait for a connection to the upstream."""
+
+    def __init__(self, upstream: str) -> None:
         self.upstream: tuple[str, int] = _parse_upstream(upstream)
-        self.host = host
-        self._requested_port = port
         self._port: int | None = None
-        self.connect_timeout = connect_timeout
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._rules: list[Rule] = []
         self._records: list[RecordedRequest] = []
         self._errors: list[str] = []
         self._partitioned = False
-        self._new_connections: Literal["hold", "reset"] = "hold"
-        self._connections_accepted = 0
         self._conn_ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -364,82 +294,35 @@ class FaultProxy:
         return self._port
 
     @property
-    def address(self) -> tuple[str, int]:
-        """(host, port) the proxy listens on."""
-        return (self.host, self.port)
-
-    @property
     def url(self) -> str:
         """The proxy's base URL, e.g. http://127.0.0.1:41234 (no trailing slash)."""
         return f"http://{self.host}:{self.port}"
 
     # ---- rules
 
-    def add_rule(
-        self,
-        match: Match | Callable[[RecordedRequest], bool] | None,
-        action: Action,
-        times: int | None = 1,
-    ) -> Rule:
-        """Apply `action` to the next `times` requests selected by `match` (None: every request).
+    def on(
+        self, method: str | None = None, path: str | re.Pattern[str] | None = None
+    ) -> RuleBuilder:
+        """Start a rule for requests matching method and path regex (re.search).
 
         Rules are tried in the order added; the first that matches and is not used up applies.
-
-        Args:
-            match: a Match, a predicate on the RecordedRequest, or None for all requests.
-            action: what to do, e.g. drop_response().
-            times: how many matching requests it applies to; None for no limit.
-
-        Returns:
-            The rule, whose `hits` count how many requests it applied to.
         """
+        return RuleBuilder(self, Match(method=method, path=path))
+
+    def _add_rule(self, match: Match, action: Action, times: int | None) -> Rule:
         if times is not None and times < 1:
             raise ValueError(f"times must be at least 1 or None, not {times}")
-        rule = Rule(match=match if match is not None else Match(), action=action, times=times)
+        rule = Rule(match=match, action=action, times=times)
         with self._lock:
             self._rules.append(rule)
         return rule
 
-    def on(
-        self,
-        method: str | None = None,
-        path: str | re.Pattern[str] | None = None,
-        *,
-        where: Callable[[RecordedRequest], bool] | None = None,
-    ) -> RuleBuilder:
-        """Start a rule for requests matching method, path regex (re.search) and predicate."""
-        return RuleBuilder(self, Match(method=method, path=path, where=where))
-
-    @property
-    def rules(self) -> list[Rule]:
-        """A copy of the rule list, in evaluation order."""
-        with self._lock:
-            return list(self._rules)
-
-    def remove_rule(self, rule: Rule) -> None:
-        """Remove one rule (no error if it is not there)."""
-        with self._lock, contextlib.suppress(ValueError):
-            self._rules.remove(rule)
-
-    def clear_rules(self) -> None:
-        """Remove every rule: requests are forwarded again (unless partitioned)."""
-        with self._lock:
-            self._rules.clear()
-
     # ---- partition
 
-    def partition(self, *, new_connections: Literal["hold", "reset"] = "hold") -> None:
-        """Cut all traffic until heal(); takes effect for every request read from now on.
-
-        Args:
-            new_connections: "hold" accepts new TCP connections and holds their requests;
-                "reset" accepts them and resets them at once.
-        """
-        if new_connections not in ("hold", "reset"):
-            raise ValueError(f"new_connections must be 'hold' or 'reset', not {new_connections!r}")
+    def partition(self) -> None:
+        """Cut all traffic until heal(); takes effect for every request read from now on."""
         with self._lock:
             self._partitioned = True
-            self._new_connections = new_connections
 
     def heal(self) -> None:
         """End the partition, and close every held connection (see release_held())."""
@@ -470,25 +353,6 @@ class FaultProxy:
         """Problems the proxy met outside any recorded request (malformed requests, bugs)."""
         with self._lock:
             return list(self._errors)
-
-    @property
-    def connections_accepted(self) -> int:
-        """How many client connections were accepted."""
-        with self._lock:
-            return self._connections_accepted
-
-    def clear_requests(self) -> None:
-        """Forget the requests recorded so far (new ones are numbered from 0 again)."""
-        with self._lock:
-            self._records.clear()
-
-    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
-        """Wait until at least `n` requests have been received; return them all.
-
-        Raises:
-            TimeoutError: fewer than `n` arrived within `timeout` seconds.
-        """
-        return self.wait_until(lambda records: len(records) >= n, timeout, f"{n} requests")
 
     def wait_until(
         self,
@@ -528,9 +392,7 @@ class FaultProxy:
     async def _serve(self) -> None:
         self._stop_requested = asyncio.Event()
         self._release = asyncio.Event()
-        server = await asyncio.start_server(
-            self._on_client, self.host, self._requested_port, limit=_STREAM_LIMIT
-        )
+        server = await asyncio.start_server(self._on_client, self.host, 0, limit=_STREAM_LIMIT)
         try:
             self._port = server.sockets[0].getsockname()[1]
             self._ready.set()
@@ -592,12 +454,8 @@ class FaultProxy:
         if task is not None:
             self._tasks.add(task)
         conn = _Connection(next(self._conn_ids), reader, writer)
-        rst = False
         try:
-            with self._lock:
-                self._connections_accepted += 1
-                rst = self._partitioned and self._new_connections == "reset"
-            if not rst and not self._closing:
+            if not self._closing:
                 await self._serve_connection(conn)
         except asyncio.CancelledError:
             # stop() cancels handlers; ending quietly keeps asyncio's streams code (3.11)
@@ -608,7 +466,7 @@ class FaultProxy:
             self._note_error(f"connection {conn.id}: internal error (see the log)")
         finally:
             with contextlib.suppress(asyncio.CancelledError):  # same reason
-                await conn.close(rst=rst)
+                await conn.close()
             if task is not None:
                 self._tasks.discard(task)
 
@@ -664,23 +522,15 @@ class FaultProxy:
                 action = PartitionHold()
             else:
                 for rule in self._rules:
-                    if not rule.exhausted and self._matches(rule, rec):
+                    if not rule.exhausted and rule.match(rec):
                         rule.hits += 1
-                        rec.rule, action = rule, rule.action
+                        action = rule.action
                         break
             rec.action = action.name
             self._records.append(rec)
             self._changed.notify_all()
         logger.debug("FaultProxy: %s %s -> %s", rec.method, rec.target, rec.action)
         return action
-
-    def _matches(self, rule: Rule, rec: RecordedRequest) -> bool:
-        try:
-            return bool(rule.match(rec))
-        except Exception:
-            logger.exception("FaultProxy: rule match raised")
-            self._note_error(f"match of {rule!r} raised on {rec.method} {rec.target}")
-            return False
 
 
 class _Exchange:
@@ -769,16 +619,8 @@ def _parse_request_line(line: str) -> tuple[str, str, str]:
     return method, target, version
 
 
-def _parse_upstream(upstream: tuple[str, int] | str) -> tuple[str, int]:
-    if isinstance(upstream, tuple):
-        host, port = upstream
-        return str(host), int(port)
-    if "://" in upstream:
-        parts = urlsplit(upstream)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"upstream must be an http:// URL, not {upstream!r}")
-        return parts.hostname, parts.port or 80
-    host, colon, port_text = upstream.rpartition(":")
-    if not colon or not port_text.isdigit():
-        raise ValueError(f"upstream must be 'host:port', not {upstream!r}")
-    return host.strip("[]"), int(port_text)
+def _parse_upstream(upstream: str) -> tuple[str, int]:
+    parts = urlsplit(upstream)
+    if parts.scheme != "http" or not parts.hostname or not parts.port:
+        raise ValueError(f"upstream must be an http://host:port URL, not {upstream!r}")
+    return parts.hostname, parts.port

@@ -46,6 +46,10 @@ class Project:
         """The two credential headers every lock request carries."""
         return {"apikey": self.anon_key, "Authorization": f"Bearer {self.service_key}"}
 
+    def client_args(self, url: str) -> dict[str, str]:
+        """The keyword arguments of `volcano.Client` (or AsyncClient) for this project at `url`."""
+        return {"anon_key": self.anon_key, "service_key": self.service_key, "api_url": url}
+
     def env(self, url: str) -> dict[str, str]:
         """The environment variables the SDK reads."""
         return {

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Reply", "connect", "read_reply", "request_bytes", "send_quietly"]
+__all__ = ["Reply", "closed_url", "connect", "read_reply", "request_bytes", "send_quietly"]
 
 
 @attrs.frozen
@@ -40,6 +40,14 @@ class Reply:
         """The first answer's body, parsed."""
         body = self.raw.split(b"\r\n\r\n", 1)[1]
         return json.loads(body[: int(self.headers["content-length"])])
+
+
+def closed_url() -> str:
+    """The URL of a loopback port nothing listens on: connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 @contextlib.contextmanager

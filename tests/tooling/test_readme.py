@@ -176,6 +176,4 @@ with client.locks.with_lock("daily-report", ttl=600) as guard:
 
 
 def project_client(project: Project, server: LiveServer) -> volcano.Client:
-    return volcano.Client(
-        anon_key=project.anon_key, service_key=project.service_key, api_url=server.url
-    )
+    return volcano.Client(**project.client_args(server.url))

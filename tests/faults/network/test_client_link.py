@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.faults.conftest import Sdk
 from tests.faults.fencing import FencingStore
 from tests.faults.history import Grant, check
 from tests.faults.test_contention import Contention, figures, grants_of
@@ -35,6 +34,7 @@ from tests.faults.test_guard import assert_lost_by
 from tests.support.databases import queued
 from tests.support.netlab import Lab
 from tests.support.raw import Locks, Waiter, wait_for
+from tests.support.sdk import Sdk
 
 from ._probes import Prober
 from .conftest import Deployment
@@ -115,7 +115,7 @@ class TestBlackHoleBetweenSdkAndServer:
         d = deployment
         keys = [f"guarded-{n}" for n in range(4)]
         sdks = [
-            Sdk(kind, api_url=d.a.url, project=d.project, timeout=10.0)
+            Sdk(kind, {**d.project.client_args(d.a.url), "timeout": 10.0})
             for kind in ("sync", "sync", "async", "async")
         ]
         guards = [sdk.with_lock(key, ttl=self.TTL) for sdk, key in zip(sdks, keys, strict=True)]

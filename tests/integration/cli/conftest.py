@@ -4,7 +4,6 @@ against a real reference server, with a project of each test's own in its enviro
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -67,9 +66,7 @@ class Shell:
 def shell(sqlite_server: LiveServer, request: pytest.FixtureRequest) -> Iterator[Shell]:
     """`volcano` in a project of this test's own (so no test sees another's locks)."""
     project = create_project(sqlite_server.database_url, request.node.nodeid[:100])
-    with volcano.Client(
-        anon_key=project.anon_key, service_key=project.service_key, api_url=sqlite_server.url
-    ) as client:
+    with volcano.Client(**project.client_args(sqlite_server.url)) as client:
         yield Shell(project.child_env(sqlite_server.url), client, sqlite_server.database_url)
 
 
@@ -79,14 +76,6 @@ def one_line(stderr: str) -> str:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("volcano: "), stderr
     return lines[0]
-
-
-def closed_port_url() -> str:
-    """The URL of a loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 def wait_for(path: Path, process: subprocess.Popen[str] | None = None) -> str:

@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 import pytest
 
 import volcano
+from tests.support.sockets import closed_url
 
-from .conftest import VOLCANO, Shell, closed_port_url, one_line
+from .conftest import VOLCANO, Shell, one_line
 
 LEASE_FIELDS = {"key", "owner_token", "fencing_token", "expires_at", "ttl_seconds"}
 
@@ -164,7 +165,7 @@ class TestForceRelease:
 class TestFailures:
     def test_unreachable_server_exits_69(self, shell: Shell) -> None:
         """Nothing listening at VOLCANO_API_URL: status 69, one line naming the URL."""
-        url = closed_port_url()
+        url = closed_url()
         result = shell.run("locks", "get", "k", env={**shell.env, "VOLCANO_API_URL": url})
         assert result.returncode == 69
         assert f"cannot reach the server at {url}" in one_line(result.stderr)

@@ -13,15 +13,15 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from tests.support.databases import queued
 from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for as until
+from tests.support.sockets import closed_url
 
-from .conftest import VOLCANO, WAIT, Shell, closed_port_url, finish, one_line, wait_for
+from .conftest import VOLCANO, WAIT, Shell, finish, one_line, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -204,7 +204,7 @@ class TestRunRefused:
     def test_unreachable_server_exits_69(self, shell: Shell, tmp_path: Path) -> None:
         """No server at VOLCANO_API_URL: 69, one line, the command never starts."""
         marker = tmp_path / "ran"
-        env = {**shell.env, "VOLCANO_API_URL": closed_port_url()}
+        env = {**shell.env, "VOLCANO_API_URL": closed_url()}
         result = shell.run("locks", "run", "k", "--", "touch", str(marker), env=env)
         assert result.returncode == 69
         assert "cannot reach the server" in one_line(result.stderr)
@@ -304,11 +304,11 @@ class TestSignals:
     def test_signal_before_the_command_starts(self, shell: Shell, tmp_path: Path) -> None:
         """SIGTERM while acquiring stops volcano with 128 + 15; the command never runs."""
         marker = tmp_path / "ran"
-        with FaultProxy(upstream=urlsplit(shell.env["VOLCANO_API_URL"]).netloc) as proxy:
+        with FaultProxy(upstream=shell.env["VOLCANO_API_URL"]) as proxy:
             proxy.on("POST", r"/acquire$").blackhole()
             env = {**shell.env, "VOLCANO_API_URL": proxy.url}
             process = shell.start_with(env, "locks", "run", "k", "--", "touch", str(marker))
-            proxy.wait_for_requests(1, timeout=60)
+            proxy.wait_until(lambda records: len(records) >= 1, 60, "the acquire")
             process.send_signal(signal.SIGTERM)
             status, _, stderr = finish(process)
         assert status == 128 + signal.SIGTERM
@@ -319,7 +319,7 @@ class TestSignals:
 class TestRelease:
     def test_failed_release_is_reported_and_status_kept(self, shell: Shell) -> None:
         """The command succeeded but the release failed: its status, and one line saying so."""
-        with FaultProxy(upstream=urlsplit(shell.env["VOLCANO_API_URL"]).netloc) as proxy:
+        with FaultProxy(upstream=shell.env["VOLCANO_API_URL"]) as proxy:
             proxy.on("POST", r"/release$").error_response(503)
             env = {**shell.env, "VOLCANO_API_URL": proxy.url}
             result = shell.run("locks", "run", "k", "--", "true", env=env)

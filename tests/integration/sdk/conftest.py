@@ -1,16 +1,17 @@
 """Fixtures for the SDK's integration tests: real clients, the real server, and a second party.
 
-`client` / `aclient` are `volcano` clients built the way users build them. `recorded` /
-`arecorded` send through a `Wire` instead: the real HTTP transport with a record of every
-exchange (so a test can count what reached the server) and two switchable faults, a refused
-connection and a lost answer, for what a real network does without a proxy. `server` is
+`sdk` is a `volcano.Client` or `volcano.AsyncClient` (`client_kind` runs each test with both)
+behind the one blocking interface of tests/support/sdk.py, so that one test body covers both.
+It sends through a `Wire`: the real HTTP transport with a record of every exchange (so a test can
+count what reached the server) and two switchable faults, a refused connection and a lost answer,
+for what a real network does without a proxy; every answer is checked against openapi.yaml.
+`aclient` is an `AsyncClient` alone, for what only asyncio has (cancellation). `server` is
 another party speaking raw HTTP with the same project's keys, to act on the lock behind the
 SDK's back or to read the server's state independently.
 """
 
 from __future__ import annotations
 
-import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -21,15 +22,11 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
-from tests.support.conformance import check_response
 from tests.support.raw import Locks, operation
+from tests.support.sdk import TLS, Kind, Sdk
 
 WAIT = 10.0
 """Upper bound (seconds) on waiting for something that should happen much sooner."""
-
-TLS = ssl.create_default_context()
-"""One TLS context for every test's HTTP client: loading the CA bundle takes ~40 ms each time
-(the server is plain http, so it is never used)."""
 
 
 @attrs.define
@@ -122,19 +119,9 @@ class AsyncWire(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def _check_async(response: httpx.Response) -> None:
-    await response.aread()
-    check_response(response)
-
-
 def credentials(live_server: LiveServer) -> dict[str, str]:
     """The Client arguments for the main project on the live server."""
-    project = live_server.project
-    return {
-        "anon_key": project.anon_key,
-        "service_key": project.service_key,
-        "api_url": live_server.url,
-    }
+    return live_server.project.client_args(live_server.url)
 
 
 @pytest.fixture(scope="session")
@@ -142,16 +129,6 @@ def server(live_server: LiveServer) -> Iterator[Locks]:
     """Another party with the main project's keys; every answer checked against openapi.yaml."""
     with live_server.http(live_server.project, verify=TLS) as http:
         yield Locks(http)
-
-
-@pytest.fixture
-def client(live_server: LiveServer) -> Iterator[volcano.Client]:
-    """A Client of the main project (test_clients.py covers the clients' own HTTP stacks)."""
-    with (
-        httpx.Client(verify=TLS) as http,
-        volcano.Client(**credentials(live_server), http_client=http) as made,
-    ):
-        yield made
 
 
 @pytest.fixture
@@ -170,50 +147,25 @@ def wire() -> Wire:
 
 
 @pytest.fixture
-def make_recorded(live_server: LiveServer, wire: Wire) -> Iterator[Callable[..., volcano.Client]]:
-    """Clients that send through `wire`, every answer checked against openapi.yaml."""
-    made: list[tuple[volcano.Client, httpx.Client]] = []
+def make_sdk(
+    client_kind: Kind, live_server: LiveServer, wire: Wire
+) -> Iterator[Callable[..., Sdk]]:
+    """Clients of `client_kind` that send through `wire`, every answer checked against
+    openapi.yaml; keyword arguments override the Client's."""
+    made: list[Sdk] = []
 
-    def make(**overrides: Any) -> volcano.Client:
-        http = httpx.Client(transport=SyncWire(wire), event_hooks={"response": [check_response]})
-        made_client = volcano.Client(**{**credentials(live_server), **overrides}, http_client=http)
-        made.append((made_client, http))
-        return made_client
-
-    yield make
-    for made_client, http in made:
-        made_client.close()
-        http.close()
-
-
-@pytest.fixture
-def recorded(make_recorded: Callable[..., volcano.Client]) -> volcano.Client:
-    return make_recorded()
-
-
-@pytest.fixture
-async def make_arecorded(
-    live_server: LiveServer, wire: Wire
-) -> AsyncIterator[Callable[..., volcano.AsyncClient]]:
-    """AsyncClients that send through `wire`, every answer checked against openapi.yaml."""
-    made: list[tuple[volcano.AsyncClient, httpx.AsyncClient]] = []
-
-    def make(**overrides: Any) -> volcano.AsyncClient:
-        http = httpx.AsyncClient(
-            transport=AsyncWire(wire), event_hooks={"response": [_check_async]}
-        )
-        made_client = volcano.AsyncClient(
-            **{**credentials(live_server), **overrides}, http_client=http
-        )
-        made.append((made_client, http))
-        return made_client
+    def make(**overrides: Any) -> Sdk:
+        transport = SyncWire(wire) if client_kind == "sync" else AsyncWire(wire)
+        arguments = {**credentials(live_server), **overrides}
+        sdk = Sdk(client_kind, arguments, transport=transport, check=True)
+        made.append(sdk)
+        return sdk
 
     yield make
-    for made_client, http in made:
-        await made_client.close()
-        await http.aclose()
+    for sdk in made:
+        sdk.close()
 
 
 @pytest.fixture
-def arecorded(make_arecorded: Callable[..., volcano.AsyncClient]) -> volcano.AsyncClient:
-    return make_arecorded()
+def sdk(make_sdk: Callable[..., Sdk]) -> Sdk:
+    return make_sdk()

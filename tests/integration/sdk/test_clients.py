@@ -1,7 +1,10 @@
-"""Client and AsyncClient against the real server: configuration, lifecycle, transport errors."""
+"""Client and AsyncClient against the real server: configuration, lifecycle, transport errors.
+
+Tests that take `sdk` or `client_kind` run with both clients (tests/support/sdk.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +15,8 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks
+from tests.support.sdk import Kind, Sdk
+from tests.support.sockets import closed_url
 
 from .conftest import Wire, credentials
 
@@ -24,15 +29,6 @@ def env(monkeypatch: pytest.MonkeyPatch, live_server: LiveServer) -> pytest.Monk
     for name, value in live_server.project.env(live_server.url).items():
         monkeypatch.setenv(name, value)
     return monkeypatch
-
-
-@pytest.fixture
-def closed_url() -> str:
-    """A loopback URL where nothing listens: connections are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
@@ -49,42 +45,53 @@ def held_by(server: Locks, key: str, lease: volcano.LockLease) -> bool:
     return state["held"] is True and state["fencing_token"] == lease.fencing_token
 
 
-class TestClientConfiguration:
+class TestConfiguration:
     def test_arguments_reach_the_server(
-        self, live_server: LiveServer, server: Locks, key: str
+        self, client_kind: Kind, live_server: LiveServer, server: Locks, key: str
     ) -> None:
         """Keys and api_url given as arguments make a working client of that project."""
-        with volcano.Client(**credentials(live_server)) as client:
-            lease = client.locks.acquire(key, ttl=30)
+        with contextlib.closing(Sdk(client_kind, credentials(live_server))) as sdk:
+            lease = sdk.acquire(key, ttl=30)
         assert held_by(server, key, lease)
 
     def test_environment_supplies_every_argument(
-        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Locks, key: str
+        self,
+        client_kind: Kind,
+        env: pytest.MonkeyPatch,
+        live_server: LiveServer,
+        server: Locks,
+        key: str,
     ) -> None:
-        """VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL configure Client()."""
-        with volcano.Client() as client:
-            assert client.api_url == live_server.url
-            lease = client.locks.acquire(key, ttl=30)
+        """VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL configure a client made
+        without arguments."""
+        with contextlib.closing(Sdk(client_kind, {})) as sdk:
+            assert sdk.client.api_url == live_server.url
+            lease = sdk.acquire(key, ttl=30)
         assert held_by(server, key, lease)
 
     def test_arguments_override_the_environment(
-        self, monkeypatch: pytest.MonkeyPatch, live_server: LiveServer, closed_url: str, key: str
+        self, monkeypatch: pytest.MonkeyPatch, live_server: LiveServer, key: str
     ) -> None:
         """Explicit arguments win over wrong values in the environment."""
         monkeypatch.setenv("VOLCANO_ANON_KEY", live_server.other.anon_key)
         monkeypatch.setenv("VOLCANO_SERVICE_KEY", "wrong-service-key")
-        monkeypatch.setenv("VOLCANO_API_URL", closed_url)
+        monkeypatch.setenv("VOLCANO_API_URL", closed_url())
         with volcano.Client(**credentials(live_server)) as client:
             assert client.locks.acquire(key, ttl=30).fencing_token == 1
 
+    @pytest.mark.parametrize("make", [volcano.Client, volcano.AsyncClient])
     @pytest.mark.parametrize("missing", ["VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"])
     def test_missing_key_names_its_variable(
-        self, env: pytest.MonkeyPatch, live_server: LiveServer, missing: str
+        self,
+        env: pytest.MonkeyPatch,
+        live_server: LiveServer,
+        missing: str,
+        make: Callable[[], object],
     ) -> None:
         """A key neither passed nor in the environment fails construction, naming the variable."""
         env.delenv(missing)
         with pytest.raises(volcano.InvalidArgumentError, match=missing) as raised:
-            volcano.Client()
+            make()
         assert live_server.project.anon_key not in str(raised.value)
         assert live_server.project.service_key not in str(raised.value)
 
@@ -117,42 +124,36 @@ class TestClientConfiguration:
         assert live_server.project.service_key not in text
 
 
-class TestClientLifecycle:
-    def test_context_manager_closes(self, live_server: LiveServer) -> None:
-        """`with Client(...) as c` gives the client itself and closes it on exit."""
-        client = volcano.Client(**credentials(live_server))
-        with client as entered:
-            assert entered is client
-            assert not client.closed
-        assert client.closed
+class TestLifecycle:
+    def test_context_manager_closes(self, sdk: Sdk) -> None:
+        """`with client as c` (`async with`) gives the client itself and closes it on exit."""
+        with sdk.entered(sdk.client) as entered:
+            assert entered is sdk.client
+            assert not sdk.client.closed
+        assert sdk.client.closed
 
     def test_closed_client_refuses_every_method_and_sends_nothing(
-        self, recorded: volcano.Client, wire: Wire, key: str
+        self, sdk: Sdk, wire: Wire, key: str
     ) -> None:
-        """After close() every method raises ClientClosedError without a request."""
-        lease = recorded.locks.acquire(key, ttl=30)
+        """close() may come twice; after it every method, entering a guard and entering the
+        client raise ClientClosedError without a request."""
+        lease = sdk.acquire(key, ttl=30)
         sent = wire.count()
-        recorded.close()
+        sdk.close_client()
+        sdk.close_client()
         calls: list[Callable[[], object]] = [
-            lambda: recorded.locks.acquire(key, ttl=30),
-            lambda: recorded.locks.renew(key, lease),
-            lambda: recorded.locks.release(key, lease),
-            lambda: recorded.locks.get(key),
-            lambda: recorded.locks.force_release(key),
-            lambda: recorded.locks.with_lock(key, ttl=30).__enter__(),
+            lambda: sdk.acquire(key, ttl=30),
+            lambda: sdk.renew(key, lease),
+            lambda: sdk.release(key, lease),
+            lambda: sdk.get(key),
+            lambda: sdk.force_release(key),
+            lambda: sdk.enter(sdk.with_lock(key, ttl=30)),
+            lambda: sdk.enter(sdk.client),
         ]
         for call in calls:
             with pytest.raises(volcano.ClientClosedError):
                 call()
         assert wire.count() == sent
-
-    def test_close_twice_and_enter_after_close(self, live_server: LiveServer) -> None:
-        """close() is idempotent; entering a closed client raises ClientClosedError."""
-        client = volcano.Client(**credentials(live_server))
-        client.close()
-        client.close()
-        with pytest.raises(volcano.ClientClosedError), client:
-            pass
 
     def test_injected_http_client_is_used_and_left_open(
         self, live_server: LiveServer, key: str
@@ -166,125 +167,8 @@ class TestClientLifecycle:
             assert http.get(f"{live_server.url}/healthz").status_code == 200
         assert seen[0].headers["User-Agent"] == f"volcano-python/{volcano.__version__}"
 
-
-class TestClientTransportErrors:
-    def test_closed_port_acquire_is_tried_twice(
-        self, make_recorded: Callable[..., volcano.Client], wire: Wire, closed_url: str, key: str
-    ) -> None:
-        """A refused connection raises APIConnectionError after exactly one retry of acquire."""
-        client = make_recorded(api_url=closed_url)
-        with pytest.raises(volcano.APIConnectionError) as raised:
-            client.locks.acquire(key, ttl=30)
-        assert not isinstance(raised.value, volcano.APITimeoutError)
-        first, second = wire.of("acquire")
-        assert first.request.headers["X-Request-Id"] == second.request.headers["X-Request-Id"]
-        assert first.request.content == second.request.content
-        assert raised.value.request_id == first.request.headers["X-Request-Id"]
-        assert wire.count() == 2
-
-    def test_closed_port_other_methods_are_tried_once(
-        self, make_recorded: Callable[..., volcano.Client], wire: Wire, closed_url: str, key: str
-    ) -> None:
-        """get, renew, release and force_release raise APIConnectionError with no retry."""
-        client = make_recorded(api_url=closed_url)
-        lease = volcano.LockLease(
-            key=key,
-            owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
-            fencing_token=1,
-            expires_at=datetime(2030, 1, 1, tzinfo=UTC),
-            ttl_seconds=30,
-        )
-        calls: list[Callable[[], object]] = [
-            lambda: client.locks.get(key),
-            lambda: client.locks.renew(key, lease),
-            lambda: client.locks.release(key, lease),
-            lambda: client.locks.force_release(key),
-        ]
-        for call in calls:
-            with pytest.raises(volcano.APIConnectionError):
-                call()
-        assert wire.count() == len(calls)
-
-    def test_closed_port_without_wire(self, live_server: LiveServer, closed_url: str) -> None:
-        """The client's own HTTP stack maps a refused connection to APIConnectionError."""
-        args = {**credentials(live_server), "api_url": closed_url}
-        with volcano.Client(**args) as client, pytest.raises(volcano.APIConnectionError):
-            client.locks.get("k")
-
-    def test_silent_server_times_out(self, live_server: LiveServer, silent_url: str) -> None:
-        """No answer within timeout= raises APITimeoutError (an APIConnectionError)."""
-        args = {**credentials(live_server), "api_url": silent_url, "timeout": 0.2}
-        with volcano.Client(**args) as client, pytest.raises(volcano.APITimeoutError):
-            client.locks.acquire("k", ttl=30)
-
-
-class TestAsyncClientConfiguration:
     @pytest.mark.anyio
-    async def test_arguments_reach_the_server(
-        self, live_server: LiveServer, server: Locks, key: str
-    ) -> None:
-        """Keys and api_url given as arguments make a working async client of that project."""
-        async with volcano.AsyncClient(**credentials(live_server)) as client:
-            lease = await client.locks.acquire(key, ttl=30)
-        assert held_by(server, key, lease)
-
-    @pytest.mark.anyio
-    async def test_environment_supplies_every_argument(
-        self, env: pytest.MonkeyPatch, live_server: LiveServer, server: Locks, key: str
-    ) -> None:
-        """The VOLCANO_* variables configure AsyncClient()."""
-        async with volcano.AsyncClient() as client:
-            assert client.api_url == live_server.url
-            lease = await client.locks.acquire(key, ttl=30)
-        assert held_by(server, key, lease)
-
-    @pytest.mark.parametrize("missing", ["VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"])
-    def test_missing_key_names_its_variable(self, env: pytest.MonkeyPatch, missing: str) -> None:
-        """A missing key fails AsyncClient construction, naming the variable."""
-        env.delenv(missing)
-        with pytest.raises(volcano.InvalidArgumentError, match=missing):
-            volcano.AsyncClient()
-
-
-class TestAsyncClientLifecycle:
-    @pytest.mark.anyio
-    async def test_context_manager_closes(self, live_server: LiveServer) -> None:
-        """`async with AsyncClient(...) as c` gives the client itself and closes it on exit."""
-        client = volcano.AsyncClient(**credentials(live_server))
-        async with client as entered:
-            assert entered is client
-            assert not client.closed
-        assert client.closed
-
-    @pytest.mark.anyio
-    async def test_closed_client_refuses_every_method_and_sends_nothing(
-        self, arecorded: volcano.AsyncClient, wire: Wire, key: str
-    ) -> None:
-        """After close() every method raises ClientClosedError without a request."""
-        lease = await arecorded.locks.acquire(key, ttl=30)
-        sent = wire.count()
-        await arecorded.close()
-        await arecorded.close()
-        with pytest.raises(volcano.ClientClosedError):
-            await arecorded.locks.acquire(key, ttl=30)
-        with pytest.raises(volcano.ClientClosedError):
-            await arecorded.locks.renew(key, lease)
-        with pytest.raises(volcano.ClientClosedError):
-            await arecorded.locks.release(key, lease)
-        with pytest.raises(volcano.ClientClosedError):
-            await arecorded.locks.get(key)
-        with pytest.raises(volcano.ClientClosedError):
-            await arecorded.locks.force_release(key)
-        with pytest.raises(volcano.ClientClosedError):
-            async with arecorded.locks.with_lock(key, ttl=30):
-                pass
-        with pytest.raises(volcano.ClientClosedError):
-            async with arecorded:
-                pass
-        assert wire.count() == sent
-
-    @pytest.mark.anyio
-    async def test_injected_http_client_is_used_and_left_open(
+    async def test_injected_async_http_client_is_used_and_left_open(
         self, live_server: LiveServer, key: str
     ) -> None:
         """Requests go through http_client with the SDK's User-Agent; close() leaves it open."""
@@ -301,30 +185,58 @@ class TestAsyncClientLifecycle:
         assert seen[0].headers["User-Agent"] == f"volcano-python/{volcano.__version__}"
 
 
-class TestAsyncClientTransportErrors:
-    @pytest.mark.anyio
-    async def test_closed_port_acquire_is_tried_twice(
-        self,
-        make_arecorded: Callable[..., volcano.AsyncClient],
-        wire: Wire,
-        closed_url: str,
-        key: str,
+class TestTransportErrors:
+    def test_closed_port_acquire_is_tried_twice(
+        self, make_sdk: Callable[..., Sdk], wire: Wire, key: str
     ) -> None:
         """A refused connection raises APIConnectionError after exactly one retry of acquire."""
-        client = make_arecorded(api_url=closed_url)
-        with pytest.raises(volcano.APIConnectionError):
-            await client.locks.acquire(key, ttl=30)
+        sdk = make_sdk(api_url=closed_url())
+        with pytest.raises(volcano.APIConnectionError) as raised:
+            sdk.acquire(key, ttl=30)
+        assert not isinstance(raised.value, volcano.APITimeoutError)
         first, second = wire.of("acquire")
         assert first.request.headers["X-Request-Id"] == second.request.headers["X-Request-Id"]
         assert first.request.content == second.request.content
-        with pytest.raises(volcano.APIConnectionError):
-            await client.locks.get(key)
-        assert wire.count() == 3
+        assert raised.value.request_id == first.request.headers["X-Request-Id"]
+        assert wire.count() == 2
 
-    @pytest.mark.anyio
-    async def test_silent_server_times_out(self, live_server: LiveServer, silent_url: str) -> None:
-        """No answer within timeout= raises APITimeoutError."""
+    def test_closed_port_other_methods_are_tried_once(
+        self, make_sdk: Callable[..., Sdk], wire: Wire, key: str
+    ) -> None:
+        """get, renew, release and force_release raise APIConnectionError with no retry."""
+        sdk = make_sdk(api_url=closed_url())
+        lease = volcano.LockLease(
+            key=key,
+            owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
+            fencing_token=1,
+            expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+            ttl_seconds=30,
+        )
+        calls: list[Callable[[], object]] = [
+            lambda: sdk.get(key),
+            lambda: sdk.renew(key, lease),
+            lambda: sdk.release(key, lease),
+            lambda: sdk.force_release(key),
+        ]
+        for call in calls:
+            with pytest.raises(volcano.APIConnectionError):
+                call()
+        assert wire.count() == len(calls)
+
+    def test_closed_port_without_wire(self, live_server: LiveServer) -> None:
+        """The client's own HTTP stack maps a refused connection to APIConnectionError."""
+        args = {**credentials(live_server), "api_url": closed_url()}
+        with volcano.Client(**args) as client, pytest.raises(volcano.APIConnectionError):
+            client.locks.get("k")
+
+    def test_silent_server_times_out(
+        self, client_kind: Kind, live_server: LiveServer, silent_url: str
+    ) -> None:
+        """No answer within timeout= raises APITimeoutError (an APIConnectionError)."""
         args = {**credentials(live_server), "api_url": silent_url, "timeout": 0.2}
-        async with volcano.AsyncClient(**args) as client:
+        with contextlib.closing(Sdk(client_kind, args)) as sdk:
+            with pytest.raises(volcano.APITimeoutError) as raised:
+                sdk.acquire("k", ttl=30)
+            assert isinstance(raised.value, volcano.APIConnectionError)
             with pytest.raises(volcano.APITimeoutError):
-                await client.locks.get("k")
+                sdk.get("k")

@@ -1,4 +1,9 @@
-"""`Client.locks.with_lock` against the real server: renewal, loss, takeover, clean exit.
+"""`with_lock` of both clients against the real server: renewal, loss, takeover, clean exit.
+
+Each test runs with `Client` and `AsyncClient` (`sdk`); `sdk.lock(...)` is the with block of
+either (`with` or `async with`), and the async guard's renewal task runs on the client's own
+loop while the test body waits. Those marked SYNC_ONLY pin what only the sync guard has (its
+renewal thread) or what both share by construction (the renewal schedule and retry rules).
 
 Leases here live 0.5 to 1.5 seconds so that renewals happen while the tests run; every wait
 polls for the awaited change with a generous upper bound, and no assertion depends on timing.
@@ -13,11 +18,13 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 import volcano
 from tests.support.raw import Locks, new_id, wait_for
+from tests.support.sdk import SYNC_ONLY, Sdk
 from volcano._schedule import MAX_IN_FLIGHT
 
 from .conftest import WAIT, Wire
@@ -51,7 +58,7 @@ def hold(seconds: float, check: Callable[[], None]) -> None:
     check()
 
 
-def wait_renewed(guard: volcano.LockGuard, lease: volcano.LockLease) -> volcano.LockLease:
+def wait_renewed(guard: Any, lease: volcano.LockLease) -> volcano.LockLease:
     """Wait for the guard to replace `lease` with a renewal of it; return the renewal."""
     wait_for(lambda: guard.lease.expires_at > lease.expires_at, what="a renewal")
     return guard.lease
@@ -59,10 +66,10 @@ def wait_renewed(guard: volcano.LockGuard, lease: volcano.LockLease) -> volcano.
 
 class TestRenewal:
     def test_lease_stays_held_past_its_first_expiry(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """Background renewal keeps the lease held, fencing token unchanged, for two ttls."""
-        with client.locks.with_lock(key, ttl=TTL) as guard:
+        with sdk.lock(key, ttl=TTL) as guard:
             first = guard.lease
             assert first.fencing_token == 1
             seen = {first.expires_at}
@@ -82,12 +89,12 @@ class TestRenewal:
         assert server.state(key)["held"] is False
 
     def test_renewals_use_fresh_request_ids_and_the_callers_token(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """token=, request_id= and a timedelta ttl= make the acquisition; renewals get new ids."""
         token, request_id = new_id().upper(), new_id().upper()
         ttl = timedelta(seconds=TTL)
-        with recorded.locks.with_lock(key, ttl=ttl, token=token, request_id=request_id) as guard:
+        with sdk.lock(key, ttl=ttl, token=token, request_id=request_id) as guard:
             first = guard.lease
             assert (first.owner_token, first.ttl_seconds) == (token, TTL)
             renewed = wait_renewed(guard, first)
@@ -103,11 +110,12 @@ class TestRenewal:
         }
         assert release.status == 204
 
+    @SYNC_ONLY
     def test_a_failed_renewal_is_retried(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """A renewal that cannot connect is retried before the deadline; the lease survives."""
-        with recorded.locks.with_lock(key, ttl=1.5) as guard:
+        with sdk.lock(key, ttl=1.5) as guard:
             first = guard.lease
             wire.refuse = {"renew"}
             wait_for(lambda: wire.of("renew"), what="a refused renewal")
@@ -120,9 +128,9 @@ class TestRenewal:
 
 
 class TestExit:
-    def test_clean_exit_releases(self, client: volcano.Client, server: Locks, key: str) -> None:
+    def test_clean_exit_releases(self, sdk: Sdk, server: Locks, key: str) -> None:
         """Leaving the block releases the lease; the key keeps its last fencing token."""
-        with client.locks.with_lock(key, ttl=TTL) as guard:
+        with sdk.lock(key, ttl=TTL) as guard:
             assert server.state(key)["held"] is True
         state = server.state(key)
         assert (state["held"], state["fencing_token"]) == (False, guard.lease.fencing_token)
@@ -130,23 +138,24 @@ class TestExit:
         assert guard.lost_reason is None
 
     def test_exception_propagates_unchanged_and_releases(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """An exception from the block propagates as itself, after the lease is released."""
         error = BlockError("from the block")
-        with pytest.raises(BlockError) as raised, client.locks.with_lock(key, ttl=TTL):
+        with pytest.raises(BlockError) as raised, sdk.lock(key, ttl=TTL):
             raise error
         assert raised.value is error
         assert server.state(key)["held"] is False
 
+    @SYNC_ONLY
     def test_exception_propagates_when_the_release_fails(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """A release refused after a takeover never masks the block's exception."""
         error = BlockError("from the block")
 
         def block() -> None:
-            with client.locks.with_lock(key, ttl=30):
+            with sdk.lock(key, ttl=30):
                 server.force_release(key)
                 server.acquire(key, new_id())
                 raise error
@@ -158,20 +167,18 @@ class TestExit:
 
 
 class TestLoss:
-    def test_wait_lost_is_false_while_held(self, client: volcano.Client, key: str) -> None:
+    def test_wait_lost_is_false_while_held(self, sdk: Sdk, key: str) -> None:
         """While the lease is held, wait_lost(timeout=0.2) returns False."""
-        with client.locks.with_lock(key, ttl=TTL) as guard:
-            assert guard.wait_lost(timeout=0.2) is False
+        with sdk.lock(key, ttl=TTL) as guard:
+            assert sdk.wait_lost(guard, 0.2) is False
             assert guard.lost is False
             assert guard.lost_reason is None
 
-    def test_force_release_mid_block(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
-    ) -> None:
+    def test_force_release_mid_block(self, sdk: Sdk, wire: Wire, server: Locks, key: str) -> None:
         """A force release makes the guard lost (LeaseNotHeldError); exit sends no release."""
-        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+        with sdk.lock(key, ttl=TTL) as guard:
             assert server.force_release(key).json()["released"] is True
-            assert guard.wait_lost(timeout=WAIT) is True
+            assert sdk.wait_lost(guard, WAIT) is True
             assert guard.lost is True
             assert isinstance(guard.lost_reason, volcano.LeaseNotHeldError)
         assert guard.lost is True
@@ -179,15 +186,13 @@ class TestLoss:
         state = server.state(key)
         assert (state["held"], state["fencing_token"]) == (False, 1)
 
-    def test_takeover_mid_block(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
-    ) -> None:
+    def test_takeover_mid_block(self, sdk: Sdk, wire: Wire, server: Locks, key: str) -> None:
         """Force release then a new holder: the guard is lost and never releases their lease."""
         other = new_id()
-        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+        with sdk.lock(key, ttl=TTL) as guard:
             server.force_release(key)
             assert server.acquire(key, other).json()["fencing_token"] == 2
-            assert guard.wait_lost(timeout=WAIT) is True
+            assert sdk.wait_lost(guard, WAIT) is True
             assert isinstance(guard.lost_reason, volcano.LeaseNotHeldError)
             assert guard.lease.fencing_token == 1
         assert wire.of("release") == []
@@ -197,7 +202,7 @@ class TestLoss:
 
     def test_exit_before_noticing_a_takeover(
         self,
-        recorded: volcano.Client,
+        sdk: Sdk,
         wire: Wire,
         server: Locks,
         key: str,
@@ -205,7 +210,7 @@ class TestLoss:
     ) -> None:
         """Leaving before a renewal noticed the takeover: no error, lost, new lease untouched."""
         other = new_id()
-        with recorded.locks.with_lock(key, ttl=30) as guard:
+        with sdk.lock(key, ttl=30) as guard:
             server.force_release(key)
             server.acquire(key, other)
             assert guard.lost is False  # nothing has told the guard yet
@@ -219,18 +224,18 @@ class TestLoss:
         assert server.release(key, other, 2).status_code == 204
 
     def test_expiry_under_a_blocked_renewal_then_takeover(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """Renewals cut off: the lease expires, another owner takes it; the guard already knows."""
         other = new_id()
-        with recorded.locks.with_lock(key, ttl=0.5) as guard:  # short: it is meant to expire
+        with sdk.lock(key, ttl=0.5) as guard:  # short: it is meant to expire
             wire.refuse = {"renew"}
             wait_for(
                 lambda: server.acquire(key, other).status_code == 200,
                 what="the lease to expire on the server",
             )
             assert guard.lost is True  # never held by two: lost no later than the server says
-            assert guard.wait_lost(timeout=0) is True
+            assert sdk.wait_lost(guard, 0) is True
             reason = guard.lost_reason
             assert isinstance(reason, volcano.LockLostError)
             assert isinstance(reason.__cause__, volcano.APIConnectionError)
@@ -241,8 +246,9 @@ class TestLoss:
 
 
 class TestManyGuards:
+    @SYNC_ONLY
     def test_fifty_guards_share_one_thread_and_stay_held(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """Fifty guards on one client: one renewal loop thread and a bounded few that send
         (never a thread per guard), every lease held past its expiry."""
@@ -250,7 +256,7 @@ class TestManyGuards:
         before = renewer_threads()
         senders_before = sender_threads()
         with contextlib.ExitStack() as stack:
-            guards = [stack.enter_context(client.locks.with_lock(k, ttl=1.5)) for k in keys]
+            guards = [stack.enter_context(sdk.lock(k, ttl=1.5)) for k in keys]
             firsts = [guard.lease for guard in guards]
             assert renewer_threads() == before + 1
 
@@ -268,52 +274,52 @@ class TestManyGuards:
 
 
 class TestMisuse:
-    def test_guard_is_single_use(self, client: volcano.Client, server: Locks, key: str) -> None:
+    def test_guard_is_single_use(self, sdk: Sdk, server: Locks, key: str) -> None:
         """Entering a guard twice, or again after exit, raises GuardStateError."""
-        guard = client.locks.with_lock(key, ttl=TTL)
+        guard = sdk.with_lock(key, ttl=TTL)
         with pytest.raises(volcano.GuardStateError):
             _ = guard.lease
-        with guard:
-            with pytest.raises(volcano.GuardStateError, match="re-entrant"), guard:
+        with sdk.entered(guard):
+            with pytest.raises(volcano.GuardStateError, match="re-entrant"), sdk.entered(guard):
                 pass
             assert server.state(key)["held"] is True
         assert server.state(key)["held"] is False
-        with pytest.raises(volcano.GuardStateError), guard:
+        with pytest.raises(volcano.GuardStateError), sdk.entered(guard):
             pass
         assert server.state(key)["held"] is False
 
     def test_failed_acquisition_raises_and_spends_the_guard(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """Entering on a held key raises LockHeldError; the guard cannot be retried."""
         server.acquire(key, new_id())
-        guard = client.locks.with_lock(key, ttl=TTL)
-        with pytest.raises(volcano.LockHeldError), guard:
+        guard = sdk.with_lock(key, ttl=TTL)
+        with pytest.raises(volcano.LockHeldError), sdk.entered(guard):
             pytest.fail("the block ran without the lock")
-        with pytest.raises(volcano.GuardStateError), guard:
+        with pytest.raises(volcano.GuardStateError), sdk.entered(guard):
             pass
 
+    @SYNC_ONLY
     def test_acquisition_is_retried_once(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """A lost acquisition answer is retried once with the same request; the guard holds."""
         wire.lose = ["acquire"]
-        with recorded.locks.with_lock(key, ttl=TTL) as guard:
+        with sdk.lock(key, ttl=TTL) as guard:
             assert guard.lease.fencing_token == 1
         first, retry = wire.of("acquire")
         assert retry.request.headers["X-Request-Id"] == first.request.headers["X-Request-Id"]
         assert retry.request.content == first.request.content
         assert server.state(key)["held"] is False
 
-    def test_closing_the_client_marks_guards_lost(
-        self, make_recorded: Callable[..., volcano.Client], wire: Wire, key: str
-    ) -> None:
-        """close() inside a block: the guard is lost (ClientClosedError), exit is quiet."""
-        client = make_recorded()
-        with client.locks.with_lock(key, ttl=TTL) as guard:
+    def test_closing_the_client_marks_guards_lost(self, sdk: Sdk, wire: Wire, key: str) -> None:
+        """close() inside a block: the guard is lost (ClientClosedError), exit is quiet; the
+        sync client's renewal thread ends."""
+        with sdk.lock(key, ttl=TTL) as guard:
             before = renewer_threads()
-            client.close()
-            assert guard.wait_lost(timeout=WAIT) is True
+            sdk.close_client()
+            assert sdk.wait_lost(guard, WAIT) is True
             assert isinstance(guard.lost_reason, volcano.ClientClosedError)
-        assert renewer_threads() == before - 1
+        if sdk.kind == "sync":
+            assert renewer_threads() == before - 1
         assert wire.of("release") == []

@@ -1,4 +1,6 @@
-"""Every method of `Client.locks` against the real server, checked from the server's side too."""
+"""Every method of `Client.locks` and `AsyncClient.locks` against the real server, checked from
+the server's side too. Each test runs with both clients (`sdk`), but those marked SYNC_ONLY: they
+pin what both share by construction (the same validation, models and request building)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks, new_id, wait_for
+from tests.support.sdk import SYNC_ONLY, Sdk
 
-from .conftest import Wire, credentials
+from .conftest import Wire
 
 TOKEN = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 """An owner token spelled in upper case (tokens may repeat across keys; request ids may not)."""
@@ -36,11 +39,9 @@ def sent_body(wire: Wire, name: str, index: int = -1) -> dict[str, object]:
 
 
 class TestAcquire:
-    def test_fresh_key_gets_fencing_token_one(
-        self, client: volcano.Client, server: Locks, key: str
-    ) -> None:
+    def test_fresh_key_gets_fencing_token_one(self, sdk: Sdk, server: Locks, key: str) -> None:
         """A first lease: fencing token 1, a fresh uuid owner token, the server's expiry."""
-        lease = client.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         assert isinstance(lease, volcano.LockLease)
         assert lease.key == key
         assert lease.fencing_token == 1
@@ -53,10 +54,10 @@ class TestAcquire:
         assert server_time(state["expires_at"]) == lease.expires_at
 
     def test_upper_case_token_and_request_id_are_sent_byte_for_byte(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str, request_id: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str, request_id: str
     ) -> None:
         """Upper-case token and request id reach the server exactly: its replay proves it."""
-        lease = recorded.locks.acquire(key, ttl=30, token=TOKEN, request_id=request_id)
+        lease = sdk.acquire(key, ttl=30, token=TOKEN, request_id=request_id)
         assert lease.owner_token == TOKEN
         (sent,) = wire.of("acquire")
         assert sent.request.headers["X-Request-Id"] == request_id
@@ -74,22 +75,20 @@ class TestAcquire:
         assert lower_id.status_code == 200
         assert "idempotent-replayed" not in lower_id.headers
 
-    def test_uuid_objects_are_accepted(
-        self, recorded: volcano.Client, wire: Wire, key: str
-    ) -> None:
+    def test_uuid_objects_are_accepted(self, sdk: Sdk, wire: Wire, key: str) -> None:
         """token= and request_id= take uuid.UUID values, sent as their canonical strings."""
         token, request_id = uuid.uuid4(), uuid.uuid4()
-        lease = recorded.locks.acquire(key, ttl=30, token=token, request_id=request_id)
+        lease = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         assert lease.owner_token == str(token)
         assert wire.of("acquire")[0].request.headers["X-Request-Id"] == str(request_id)
 
     def test_second_owner_gets_lock_held(
-        self, recorded: volcano.Client, wire: Wire, key: str, request_id: str
+        self, sdk: Sdk, wire: Wire, key: str, request_id: str
     ) -> None:
         """Another owner's acquire raises LockHeldError (a ConflictError) and is not retried."""
-        recorded.locks.acquire(key, ttl=20)
+        sdk.acquire(key, ttl=20)
         with pytest.raises(volcano.LockHeldError) as raised:
-            recorded.locks.acquire(key, ttl=30, request_id=request_id)
+            sdk.acquire(key, ttl=30, request_id=request_id)
         error = raised.value
         assert isinstance(error, volcano.ConflictError)
         assert (error.status_code, error.code, error.request_id) == (409, "lock_held", request_id)
@@ -97,35 +96,36 @@ class TestAcquire:
         assert 1 <= error.retry_after <= 20
         assert len(wire.of("acquire")) == 2
 
-    def test_same_owner_reacquire_keeps_the_lease(self, client: volcano.Client, key: str) -> None:
+    def test_same_owner_reacquire_keeps_the_lease(self, sdk: Sdk, key: str) -> None:
         """The holder's own token acquires again: same fencing token, expiry moved out."""
-        first = client.locks.acquire(key, ttl=10, token=TOKEN)
-        again = client.locks.acquire(key, ttl=60, token=TOKEN)
+        first = sdk.acquire(key, ttl=10, token=TOKEN)
+        again = sdk.acquire(key, ttl=60, token=TOKEN)
         assert again.fencing_token == first.fencing_token
         assert again.owner_token == TOKEN
         assert again.expires_at > first.expires_at
         assert again.ttl_seconds == 60
 
-    def test_own_expired_lease_is_a_new_lease(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_own_expired_lease_is_a_new_lease(self, sdk: Sdk, key: str) -> None:
         """Once its lease has expired, the same owner token acquires a new fencing token."""
-        first = client.locks.acquire(key, ttl=0.2, token=TOKEN)
-        wait_for(lambda: not client.locks.get(key).held, what="the lease to expire")
-        again = client.locks.acquire(key, ttl=30, token=TOKEN)
+        first = sdk.acquire(key, ttl=0.2, token=TOKEN)
+        wait_for(lambda: not sdk.get(key).held, what="the lease to expire")
+        again = sdk.acquire(key, ttl=30, token=TOKEN)
         assert again.fencing_token == first.fencing_token + 1
 
-    def test_ttl_as_timedelta_and_fraction(
-        self, recorded: volcano.Client, wire: Wire, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_ttl_as_timedelta_and_fraction(self, sdk: Sdk, wire: Wire, key: str) -> None:
         """ttl= takes a timedelta or fractional seconds, sent as a JSON number of seconds."""
-        lease = recorded.locks.acquire(key, ttl=timedelta(seconds=45))
+        lease = sdk.acquire(key, ttl=timedelta(seconds=45))
         assert lease.ttl_seconds == 45
         assert sent_body(wire, "acquire")["ttl_seconds"] == 45
-        renewed = recorded.locks.renew(key, lease, ttl=2.5)
+        renewed = sdk.renew(key, lease, ttl=2.5)
         assert renewed.ttl_seconds == 2.5
 
-    def test_lease_is_frozen_and_hides_its_token(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_lease_is_frozen_and_hides_its_token(self, sdk: Sdk, key: str) -> None:
         """A LockLease cannot be changed, and its repr never shows the owner token."""
-        lease = client.locks.acquire(key, ttl=30, token=TOKEN)
+        lease = sdk.acquire(key, ttl=30, token=TOKEN)
         with pytest.raises(AttributeError):
             lease.fencing_token = 2  # type: ignore[misc]
         assert TOKEN not in repr(lease)
@@ -134,12 +134,12 @@ class TestAcquire:
 
 class TestRenew:
     def test_renew_returns_a_new_lease_and_leaves_the_old(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """renew gives a new lease (same fencing token, later expiry); the old one is unchanged."""
-        lease = client.locks.acquire(key, ttl=10)
+        lease = sdk.acquire(key, ttl=10)
         before = attrs.asdict(lease)
-        renewed = client.locks.renew(key, lease, ttl=60)
+        renewed = sdk.renew(key, lease, ttl=60)
         assert renewed is not lease
         assert attrs.asdict(lease) == before
         assert renewed.fencing_token == lease.fencing_token
@@ -148,85 +148,82 @@ class TestRenew:
         assert renewed.ttl_seconds == 60
         assert server_time(server.state(key)["expires_at"]) == renewed.expires_at
 
-    def test_renew_defaults_to_the_lease_ttl(
-        self, recorded: volcano.Client, wire: Wire, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_renew_defaults_to_the_lease_ttl(self, sdk: Sdk, wire: Wire, key: str) -> None:
         """Without ttl=, renew asks for the lease's own ttl."""
-        lease = recorded.locks.acquire(key, ttl=12)
-        renewed = recorded.locks.renew(key, lease)
+        lease = sdk.acquire(key, ttl=12)
+        renewed = sdk.renew(key, lease)
         assert sent_body(wire, "renew")["ttl_seconds"] == 12
         assert renewed.ttl_seconds == 12
 
     def test_renew_and_release_of_a_force_released_lease(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """Once the lease is force-released, renew and release raise LeaseNotHeldError."""
-        lease = client.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         assert server.force_release(key).json()["released"] is True
         with pytest.raises(volcano.LeaseNotHeldError) as raised:
-            client.locks.renew(key, lease)
+            sdk.renew(key, lease)
         assert (raised.value.status_code, raised.value.code) == (409, "lease_not_held")
         assert isinstance(raised.value, volcano.ConflictError)
         with pytest.raises(volcano.LeaseNotHeldError):
-            client.locks.release(key, lease)
+            sdk.release(key, lease)
 
+    @SYNC_ONLY
     def test_renew_after_takeover_leaves_the_new_holder(
-        self, client: volcano.Client, server: Locks, key: str
+        self, sdk: Sdk, server: Locks, key: str
     ) -> None:
         """A lease taken over by another owner cannot be renewed or released by the old one."""
-        lease = client.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         server.force_release(key)
         other = new_id()
         assert server.acquire(key, other).status_code == 200
         with pytest.raises(volcano.LeaseNotHeldError):
-            client.locks.renew(key, lease)
+            sdk.renew(key, lease)
         with pytest.raises(volcano.LeaseNotHeldError):
-            client.locks.release(key, lease)
+            sdk.release(key, lease)
         state = server.state(key)
         assert (state["held"], state["fencing_token"]) == (True, 2)
         assert server.release(key, other, 2).status_code == 204
 
-    def test_renew_of_an_expired_lease(
-        self, client: volcano.Client, server: Locks, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_renew_of_an_expired_lease(self, sdk: Sdk, server: Locks, key: str) -> None:
         """A lease the server let expire raises LeaseNotHeldError on renew."""
-        lease = client.locks.acquire(key, ttl=0.2)
+        lease = sdk.acquire(key, ttl=0.2)
         wait_for(lambda: not server.state(key)["held"], what="the lease to expire")
         with pytest.raises(volcano.LeaseNotHeldError):
-            client.locks.renew(key, lease)
+            sdk.renew(key, lease)
 
 
 class TestRelease:
-    def test_release_frees_the_key_and_keeps_the_token(
-        self, client: volcano.Client, key: str
-    ) -> None:
+    def test_release_frees_the_key_and_keeps_the_token(self, sdk: Sdk, key: str) -> None:
         """After release, get shows not held, no expiry, and the last fencing token."""
-        lease = client.locks.acquire(key, ttl=30)
-        assert client.locks.release(key, lease) is None
-        state = client.locks.get(key)
+        lease = sdk.acquire(key, ttl=30)
+        assert sdk.release(key, lease) is None
+        state = sdk.get(key)
         assert (state.held, state.expires_at, state.fencing_token) == (False, None, 1)
-        assert client.locks.acquire(key, ttl=30).fencing_token == 2
+        assert sdk.acquire(key, ttl=30).fencing_token == 2
 
-    def test_release_twice(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_release_twice(self, sdk: Sdk, key: str) -> None:
         """A second release of the same lease raises LeaseNotHeldError."""
-        lease = client.locks.acquire(key, ttl=30)
-        client.locks.release(key, lease)
+        lease = sdk.acquire(key, ttl=30)
+        sdk.release(key, lease)
         with pytest.raises(volcano.LeaseNotHeldError):
-            client.locks.release(key, lease)
+            sdk.release(key, lease)
 
-    def test_release_by_the_renewed_lease(
-        self, client: volcano.Client, server: Locks, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_release_by_the_renewed_lease(self, sdk: Sdk, server: Locks, key: str) -> None:
         """Releasing the lease renew returned frees the key."""
-        lease = client.locks.renew(key, client.locks.acquire(key, ttl=30), ttl=60)
-        client.locks.release(key, lease)
+        lease = sdk.renew(key, sdk.acquire(key, ttl=30), ttl=60)
+        sdk.release(key, lease)
         assert server.state(key)["held"] is False
 
 
 class TestGet:
-    def test_never_used_key(self, client: volcano.Client, key: str) -> None:
+    def test_never_used_key(self, sdk: Sdk, key: str) -> None:
         """A key never acquired: not held, expires_at None, fencing_token None."""
-        state = client.locks.get(key)
+        state = sdk.get(key)
         assert isinstance(state, volcano.LockState)
         assert (state.key, state.held, state.expires_at, state.fencing_token) == (
             key,
@@ -235,10 +232,10 @@ class TestGet:
             None,
         )
 
-    def test_held_key(self, client: volcano.Client, key: str) -> None:
+    def test_held_key(self, sdk: Sdk, key: str) -> None:
         """A held key: held True, the lease's expiry as aware UTC, its fencing token."""
-        lease = client.locks.acquire(key, ttl=30)
-        state = client.locks.get(key)
+        lease = sdk.acquire(key, ttl=30)
+        state = sdk.get(key)
         assert state.held is True
         assert state.expires_at == lease.expires_at
         assert state.expires_at is not None
@@ -247,96 +244,101 @@ class TestGet:
         assert type(state.fencing_token) is int
         assert not hasattr(state, "owner_token")
 
-    def test_get_does_not_acquire(self, client: volcano.Client, server: Locks, key: str) -> None:
+    @SYNC_ONLY
+    def test_get_does_not_acquire(self, sdk: Sdk, server: Locks, key: str) -> None:
         """get leaves the key free for anyone."""
-        client.locks.get(key)
+        sdk.get(key)
         assert server.acquire(key, new_id()).json()["fencing_token"] == 1
 
-    def test_expired_lease_reads_as_free(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_expired_lease_reads_as_free(self, sdk: Sdk, key: str) -> None:
         """Once the lease expires, get reports it free with its last fencing token."""
-        client.locks.acquire(key, ttl=0.2)
-        wait_for(lambda: not client.locks.get(key).held, what="the lease to expire")
-        state = client.locks.get(key)
+        sdk.acquire(key, ttl=0.2)
+        wait_for(lambda: not sdk.get(key).held, what="the lease to expire")
+        state = sdk.get(key)
         assert (state.expires_at, state.fencing_token) == (None, 1)
 
 
 class TestForceRelease:
-    def test_held_key(self, client: volcano.Client, key: str) -> None:
+    def test_held_key(self, sdk: Sdk, key: str) -> None:
         """Force release of a held key: released True with the removed lease's fencing token."""
-        lease = client.locks.acquire(key, ttl=30)
-        result = client.locks.force_release(key)
+        lease = sdk.acquire(key, ttl=30)
+        result = sdk.force_release(key)
         assert isinstance(result, volcano.ForceReleaseResult)
         assert (result.key, result.released, result.fencing_token) == (key, True, 1)
         assert result.fencing_token == lease.fencing_token
-        state = client.locks.get(key)
+        state = sdk.get(key)
         assert (state.held, state.fencing_token) == (False, 1)
 
-    def test_expired_lease_is_not_released(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_expired_lease_is_not_released(self, sdk: Sdk, key: str) -> None:
         """An expired lease is not live: force release removes nothing and says so."""
-        client.locks.acquire(key, ttl=0.2)
-        wait_for(lambda: not client.locks.get(key).held, what="the lease to expire")
-        result = client.locks.force_release(key)
+        sdk.acquire(key, ttl=0.2)
+        wait_for(lambda: not sdk.get(key).held, what="the lease to expire")
+        result = sdk.force_release(key)
         assert (result.released, result.fencing_token) == (False, None)
 
-    def test_free_key(self, client: volcano.Client, key: str) -> None:
+    def test_free_key(self, sdk: Sdk, key: str) -> None:
         """Force release of a free key: released False, fencing_token None, no error."""
-        result = client.locks.force_release(key)
+        result = sdk.force_release(key)
         assert (result.key, result.released, result.fencing_token) == (key, False, None)
-        lease = client.locks.acquire(key, ttl=30)
-        client.locks.release(key, lease)
-        again = client.locks.force_release(key)
+        lease = sdk.acquire(key, ttl=30)
+        sdk.release(key, lease)
+        again = sdk.force_release(key)
         assert (again.released, again.fencing_token) == (False, None)
 
 
 class TestRequestIds:
+    @SYNC_ONLY
     def test_every_method_sends_the_supplied_request_id(
-        self, recorded: volcano.Client, wire: Wire, key: str
+        self, sdk: Sdk, wire: Wire, key: str
     ) -> None:
         """Each method sends request_id= exactly as spelled, and the server echoes it."""
         ids = [new_id().upper() for _ in range(5)]
-        lease = recorded.locks.acquire(key, ttl=30, request_id=ids[0])
-        lease = recorded.locks.renew(key, lease, request_id=ids[1])
-        recorded.locks.get(key, request_id=ids[2])
-        recorded.locks.release(key, lease, request_id=ids[3])
-        recorded.locks.force_release(key, request_id=ids[4])
+        lease = sdk.acquire(key, ttl=30, request_id=ids[0])
+        lease = sdk.renew(key, lease, request_id=ids[1])
+        sdk.get(key, request_id=ids[2])
+        sdk.release(key, lease, request_id=ids[3])
+        sdk.force_release(key, request_id=ids[4])
         assert [e.request.headers["X-Request-Id"] for e in wire.exchanges] == ids
         assert [e.headers["X-Request-Id"] for e in wire.exchanges if e.headers] == ids
 
-    def test_fresh_request_id_per_call(
-        self, recorded: volcano.Client, wire: Wire, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_fresh_request_id_per_call(self, sdk: Sdk, wire: Wire, key: str) -> None:
         """Without request_id=, every call sends a new uuid4."""
         for _ in range(3):
-            recorded.locks.get(key)
+            sdk.get(key)
         ids = [e.request.headers["X-Request-Id"] for e in wire.exchanges]
         assert len(set(ids)) == 3
         assert all(uuid.UUID(i).version == 4 for i in ids)
 
-    def test_reuse_with_a_different_body(self, client: volcano.Client, key: str) -> None:
+    def test_reuse_with_a_different_body(self, sdk: Sdk, key: str) -> None:
         """A request id reused for a different acquire raises RequestIdReusedError."""
         request_id = new_id()
-        client.locks.acquire(key, ttl=30, token=TOKEN, request_id=request_id)
+        sdk.acquire(key, ttl=30, token=TOKEN, request_id=request_id)
         with pytest.raises(volcano.RequestIdReusedError) as raised:
-            client.locks.acquire(key, ttl=60, token=TOKEN, request_id=request_id)
+            sdk.acquire(key, ttl=60, token=TOKEN, request_id=request_id)
         assert (raised.value.status_code, raised.value.code) == (409, "request_id_reused")
         assert raised.value.request_id == request_id
         assert isinstance(raised.value, volcano.ConflictError)
 
-    def test_reuse_for_another_operation(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_reuse_for_another_operation(self, sdk: Sdk, key: str) -> None:
         """The acquisition's request id cannot be reused for the renewal."""
         request_id = new_id()
-        lease = client.locks.acquire(key, ttl=30, request_id=request_id)
+        lease = sdk.acquire(key, ttl=30, request_id=request_id)
         with pytest.raises(volcano.RequestIdReusedError):
-            client.locks.renew(key, lease, request_id=request_id)
+            sdk.renew(key, lease, request_id=request_id)
 
+    @SYNC_ONLY
     def test_repeated_release_is_replayed(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """A release repeated with its request id is replayed by the server, not refused."""
-        lease = recorded.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         request_id = new_id()
-        recorded.locks.release(key, lease, request_id=request_id)
-        recorded.locks.release(key, lease, request_id=request_id)
+        sdk.release(key, lease, request_id=request_id)
+        sdk.release(key, lease, request_id=request_id)
         replayed = wire.of("release")[-1].headers
         assert replayed is not None
         assert replayed["idempotent-replayed"] == "true"
@@ -345,7 +347,7 @@ class TestRequestIds:
 
 class TestAuthentication:
     @staticmethod
-    def every_method(client: volcano.Client, key: str) -> list[Callable[[], object]]:
+    def every_method(sdk: Sdk, key: str) -> list[Callable[[], object]]:
         lease = volcano.LockLease(
             key=key,
             owner_token=TOKEN,
@@ -354,19 +356,17 @@ class TestAuthentication:
             ttl_seconds=30,
         )
         return [
-            lambda: client.locks.acquire(key, ttl=30),
-            lambda: client.locks.renew(key, lease),
-            lambda: client.locks.release(key, lease),
-            lambda: client.locks.get(key),
-            lambda: client.locks.force_release(key),
+            lambda: sdk.acquire(key, ttl=30),
+            lambda: sdk.renew(key, lease),
+            lambda: sdk.release(key, lease),
+            lambda: sdk.get(key),
+            lambda: sdk.force_release(key),
         ]
 
-    def test_wrong_service_key(
-        self, make_recorded: Callable[..., volcano.Client], wire: Wire, key: str
-    ) -> None:
+    def test_wrong_service_key(self, make_sdk: Callable[..., Sdk], wire: Wire, key: str) -> None:
         """An unknown service key: AuthenticationError (401) from every method, never retried."""
-        client = make_recorded(service_key="not-a-real-service-key")
-        calls = self.every_method(client, key)
+        sdk = make_sdk(service_key="not-a-real-service-key")
+        calls = self.every_method(sdk, key)
         for call in calls:
             with pytest.raises(volcano.AuthenticationError) as raised:
                 call()
@@ -374,41 +374,36 @@ class TestAuthentication:
             assert raised.value.request_id == wire.exchanges[-1].request.headers["X-Request-Id"]
         assert wire.count() == len(calls)
 
+    @SYNC_ONLY
     def test_keys_of_two_projects(
-        self, make_recorded: Callable[..., volcano.Client], live_server: LiveServer, key: str
+        self, make_sdk: Callable[..., Sdk], live_server: LiveServer, key: str
     ) -> None:
         """This project's anon key with another project's service key: AuthenticationError."""
-        client = make_recorded(service_key=live_server.other.service_key)
+        sdk = make_sdk(service_key=live_server.other.service_key)
         with pytest.raises(volcano.AuthenticationError):
-            client.locks.acquire(key, ttl=30)
+            sdk.acquire(key, ttl=30)
 
     def test_anon_key_as_service_key(
         self,
-        make_recorded: Callable[..., volcano.Client],
+        make_sdk: Callable[..., Sdk],
         live_server: LiveServer,
         wire: Wire,
         key: str,
     ) -> None:
         """The anon key used as the service credential: PermissionDeniedError (403)."""
-        client = make_recorded(service_key=live_server.project.anon_key)
-        calls = self.every_method(client, key)
+        sdk = make_sdk(service_key=live_server.project.anon_key)
+        calls = self.every_method(sdk, key)
         for call in calls:
             with pytest.raises(volcano.PermissionDeniedError) as raised:
                 call()
             assert (raised.value.status_code, raised.value.code) == (403, "forbidden")
         assert wire.count() == len(calls)
 
-    def test_projects_are_isolated(
-        self, client: volcano.Client, live_server: LiveServer, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_projects_are_isolated(self, sdk: Sdk, live_server: LiveServer, key: str) -> None:
         """The same key name in another project is another lock."""
-        client.locks.acquire(key, ttl=30)
-        other = {
-            **credentials(live_server),
-            "anon_key": live_server.other.anon_key,
-            "service_key": live_server.other.service_key,
-        }
-        with volcano.Client(**other) as other_client:
+        sdk.acquire(key, ttl=30)
+        with volcano.Client(**live_server.other.client_args(live_server.url)) as other_client:
             assert other_client.locks.get(key).fencing_token is None
             assert other_client.locks.acquire(key, ttl=30).fencing_token == 1
 
@@ -418,29 +413,30 @@ BAD_TTLS = [0, 0.05, 86400.5, -1, float("nan"), float("inf"), timedelta(0)]
 
 
 class TestValidation:
-    def test_limits_agree_with_the_server(self, client: volcano.Client, key: str) -> None:
+    @SYNC_ONLY
+    def test_limits_agree_with_the_server(self, sdk: Sdk, key: str) -> None:
         """What the client lets through at the edges, the server accepts: key and ttl limits."""
         longest = (key + "-" + "k" * 255)[:255]
         for name, ttl in [(longest, 0.1), (f"{key}.A_b:c-9", 86400)]:
-            lease = client.locks.acquire(name, ttl=ttl)
+            lease = sdk.acquire(name, ttl=ttl)
             assert (lease.key, lease.ttl_seconds) == (name, ttl)
-            client.locks.force_release(name)
+            sdk.force_release(name)
 
     @pytest.mark.parametrize("bad", BAD_KEYS, ids=repr)
     def test_bad_key_is_refused_before_sending(
-        self, recorded: volcano.Client, wire: Wire, bad: str, key: str
+        self, sdk: Sdk, wire: Wire, bad: str, key: str
     ) -> None:
         """A malformed key fails every method with a message naming it; nothing is sent."""
-        lease = recorded.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         sent = wire.count()
         shown = repr(bad[:80])[:-1]
         calls: list[Callable[[], object]] = [
-            lambda: recorded.locks.acquire(bad, ttl=30),
-            lambda: recorded.locks.renew(bad, lease),
-            lambda: recorded.locks.release(bad, lease),
-            lambda: recorded.locks.get(bad),
-            lambda: recorded.locks.force_release(bad),
-            lambda: recorded.locks.with_lock(bad, ttl=30),
+            lambda: sdk.acquire(bad, ttl=30),
+            lambda: sdk.renew(bad, lease),
+            lambda: sdk.release(bad, lease),
+            lambda: sdk.get(bad),
+            lambda: sdk.force_release(bad),
+            lambda: sdk.with_lock(bad, ttl=30),
         ]
         for call in calls:
             with pytest.raises(volcano.InvalidArgumentError) as raised:
@@ -452,57 +448,56 @@ class TestValidation:
 
     @pytest.mark.parametrize("bad", BAD_TTLS, ids=repr)
     def test_bad_ttl_is_refused_before_sending(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, bad: object, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, bad: object, key: str
     ) -> None:
         """An out-of-range ttl fails acquire, renew and with_lock naming it; nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match="ttl") as raised:
-            recorded.locks.acquire(key, ttl=bad)  # type: ignore[arg-type]
+            sdk.acquire(key, ttl=bad)  # type: ignore[arg-type]
         seconds = bad.total_seconds() if isinstance(bad, timedelta) else bad
         assert repr(seconds) in str(raised.value)
         with pytest.raises(volcano.InvalidArgumentError, match="ttl"):
-            recorded.locks.with_lock(key, ttl=bad)  # type: ignore[arg-type]
+            sdk.with_lock(key, ttl=bad)  # type: ignore[arg-type]
         assert wire.count() == 0
         assert server.state(key)["fencing_token"] is None
-        lease = recorded.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         with pytest.raises(volcano.InvalidArgumentError, match="ttl"):
-            recorded.locks.renew(key, lease, ttl=bad)  # type: ignore[arg-type]
+            sdk.renew(key, lease, ttl=bad)  # type: ignore[arg-type]
         assert wire.count() == 1
 
+    @SYNC_ONLY
     @pytest.mark.parametrize("bad", ["30", True, None, [30]], ids=repr)
-    def test_ttl_of_the_wrong_type(
-        self, recorded: volcano.Client, wire: Wire, bad: object, key: str
-    ) -> None:
+    def test_ttl_of_the_wrong_type(self, sdk: Sdk, wire: Wire, bad: object, key: str) -> None:
         """A ttl that is not seconds or a timedelta names the type it got; nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match=type(bad).__name__):
-            recorded.locks.acquire(key, ttl=bad)  # type: ignore[arg-type]
+            sdk.acquire(key, ttl=bad)  # type: ignore[arg-type]
         assert wire.count() == 0
 
     @pytest.mark.parametrize(
         "bad", ["not-a-uuid", TOKEN[:-1], TOKEN + "0", " " + TOKEN, f"{{{TOKEN}}}"], ids=repr
     )
     def test_bad_token_is_refused_without_echoing_it(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, bad: str, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, bad: str, key: str
     ) -> None:
         """A malformed owner token is named as 'token' but never shown; nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match="token") as raised:
-            recorded.locks.acquire(key, ttl=30, token=bad)
+            sdk.acquire(key, ttl=30, token=bad)
         assert bad not in str(raised.value)
         with pytest.raises(volcano.InvalidArgumentError, match="token"):
-            recorded.locks.with_lock(key, ttl=30, token=bad)
+            sdk.with_lock(key, ttl=30, token=bad)
         assert wire.count() == 0
         assert server.state(key)["fencing_token"] is None
 
     @pytest.mark.parametrize("bad", ["nope", TOKEN + "\n", 42], ids=repr)
     def test_bad_request_id_is_refused_before_sending(
-        self, recorded: volcano.Client, wire: Wire, bad: object, key: str
+        self, sdk: Sdk, wire: Wire, bad: object, key: str
     ) -> None:
         """A malformed request id fails every method naming it; nothing is sent."""
         shown = str(bad).strip() if isinstance(bad, str) else type(bad).__name__
         calls: list[Callable[[], object]] = [
-            lambda: recorded.locks.acquire(key, ttl=30, request_id=bad),  # type: ignore[arg-type]
-            lambda: recorded.locks.get(key, request_id=bad),  # type: ignore[arg-type]
-            lambda: recorded.locks.force_release(key, request_id=bad),  # type: ignore[arg-type]
-            lambda: recorded.locks.with_lock(key, ttl=30, request_id=bad),  # type: ignore[arg-type]
+            lambda: sdk.acquire(key, ttl=30, request_id=bad),  # type: ignore[arg-type]
+            lambda: sdk.get(key, request_id=bad),  # type: ignore[arg-type]
+            lambda: sdk.force_release(key, request_id=bad),  # type: ignore[arg-type]
+            lambda: sdk.with_lock(key, ttl=30, request_id=bad),  # type: ignore[arg-type]
         ]
         for call in calls:
             with pytest.raises(volcano.InvalidArgumentError, match="request_id") as raised:
@@ -510,19 +505,17 @@ class TestValidation:
             assert shown in str(raised.value)
         assert wire.count() == 0
 
-    def test_lease_for_another_key(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
-    ) -> None:
+    def test_lease_for_another_key(self, sdk: Sdk, wire: Wire, server: Locks, key: str) -> None:
         """renew and release refuse a lease of another key, naming both; nothing is sent."""
-        lease = recorded.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         other = key + "-other"
-        for call in (recorded.locks.renew, recorded.locks.release):
+        for call in (sdk.renew, sdk.release):
             with pytest.raises(volcano.InvalidArgumentError) as raised:
                 call(other, lease)
             assert key in str(raised.value)
             assert other in str(raised.value)
         with pytest.raises(volcano.InvalidArgumentError, match="LockLease"):
-            recorded.locks.release(key, "not a lease")  # type: ignore[arg-type]
+            sdk.release(key, "not a lease")  # type: ignore[arg-type]
         assert wire.count() == 1
         assert server.state(key)["held"] is True
 
@@ -530,36 +523,32 @@ class TestValidation:
 class TestRecovery:
     """The seed's "Recover an uncertain acquisition": identifiers made and kept before acquiring."""
 
-    def test_same_pair_recovers_exactly_that_lease(
-        self, recorded: volcano.Client, wire: Wire, key: str
-    ) -> None:
+    def test_same_pair_recovers_exactly_that_lease(self, sdk: Sdk, wire: Wire, key: str) -> None:
         """Acquiring again with the same token and request id returns the stored lease."""
         token, request_id = new_id().upper(), new_id().upper()
-        lease = recorded.locks.acquire(key, ttl=30, token=token, request_id=request_id)
-        again = recorded.locks.acquire(key, ttl=30, token=token, request_id=request_id)
+        lease = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
+        again = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         assert again == lease
         headers = wire.of("acquire")[-1].headers
         assert headers is not None
         assert headers["idempotent-replayed"] == "true"
 
-    def test_same_token_new_request_id_reacquires(
-        self, client: volcano.Client, server: Locks, key: str
-    ) -> None:
+    def test_same_token_new_request_id_reacquires(self, sdk: Sdk, server: Locks, key: str) -> None:
         """The same token with a new request id re-acquires: same fencing token, later expiry."""
         token = new_id().upper()
-        lease = client.locks.acquire(key, ttl=30, token=token, request_id=new_id())
-        again = client.locks.acquire(key, ttl=30, token=token, request_id=new_id())
+        lease = sdk.acquire(key, ttl=30, token=token, request_id=new_id())
+        again = sdk.acquire(key, ttl=30, token=token, request_id=new_id())
         assert again.fencing_token == lease.fencing_token
         assert again.owner_token == token
         assert again.expires_at > lease.expires_at
         assert server_time(server.state(key)["expires_at"]) == again.expires_at
 
     def test_lost_first_answer_is_recovered_by_the_retry(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """One lost answer: the single retry repeats the request and gets the replayed lease."""
         wire.lose = ["acquire"]
-        lease = recorded.locks.acquire(key, ttl=30)
+        lease = sdk.acquire(key, ttl=30)
         first, retry = wire.of("acquire")
         assert retry.request.headers["X-Request-Id"] == first.request.headers["X-Request-Id"]
         assert retry.request.content == first.request.content
@@ -570,28 +559,27 @@ class TestRecovery:
         assert server.state(key)["fencing_token"] == 1
 
     def test_both_answers_lost_then_recovered_with_the_kept_identifiers(
-        self, recorded: volcano.Client, wire: Wire, server: Locks, key: str
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
     ) -> None:
         """Acquire fails twice though the server granted it; the kept pair recovers the lease."""
         token, request_id = new_id(), new_id()
         wire.lose = ["acquire", "acquire"]
         with pytest.raises(volcano.APIConnectionError) as raised:
-            recorded.locks.acquire(key, ttl=30, token=token, request_id=request_id)
+            sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         assert raised.value.request_id == request_id
         assert len(wire.of("acquire")) == 2
         assert server.state(key)["held"] is True  # the failure did not prove anything
 
-        lease = recorded.locks.acquire(key, ttl=30, token=token, request_id=request_id)
+        lease = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         assert (lease.owner_token, lease.fencing_token) == (token, 1)
-        recorded.locks.release(key, lease)
+        sdk.release(key, lease)
         assert server.state(key)["held"] is False
 
-    def test_replay_after_release_does_not_retake(
-        self, client: volcano.Client, server: Locks, key: str
-    ) -> None:
+    @SYNC_ONLY
+    def test_replay_after_release_does_not_retake(self, sdk: Sdk, server: Locks, key: str) -> None:
         """The same pair after release returns the old outcome and leaves the key free."""
         token, request_id = new_id(), new_id()
-        lease = client.locks.acquire(key, ttl=30, token=token, request_id=request_id)
-        client.locks.release(key, lease)
-        assert client.locks.acquire(key, ttl=30, token=token, request_id=request_id) == lease
+        lease = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
+        sdk.release(key, lease)
+        assert sdk.acquire(key, ttl=30, token=token, request_id=request_id) == lease
         assert server.state(key)["held"] is False

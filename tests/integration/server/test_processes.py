@@ -67,9 +67,13 @@ class TestCommandLine:
         """The database file never contains a key in plain text."""
         db = tmp_path / "k.db"
         result = cli("keys", "create", "--project", "demo", "--db", f"sqlite:///{db}")
+        assert result.returncode == 0, result.stderr
+        keys = dict(line.split("=", 1) for line in result.stdout.splitlines())
+        assert set(keys) == {"VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"}  # else nothing is checked
         data = b"".join(p.read_bytes() for p in tmp_path.iterdir())
-        for line in result.stdout.splitlines():
-            assert line.split("=", 1)[1].encode() not in data
+        assert data
+        for key in keys.values():
+            assert key.encode() not in data
 
     def test_database_url_from_environment(self, tmp_path: Path) -> None:
         """VOLCANO_DATABASE_URL is used when --db is absent."""

@@ -1,4 +1,8 @@
-"""Fixtures for the SDK's unit tests (helpers in support.py)."""
+"""Fixtures for the SDK's unit tests (helpers in support.py).
+
+`client` and `aclient` answer from the FakeApi on the FakeClock; `sdk` is either of them
+(`client_kind` runs a test with both) behind the blocking interface of tests/support/sdk.py.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,11 @@ import httpx
 import pytest
 
 import volcano
+from tests.support.sdk import Kind, Sdk
 from tests.unit.sdk.support import ANON_KEY, API_URL, SERVICE_KEY, FakeApi, FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -68,3 +68,13 @@ async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.Async
     yield client
     await client.close()
     await http.aclose()
+
+
+@pytest.fixture
+def sdk(client_kind: Kind, api: FakeApi, clock: FakeClock) -> Iterator[Sdk]:
+    arguments = {"anon_key": ANON_KEY, "service_key": SERVICE_KEY, "api_url": API_URL}
+    made = Sdk(client_kind, {**arguments, "_clock": clock}, transport=httpx.MockTransport(api))
+    client = made.client
+    clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
+    yield made
+    made.close()

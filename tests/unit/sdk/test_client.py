@@ -1,4 +1,6 @@
-"""Client and AsyncClient: configuration, and what each lock method sends and returns."""
+"""Client and AsyncClient: configuration, and what each lock method sends and returns.
+
+Tests that take `sdk` run with both clients (tests/support/sdk.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import httpx
 import pytest
 
 import volcano
+from tests.support.sdk import Sdk
 from tests.unit.sdk.support import (
     ANON_KEY,
     API_URL,
@@ -186,9 +189,9 @@ class TestConfiguration:
 
 
 class TestAcquire:
-    def test_request_and_lease(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_request_and_lease(self, sdk: Sdk, api: FakeApi) -> None:
         """acquire POSTs {owner_token, ttl_seconds} to .../acquire and returns the lease."""
-        lease = client.locks.acquire("daily-report", ttl=30, token=TOKEN, request_id=REQUEST_ID)
+        lease = sdk.acquire("daily-report", ttl=30, token=TOKEN, request_id=REQUEST_ID)
         (request,) = api.requests
         assert request.method == "POST"
         assert request.url.path == "/v1/locks/daily-report/acquire"
@@ -247,10 +250,10 @@ class TestAcquire:
 
 
 class TestRenew:
-    def test_request_and_new_lease(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_request_and_new_lease(self, sdk: Sdk, api: FakeApi) -> None:
         """renew POSTs {owner_token, fencing_token, ttl_seconds}; it returns a new lease."""
         old = lease_for()
-        new = client.locks.renew("daily-report", old, ttl=60, request_id=REQUEST_ID)
+        new = sdk.renew("daily-report", old, ttl=60, request_id=REQUEST_ID)
         (request,) = api.requests
         assert request.method == "POST"
         assert request.url.path == "/v1/locks/daily-report/renew"
@@ -293,9 +296,9 @@ class TestRenew:
 
 
 class TestRelease:
-    def test_request(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_request(self, sdk: Sdk, api: FakeApi) -> None:
         """release POSTs {owner_token, fencing_token} to .../release and returns None on 204."""
-        result = client.locks.release("daily-report", lease_for(), request_id=REQUEST_ID)
+        result = sdk.release("daily-report", lease_for(), request_id=REQUEST_ID)
         (request,) = api.requests
         assert result is None
         assert request.method == "POST"
@@ -317,9 +320,9 @@ class TestRelease:
 
 
 class TestGet:
-    def test_request_and_state(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_request_and_state(self, sdk: Sdk, api: FakeApi) -> None:
         """get GETs /v1/locks/{key} without a body and returns a LockState."""
-        state = client.locks.get("daily-report", request_id=REQUEST_ID)
+        state = sdk.get("daily-report", request_id=REQUEST_ID)
         (request,) = api.requests
         assert request.method == "GET"
         assert request.url.path == "/v1/locks/daily-report"
@@ -339,9 +342,9 @@ class TestGet:
 
 
 class TestForceRelease:
-    def test_request_and_result(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_request_and_result(self, sdk: Sdk, api: FakeApi) -> None:
         """force_release DELETEs /v1/locks/{key} and returns what it removed."""
-        result = client.locks.force_release("daily-report", request_id=REQUEST_ID)
+        result = sdk.force_release("daily-report", request_id=REQUEST_ID)
         (request,) = api.requests
         assert request.method == "DELETE"
         assert request.url.path == "/v1/locks/daily-report"
@@ -360,24 +363,24 @@ class TestForceRelease:
 
 
 class TestClosedClient:
-    def test_every_method_refuses(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_every_method_refuses(self, sdk: Sdk, api: FakeApi) -> None:
         """A closed client raises ClientClosedError and sends nothing."""
-        client.close()
-        client.close()  # idempotent
+        sdk.close_client()
+        sdk.close_client()  # idempotent
         calls = [
-            lambda: client.locks.acquire("k", ttl=1),
-            lambda: client.locks.renew("daily-report", lease_for()),
-            lambda: client.locks.release("daily-report", lease_for()),
-            lambda: client.locks.get("k"),
-            lambda: client.locks.force_release("k"),
-            lambda: client.locks.with_lock("k", ttl=1).__enter__(),
-            client.__enter__,
+            lambda: sdk.acquire("k", ttl=1),
+            lambda: sdk.renew("daily-report", lease_for()),
+            lambda: sdk.release("daily-report", lease_for()),
+            lambda: sdk.get("k"),
+            lambda: sdk.force_release("k"),
+            lambda: sdk.enter(sdk.with_lock("k", ttl=1)),
+            lambda: sdk.enter(sdk.client),
         ]
         for call in calls:
             with pytest.raises(volcano.ClientClosedError):
                 call()
         assert api.requests == []
-        assert "closed" in repr(client)
+        assert "closed" in repr(sdk.client)
 
     def test_context_manager_closes(self, make_client) -> None:
         """Leaving `with Client(...)` closes it."""
@@ -387,49 +390,6 @@ class TestClosedClient:
 
 
 class TestAsyncClient:
-    @pytest.mark.anyio
-    async def test_every_method(self, aclient: volcano.AsyncClient, api: FakeApi) -> None:
-        """The async client sends the same requests and returns the same values."""
-        lease = await aclient.locks.acquire(
-            "daily-report", ttl=30, token=TOKEN, request_id=REQUEST_ID
-        )
-        renewed = await aclient.locks.renew("daily-report", lease, ttl=60)
-        state = await aclient.locks.get("daily-report")
-        await aclient.locks.release("daily-report", renewed)
-        result = await aclient.locks.force_release("daily-report")
-        methods = [(r.method, r.url.path) for r in api.requests]
-        assert methods == [
-            ("POST", "/v1/locks/daily-report/acquire"),
-            ("POST", "/v1/locks/daily-report/renew"),
-            ("GET", "/v1/locks/daily-report"),
-            ("POST", "/v1/locks/daily-report/release"),
-            ("DELETE", "/v1/locks/daily-report"),
-        ]
-        for request in api.requests:
-            assert_credentials(request)
-        assert api.requests[0].headers["X-Request-Id"] == REQUEST_ID
-        assert json.loads(api.requests[0].content) == {"owner_token": TOKEN, "ttl_seconds": 30}
-        assert json.loads(api.requests[1].content) == {
-            "owner_token": TOKEN,
-            "fencing_token": 7,
-            "ttl_seconds": 60,
-        }
-        assert json.loads(api.requests[3].content) == {"owner_token": TOKEN, "fencing_token": 7}
-        assert lease.owner_token == TOKEN
-        assert renewed.expires_at > lease.expires_at
-        assert state.held
-        assert result.released
-
-    @pytest.mark.anyio
-    async def test_closed_client_refuses(self, aclient: volcano.AsyncClient, api: FakeApi) -> None:
-        """A closed async client raises ClientClosedError and sends nothing."""
-        await aclient.close()
-        with pytest.raises(volcano.ClientClosedError):
-            await aclient.locks.get("k")
-        with pytest.raises(volcano.ClientClosedError):
-            await aclient.__aenter__()
-        assert api.requests == []
-
     @pytest.mark.anyio
     async def test_context_manager_closes_own_http_client(self) -> None:
         """Leaving `async with AsyncClient(...)` closes the httpx.AsyncClient it made."""

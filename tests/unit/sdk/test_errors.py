@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 import volcano
+from tests.support.sdk import Sdk
 from tests.unit.sdk.support import (
     EXPIRES,
     REQUEST_ID,
@@ -311,13 +312,14 @@ class TestBrokenSuccessBodies:
 class TestTransportErrors:
     @pytest.mark.parametrize("cls", httpx_exception_classes(), ids=lambda c: c.__name__)
     def test_every_httpx_exception_is_mapped(
-        self, client: volcano.Client, api: FakeApi, cls: type[Exception]
+        self, sdk: Sdk, api: FakeApi, cls: type[Exception]
     ) -> None:
-        """No httpx exception reaches the caller: each becomes a volcano.Error caused by it."""
+        """No httpx exception reaches the caller of either client: each becomes a volcano.Error
+        caused by it."""
         exc = make_httpx_exception(cls)
         api.then(fail(exc))
         with pytest.raises(volcano.Error) as caught:
-            client.locks.get("daily-report", request_id=REQUEST_ID)
+            sdk.get("daily-report", request_id=REQUEST_ID)
         assert caught.value.__cause__ is exc
         if isinstance(exc, httpx.TimeoutException):
             assert type(caught.value) is volcano.APITimeoutError
@@ -327,21 +329,6 @@ class TestTransportErrors:
             assert type(caught.value) is volcano.Error
         if isinstance(caught.value, volcano.APIConnectionError):
             assert caught.value.request_id == REQUEST_ID
-
-    @pytest.mark.anyio
-    @pytest.mark.parametrize("cls", httpx_exception_classes(), ids=lambda c: c.__name__)
-    async def test_every_httpx_exception_is_mapped_async(
-        self, aclient: volcano.AsyncClient, api: FakeApi, cls: type[Exception]
-    ) -> None:
-        """The async client maps every httpx exception the same way."""
-        exc = make_httpx_exception(cls)
-        api.then(fail(exc))
-        with pytest.raises(volcano.Error) as caught:
-            await aclient.locks.get("daily-report")
-        assert caught.value.__cause__ is exc
-        assert isinstance(caught.value, volcano.APIConnectionError) == isinstance(
-            exc, httpx.RequestError
-        )
 
     def test_timeout_is_a_connection_error(self) -> None:
         """Catching APIConnectionError also catches timeouts."""

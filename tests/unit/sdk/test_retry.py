@@ -1,4 +1,6 @@
-"""Retry-once: acquire repeats a transport failure or a 503 exactly once, byte for byte."""
+"""Retry-once: acquire repeats a transport failure or a 503 exactly once, byte for byte.
+
+Tests that take `sdk` run with Client and AsyncClient alike (tests/support/sdk.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import httpx
 import pytest
 
 import volcano
+from tests.support.sdk import Sdk
 from tests.unit.sdk.support import EXPIRES, REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail, raw
 
 if TYPE_CHECKING:
@@ -84,11 +87,11 @@ def lease() -> volcano.LockLease:
 class TestAcquireRetry:
     @pytest.mark.parametrize("first", RETRIED, ids=RETRIED_IDS)
     def test_retried_once_identically(
-        self, client: volcano.Client, api: FakeApi, first: Callable[..., object]
+        self, sdk: Sdk, api: FakeApi, first: Callable[..., object]
     ) -> None:
         """A transport failure or 503, then success: two identical requests, and the lease."""
         api.then(first)
-        lease = client.locks.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
+        lease = sdk.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
         assert len(api.requests) == 2
         assert fingerprint(api.requests[0]) == fingerprint(api.requests[1])
         assert api.requests[1].headers["X-Request-Id"] == REQUEST_ID
@@ -127,14 +130,12 @@ class TestAcquireRetry:
         client.locks.acquire("k", ttl=30)
         assert clock.sleeps == [0.05]
 
-    def test_both_attempts_failing_raises_the_second(
-        self, client: volcano.Client, api: FakeApi
-    ) -> None:
+    def test_both_attempts_failing_raises_the_second(self, sdk: Sdk, api: FakeApi) -> None:
         """When the retry fails too, its error is raised, with the first as its context."""
         first, second = httpx.ConnectError("one"), httpx.ReadTimeout("two")
         api.then(fail(first), fail(second))
         with pytest.raises(volcano.APITimeoutError) as caught:
-            client.locks.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
+            sdk.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
         assert len(api.requests) == 2
         assert caught.value.__cause__ is second
         first_error = earlier_errors(caught.value)[0]
@@ -142,6 +143,14 @@ class TestAcquireRetry:
         assert first_error.__cause__ is first
         assert "first attempt failed with APIConnectionError" in caught.value.__notes__[0]
         assert caught.value.request_id == REQUEST_ID
+
+    def test_a_503_then_a_transport_failure(self, sdk: Sdk, api: FakeApi) -> None:
+        """A 503, then a transport failure: the second is raised, the 503 as its context."""
+        api.then(error(503, "unavailable"), fail(httpx.ConnectError("x")))
+        with pytest.raises(volcano.APIConnectionError) as caught:
+            sdk.acquire("k", ttl=30)
+        assert [type(e) for e in earlier_errors(caught.value)] == [volcano.ServiceUnavailableError]
+        assert len(api.requests) == 2
 
     def test_only_once(self, client: volcano.Client, api: FakeApi) -> None:
         """Two 503s in a row: the second is raised; there is no third attempt."""
@@ -161,12 +170,12 @@ class TestAcquireRetry:
 
     @pytest.mark.parametrize("answer", NOT_RETRIED, ids=NOT_RETRIED_IDS)
     def test_other_failures_are_not_retried(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock, answer: Callable[..., object]
+        self, sdk: Sdk, api: FakeApi, clock: FakeClock, answer: Callable[..., object]
     ) -> None:
         """500, 429, 409, other 4xx and broken bodies are raised after a single request."""
         api.then(answer)
         with pytest.raises(volcano.APIStatusError):
-            client.locks.acquire("k", ttl=30)
+            sdk.acquire("k", ttl=30)
         assert len(api.requests) == 1
         assert clock.sleeps == []
 
@@ -176,7 +185,7 @@ class TestOtherMethodsNeverRetry:
     @pytest.mark.parametrize("operation", ["renew", "release", "get", "force_release"])
     def test_single_attempt(
         self,
-        client: volcano.Client,
+        sdk: Sdk,
         api: FakeApi,
         clock: FakeClock,
         operation: str,
@@ -185,62 +194,12 @@ class TestOtherMethodsNeverRetry:
         """renew, release, get and force_release make one request, whatever the failure."""
         api.then(answer)
         calls = {
-            "renew": lambda: client.locks.renew("k", lease()),
-            "release": lambda: client.locks.release("k", lease()),
-            "get": lambda: client.locks.get("k"),
-            "force_release": lambda: client.locks.force_release("k"),
+            "renew": lambda: sdk.renew("k", lease()),
+            "release": lambda: sdk.release("k", lease()),
+            "get": lambda: sdk.get("k"),
+            "force_release": lambda: sdk.force_release("k"),
         }
         with pytest.raises(volcano.Error):
             calls[operation]()
         assert len(api.requests) == 1
         assert clock.sleeps == []
-
-
-class TestAsyncAcquireRetry:
-    @pytest.mark.anyio
-    @pytest.mark.parametrize("first", RETRIED, ids=RETRIED_IDS)
-    async def test_retried_once_identically(
-        self, aclient: volcano.AsyncClient, api: FakeApi, first: Callable[..., object]
-    ) -> None:
-        """The async acquire retries a transport failure or 503 once, identically."""
-        api.then(first)
-        await aclient.locks.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
-        assert len(api.requests) == 2
-        assert fingerprint(api.requests[0]) == fingerprint(api.requests[1])
-
-    @pytest.mark.anyio
-    async def test_both_attempts_failing(self, aclient: volcano.AsyncClient, api: FakeApi) -> None:
-        """The async acquire raises the retry's failure after two requests."""
-        api.then(error(503, "unavailable"), fail(httpx.ConnectError("x")))
-        with pytest.raises(volcano.APIConnectionError) as caught:
-            await aclient.locks.acquire("k", ttl=30)
-        assert [type(e) for e in earlier_errors(caught.value)] == [volcano.ServiceUnavailableError]
-        assert len(api.requests) == 2
-
-    @pytest.mark.anyio
-    @pytest.mark.parametrize("answer", NOT_RETRIED, ids=NOT_RETRIED_IDS)
-    async def test_other_failures_are_not_retried(
-        self, aclient: volcano.AsyncClient, api: FakeApi, answer: Callable[..., object]
-    ) -> None:
-        """The async acquire does not retry 500, 429, 409, other 4xx or broken bodies."""
-        api.then(answer)
-        with pytest.raises(volcano.APIStatusError):
-            await aclient.locks.acquire("k", ttl=30)
-        assert len(api.requests) == 1
-
-    @pytest.mark.anyio
-    @pytest.mark.parametrize("operation", ["renew", "release", "get", "force_release"])
-    async def test_other_methods_never_retry(
-        self, aclient: volcano.AsyncClient, api: FakeApi, operation: str
-    ) -> None:
-        """The async renew, release, get and force_release make one request on a 503."""
-        api.then(error(503, "unavailable"))
-        calls = {
-            "renew": lambda: aclient.locks.renew("k", lease()),
-            "release": lambda: aclient.locks.release("k", lease()),
-            "get": lambda: aclient.locks.get("k"),
-            "force_release": lambda: aclient.locks.force_release("k"),
-        }
-        with pytest.raises(volcano.ServiceUnavailableError):
-            await calls[operation]()
-        assert len(api.requests) == 1

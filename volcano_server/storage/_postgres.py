@@ -52,7 +52,6 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import UnsupportedDatabaseURL, redact_url
 from ._base import (
     KeyRecord,
     LockRow,
@@ -63,6 +62,7 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = ["PostgresStorage"]
 

@@ -1,0 +1,142 @@
+"""A transaction's shape on PostgreSQL: a pipelined batch of statements, or a server-side function.
+
+    python -m bench._pg_shapes [--rounds 5] [--transactions 1000]
+
+One acquire of a free key with a request id, as the server's first round trip would send it,
+then its writes with COMMIT, in one thread of this process with psycopg:
+
+- batch: BEGIN, the settings, the claim, the key's lock and the head of its line, as
+  `volcano_server.storage._postgres` sends them (five statements, one Sync);
+- function: BEGIN, the settings, and one call of a PL/pgSQL function that runs the same claim,
+  lock and line read (its statements' plans cached in the session) and returns one row.
+
+Each round runs both shapes, in a shuffled order, on a fresh database; prints the medians of
+wall time and of this process's CPU time (psycopg's share of a server's) per transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from volcano_server.storage import _postgres as pg
+
+from ._servers import fresh_database
+
+# The first round trip of the batch shape, as one function: same statements, same order.
+OPEN_FUNCTION = """
+CREATE FUNCTION bench_open(p_project bigint, p_key text, p_request text, p_line int)
+RETURNS TABLE (fingerprint bytea, status int, body bytea, retry_after int,
+               outcome_expires bigint, now_us bigint, fencing_token bigint, owner_token text,
+               expires_at_us bigint, ttl_seconds double precision, line jsonb)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO request_outcomes AS o
+        (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
+        VALUES (p_project, p_request, '', 0, '', NULL, 0)
+        ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
+        RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
+            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+        INTO fingerprint, status, body, retry_after, outcome_expires, now_us;
+    SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+        INTO fencing_token, owner_token, expires_at_us, ttl_seconds
+        FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
+            ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
+            RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+            INTO fencing_token, owner_token, expires_at_us, ttl_seconds;
+    END IF;
+    SELECT coalesce(jsonb_agg(to_jsonb(w) ORDER BY w.seq), '[]') INTO line FROM (
+        SELECT w.seq, w.owner_token, w.ttl_seconds, w.server_id, w.state, w.until_us,
+            s.alive_until_us
+        FROM lock_waiters w LEFT JOIN servers s USING (server_id)
+        WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
+        ORDER BY w.seq LIMIT p_line) w;
+    RETURN NEXT;
+END $$
+"""
+
+
+def batch(conn: psycopg.Connection[Any], limits: tuple[str, tuple[str, ...]], key: str) -> None:
+    with conn.pipeline() as pipeline:
+        conn.execute(pg._BEGIN)
+        conn.execute(*limits)
+        claim = conn.execute(pg._CLAIM, (1, str(uuid.uuid4())))
+        lock = conn.execute(pg._LockedKey.LOCK, pg._LockedKey.params(1, key))
+        line = conn.execute(pg._QUEUED, (1, key, pg._LINE_AHEAD))
+        pipeline.sync()
+        claim.fetchone(), lock.fetchone(), line.fetchall()
+        writes(conn, key)
+
+
+def function(conn: psycopg.Connection[Any], limits: tuple[str, tuple[str, ...]], key: str) -> None:
+    with conn.pipeline() as pipeline:
+        conn.execute(pg._BEGIN)
+        conn.execute(*limits)
+        opened = conn.execute(
+            "SELECT * FROM bench_open(%s, %s, %s, %s)", (1, key, str(uuid.uuid4()), 16)
+        )
+        pipeline.sync()
+        opened.fetchone()
+        writes(conn, key)
+
+
+def writes(conn: psycopg.Connection[Any], key: str) -> None:
+    """The writes of a granted acquire, queued to go with COMMIT."""
+    conn.execute(pg._SAVE_LOCK, (1, key, 1, "owner", 2**60, 30.0))
+    conn.execute(
+        "DELETE FROM lock_waiters WHERE project_id = %s AND key = %s AND owner_token = %s",
+        (1, key, "owner"),
+    )
+    conn.execute(pg._SAVE_OUTCOME, (1, str(uuid.uuid4()), b"x", 200, b"{}", None, 2**60))
+    conn.execute("COMMIT")
+
+
+SHAPES: dict[str, Callable[[psycopg.Connection[Any], tuple[str, tuple[str, ...]], str], None]] = {
+    "batch": batch,
+    "function": function,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._pg_shapes", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--transactions", type=int, default=1000)
+    args = parser.parse_args()
+    limits = pg._limits_statement({"lock_timeout": "3s", "statement_timeout": "5s"}, skip=set())
+    wall: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    cpu: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    for _ in range(args.rounds):
+        with fresh_database("postgres") as url:
+            pg.PostgresStorage(url).close()  # the schema
+            with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+                conn.execute(OPEN_FUNCTION)
+                order = list(SHAPES)
+                random.shuffle(order)
+                for shape in order:
+                    key = f"{shape}-{uuid.uuid4().hex[:6]}"
+                    SHAPES[shape](conn, limits, key)  # warm up
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    for _ in range(args.transactions):
+                        SHAPES[shape](conn, limits, key)
+                    wall[shape].append((time.perf_counter() - started) / args.transactions)
+                    cpu[shape].append((time.process_time() - cpu_started) / args.transactions)
+    for shape in SHAPES:
+        print(
+            f"{shape:9} wall {statistics.median(wall[shape]) * 1e6:6.0f} us"
+            f" [{min(wall[shape]) * 1e6:.0f}, {max(wall[shape]) * 1e6:.0f}],"
+            f" client CPU {statistics.median(cpu[shape]) * 1e6:6.0f} us"
+            f" [{min(cpu[shape]) * 1e6:.0f}, {max(cpu[shape]) * 1e6:.0f}] per transaction"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -12,8 +12,8 @@ processes; ratios are taken within a round. Reported per server:
 - cycles/s, and the cycle's time over two healthz (the server's cost beside its HTTP floor);
 - server CPU per cycle (the server process's user+system time over the timed window);
 - round trips to the database per operation (sequential cycles, counted by the relay);
-- the share of the server's CPU samples inside psycopg (py-spy, when installed), times its CPU
-  per cycle: psycopg CPU per cycle.
+- the share of the server's GIL-holding samples inside psycopg (py-spy, when installed), times
+  its CPU per cycle: psycopg CPU per cycle.
 
 Writes bench/results/postgres.json.
 """
@@ -189,7 +189,10 @@ def round_trips(target: Server, relay: RoundTrips, cycles: int = 200) -> float:
 
 
 def psycopg_share(pool: ProcessPoolExecutor, target: Server, seconds: float) -> float | None:
-    """The share of the server's CPU samples with psycopg on the stack, under 1 process."""
+    """The share of the server's Python CPU with psycopg on the stack, under 1 process.
+
+    py-spy samples only the thread holding the GIL, so waits for the network are left out.
+    """
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(py_spy).exists():
         return None
@@ -207,6 +210,7 @@ def psycopg_share(pool: ProcessPoolExecutor, target: Server, seconds: float) -> 
                 "--rate",
                 "200",
                 "--nonblocking",
+                "--gil",  # only the thread holding the GIL: Python CPU, not waits
                 "--duration",
                 str(round(seconds + 1)),
                 "--output",

@@ -2,10 +2,11 @@
 
 - Time is the database's clock (`clock_timestamp()`), so server machines with skewed clocks
   cannot disagree about who holds a lock. A transaction reads it once, in its first statement
-  (the request-id claim, or a bare clock read). That instant is after the request arrived, so
-  a new expiry of now + ttl is never earlier than the client's own deadline; and a "now" that
-  is slightly old by the time the key's row lock is granted only makes a live lease look live
-  a little longer (a conservative 409), never makes a live lease look expired.
+  (the request-id claim, or a bare clock read; both first in `volcano_open`). That instant is
+  after the request arrived, so a new expiry of now + ttl is never earlier than the client's
+  own deadline; and a "now" that is slightly old by the time the key's row lock is granted
+  only makes a live lease look live a little longer (a conservative 409), never makes a live
+  lease look expired.
 - A write transaction locks the key's row with `SELECT ... FOR UPDATE`, which in READ
   COMMITTED waits for a concurrent writer and returns the row as it committed; a key never seen
   before gets a placeholder row to lock instead (`_LockedKey`, the one place that knows them),
@@ -14,11 +15,12 @@
   is inserted, or the stored one is locked and returned. A concurrent duplicate waits on that
   row until the first transaction commits, then reads its outcome.
 - Each operation is one short transaction in pipeline mode, in two round trips: BEGIN, its
-  per-transaction settings, the request-id claim (or a clock read), the key's row lock and the
-  head of the key's line go out together; the rules decide in Python on what came back; the
-  writes go out with COMMIT. Nothing is kept in the session (no prepared statements,
-  no session SET, no session advisory locks), so a transaction-mode pooler such as PgBouncer
-  can sit in between.
+  per-transaction settings and one call of `volcano_open` (a function that claims the request
+  id or reads the clock, locks the key's row and reads the head of its line, and decides
+  nothing) go out together; the rules decide in Python on what came back; the writes go out
+  with COMMIT. Nothing is kept in the session (no prepared statements, no session SET, no
+  session advisory locks; the function's cached plans live in the database process, unseen by
+  the protocol), so a transaction-mode pooler such as PgBouncer can sit in between.
 - The queue of waiters is a table shared by every server; a server that reserves the lock for
   a waiter held by another server tells it with `NOTIFY` (sent when the transaction commits),
   and each server `LISTEN`s on one connection of its own, outside the pool. That connection
@@ -41,7 +43,7 @@ import asyncio
 import logging
 import select
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -65,6 +67,54 @@ from ._urls import UnsupportedDatabaseURL, redact_url
 __all__ = ["PostgresStorage"]
 
 log = logging.getLogger("volcano_server")
+
+# The reads of a transaction's first round trip, as one call: claim the request id (when one is
+# given; its statement reads the clock, else a bare clock read does), lock the key's row or place
+# its placeholder (see `_LockedKey`), then read the head of its line. A VOLATILE function runs
+# each statement on a new snapshot in READ COMMITTED, so the line is read after the lock is
+# granted; and its plans are cached in the database session, which no pooler sees. It decides
+# nothing: the rules run in Python, on what it returns.
+_OPEN_FUNCTION = """
+CREATE OR REPLACE FUNCTION volcano_open(
+    p_project bigint, p_key text, p_request text, p_line integer
+) RETURNS TABLE (
+    claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
+    claimed_until bigint, clock_us bigint, lock_token bigint, lock_owner text,
+    lock_until bigint, lock_ttl double precision, line jsonb
+) LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_request IS NULL THEN
+        clock_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    ELSE
+        INSERT INTO request_outcomes AS o
+            (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
+            VALUES (p_project, p_request, '', 0, '', NULL, 0)
+            ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
+            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
+                clock_us;
+    END IF;
+    SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+        INTO lock_token, lock_owner, lock_until, lock_ttl
+        FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
+            ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
+            RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+            INTO lock_token, lock_owner, lock_until, lock_ttl;
+    END IF;
+    SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
+            w.ttl_seconds, w.server_id, w.state, w.until_us, s.alive_until_us)
+            ORDER BY w.seq), '[]')
+        INTO line
+        FROM (SELECT * FROM lock_waiters w
+              WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
+              ORDER BY w.seq LIMIT p_line) w
+        LEFT JOIN servers s USING (server_id);
+    RETURN NEXT;
+END $$
+"""
 
 # Schema changes, by the version they bring the database to; each runs once, in order.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -144,6 +194,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             alive_until_us bigint NOT NULL
         )""",
     ),
+    # Issue 14: a transaction's first round trip as one call of a function.
+    4: (_OPEN_FUNCTION,),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -197,10 +249,11 @@ _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
     " w.until_us, s.alive_until_us FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
+_OPEN = "SELECT * FROM volcano_open(%s, %s, %s, %s)"
 _QUEUED = _WAITERS + (
     " WHERE w.project_id = %s AND w.key = %s AND w.state != 'away' ORDER BY w.seq LIMIT %s"
 )
-# How much of a key's line the first round trip reads along with the key's row.
+# How much of a key's line `volcano_open` reads along with the key's row.
 _LINE_AHEAD = 16
 _FIND_WAITER = _WAITERS + " WHERE w.project_id = %s AND w.key = %s AND w.owner_token = %s"
 _PURGE_WAITERS = (
@@ -249,27 +302,17 @@ def _offset_none() -> int:
 class _LockedKey:
     """A key's row as the transaction that locked it found it: the one place placeholders live.
 
-    A key never seen before has no row to lock, so the statement that locks a key's row inserts
-    a placeholder row (fencing token 0) when there is none: the INSERT either inserts it,
-    holding the new row's lock, or (ON CONFLICT) locks and returns the row a concurrent
-    transaction just committed. Two first acquisitions of a key therefore queue on one row
-    instead of both winning or failing on the unique index. A placeholder is never a lease
-    (`row` is None), and one the transaction does not replace with a real row is deleted
-    before it commits (`leftover`), so no other transaction ever sees one.
+    A key never seen before has no row to lock, so `volcano_open` (`_OPEN_FUNCTION`), which
+    locks a key's row, inserts a placeholder row (fencing token 0) when there is none: the
+    INSERT either inserts it, holding the new row's lock, or (ON CONFLICT) locks and returns
+    the row a concurrent transaction just committed; a row deleted while it waited for it (a
+    placeholder of another transaction) is not found, and it places its own. Two first
+    acquisitions of a key therefore queue on one row instead of both winning or failing on the
+    unique index. A placeholder is never a lease (`row` is None), and one the transaction does
+    not replace with a real row is deleted before it commits (`leftover`), so no other
+    transaction ever sees one.
     """
 
-    # One statement: lock the row if there is one, else place the placeholder. A row that a
-    # concurrent transaction deletes while this one waits for it (its own placeholder) is not
-    # found, and the INSERT places a new one.
-    LOCK = (
-        "WITH found AS (SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
-        " WHERE project_id = %(project_id)s AND key = %(key)s FOR UPDATE),"
-        " placed AS (INSERT INTO locks AS l (project_id, key, fencing_token)"
-        " SELECT %(project_id)s, %(key)s, 0 WHERE NOT EXISTS (SELECT FROM found)"
-        " ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token"
-        " RETURNING fencing_token, owner_token, expires_at_us, ttl_seconds)"
-        " SELECT * FROM found UNION ALL SELECT * FROM placed"
-    )
     # A reader outside any transaction never meets a placeholder: none is ever committed.
     READ = (
         "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
@@ -281,10 +324,6 @@ class _LockedKey:
         self._ref = (project_id, key)
         self.row = _lease(project_id, key, fields)
         self._placed = self.row is None  # by this transaction, and not replaced yet
-
-    @staticmethod
-    def params(project_id: int, key: str) -> dict[str, object]:
-        return {"project_id": project_id, "key": key}
 
     def replaced(self) -> None:
         """The transaction saved a real row for the key."""
@@ -302,10 +341,17 @@ def _lease(project_id: int, key: str, fields: tuple[Any, ...] | None) -> LockRow
     return LockRow(project_id, key, *fields)
 
 
-def _waiter(fields: tuple[Any, ...], now_us: int) -> Waiter:
-    """A waiter from a `_WAITERS` row: its server is alive while its heartbeat runs at `now_us`."""
-    *row, alive_until_us = fields
-    return Waiter.from_row((*row, alive_until_us is not None and alive_until_us > now_us))
+def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
+    """A waiter from a `_WAITERS` row, or an entry of a `volcano_open` line.
+
+    Its server is alive while its heartbeat runs past `now_us`. (A line's numbers come through
+    JSON: a ttl of 30.0 comes back as 30.)
+    """
+    seq, project_id, key, owner_token, ttl, server_id, state, until_us, alive_until_us = fields
+    alive = alive_until_us is not None and alive_until_us > now_us
+    return Waiter.from_row(
+        (seq, project_id, key, owner_token, float(ttl), server_id, state, until_us, alive)
+    )
 
 
 class _ReadTx:
@@ -332,18 +378,18 @@ class _ReadTx:
 class _WriteTx:
     """One READ COMMITTED transaction in pipeline mode, in two round trips for one key.
 
-    Statements whose result is needed are sent with a Sync and awaited (`_round_trip`); the
+    Statements whose result is needed are sent with a Sync and awaited (`_ask`); the
     writes are only queued and travel with COMMIT. The Sync, rather than psycopg's flush
     request, is what makes PostgreSQL count the wait for our next statement as "idle in
     transaction": without it a server that vanished mid-transaction (a black hole, a frozen
     process) would leave the session waiting for input, its row locks held, with no timeout
     ever firing.
 
-    `first_key`, when the caller knows it, is the key the transaction will lock: the first
-    round trip (BEGIN, the settings, the request-id claim or a clock read) also locks that key's
-    row and then reads the head of its line, so the rules decide on what one round trip
-    brought. The line is read by a statement of its own after the lock is granted, so it is as
-    current as a read made later: every change to a key's line is made under its row lock.
+    `first_key`, when the caller knows it, is the key the transaction will lock: its first
+    round trip (BEGIN, the settings, and `volcano_open`) claims the request id or reads the
+    clock, locks that key's row and reads the head of its line, so the rules decide on what one
+    round trip brought. The line can be used until the transaction changes a waiter or a
+    heartbeat: every other change to a key's line is made under the key's row lock.
     """
 
     def __init__(
@@ -360,7 +406,7 @@ class _WriteTx:
         self._first_key = first_key
         self._locked: dict[tuple[int, str], _LockedKey] = {}
         # Heads of lines read right after their key was locked, until a waiter row changes.
-        self._lines: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+        self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
         self.durable = False  # set by writes a client may be told about: leases, outcomes
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
@@ -383,24 +429,23 @@ class _WriteTx:
 
     def now_us(self) -> int:
         if self._now is None:
-            cursor = self._conn.execute(_CLOCK)
-            self._round_trip()
-            self._set_now(_one(cursor)[0])
+            if self._first_key is not None:
+                self._open(*self._first_key, None)
+            else:
+                self._set_now(_one(self._ask(_CLOCK, ()))[0])
         assert self._now is not None  # noqa: S101 - just set
         return self._now
 
-    def _round_trip(self, key: tuple[int, str] | None = None) -> None:
-        """Send what is queued (with the first key's lock and line) and a Sync; wait for it all."""
-        if key is None and self._first_key is not None:
-            key, self._first_key = self._first_key, None
-        if key is None or key in self._locked:
-            self._pipeline.sync()
-            return
-        lock = self._conn.execute(_LockedKey.LOCK, _LockedKey.params(*key))
-        line = self._conn.execute(_QUEUED, (*key, _LINE_AHEAD))
-        self._pipeline.sync()
-        self._locked[key] = _LockedKey(*key, _one(lock))
-        self._lines[key] = line.fetchall()
+    def _open(self, project_id: int, key: str, request_id: str | None) -> StoredOutcome | None:
+        """One round trip: claim `request_id` (or read the clock), lock the key, read its line."""
+        self._first_key = None
+        *claimed, clock_us, token, owner, until, ttl, line = _one(
+            self._ask(_OPEN, (project_id, key, request_id, _LINE_AHEAD))
+        )
+        self._set_now(clock_us)
+        self._locked[project_id, key] = _LockedKey(project_id, key, (token, owner, until, ttl))
+        self._lines[project_id, key] = line
+        return None if request_id is None else StoredOutcome(*claimed)
 
     def _set_now(self, clock_us: int) -> None:
         if self._now is None:
@@ -408,7 +453,7 @@ class _WriteTx:
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
         if (project_id, key) not in self._locked:
-            self._round_trip((project_id, key))
+            self._open(project_id, key, None)
         return self._locked[project_id, key].row
 
     def save_lock(self, row: LockRow) -> None:
@@ -429,11 +474,13 @@ class _WriteTx:
             locked.replaced()
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
-        cursor = self._conn.execute(_CLAIM, (project_id, request_id))
-        self._round_trip()
-        *stored, clock_us = _one(cursor)
-        self._set_now(clock_us)
-        outcome = StoredOutcome(*stored)
+        if self._first_key is not None and self._first_key[0] == project_id:
+            outcome = self._open(*self._first_key, request_id)
+        else:
+            *stored, clock_us = _one(self._ask(_CLAIM, (project_id, request_id)))
+            self._set_now(clock_us)
+            outcome = StoredOutcome(*stored)
+        assert outcome is not None  # noqa: S101 - a request id was claimed
         return outcome if outcome.expires_at_us > self.now_us() else None
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
@@ -518,9 +565,9 @@ class _WriteTx:
         self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
 
     def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.Cursor[Any]:
-        """Send `query` and everything queued before it, and wait for the results."""
+        """Send `query` and everything queued before it, with a Sync, and wait for it all."""
         cursor = self._conn.execute(query, params)
-        self._round_trip()
+        self._pipeline.sync()
         return cursor
 
 

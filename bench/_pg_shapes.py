@@ -1,4 +1,4 @@
-"""A transaction's shape on PostgreSQL: a pipelined batch of statements, or a server-side function.
+"""A transaction's shape on PostgreSQL: pipelined statements, a function, simple queries.
 
     python -m bench._pg_shapes [--rounds 5] [--transactions 1000]
 
@@ -7,12 +7,13 @@ then its writes with COMMIT, in one thread of this process with psycopg:
 
 - batch: BEGIN, the settings, the claim, the key's lock and the head of its line (five
   statements, one Sync), as the adapter sent them before `volcano_open`;
-- function: BEGIN, the settings, and one call of a PL/pgSQL function that runs the same claim,
-  lock and line read (its statements' plans cached in the session) and returns one row, as
-  the adapter's `volcano_open` does;
-- functions: that, and the writes as one call of a second function.
+- function: BEGIN, the settings, and one call of `volcano_open`, the PL/pgSQL function that
+  runs the same claim, lock and line read (its statements' plans cached in the session);
+- functions: that, and the writes as one call of a second function;
+- simple: the function shape without pipeline mode, each round trip one simple-protocol
+  query of several statements, bound on the client: what the adapter sends now.
 
-Each round runs both shapes, in a shuffled order, on a fresh database; prints the medians of
+Each round runs every shape, in a shuffled order, on a fresh database; prints the medians of
 wall time, of this process's CPU time (psycopg's share of a server's) and of the database
 backend's CPU time per transaction.
 """
@@ -35,39 +36,6 @@ from volcano_server.storage import _postgres as pg
 
 from ._servers import fresh_database
 
-# The first round trip of the batch shape, as one function: same statements, same order.
-OPEN_FUNCTION = """
-CREATE FUNCTION bench_open(p_project bigint, p_key text, p_request text, p_line int)
-RETURNS TABLE (fingerprint bytea, status int, body bytea, retry_after int,
-               outcome_expires bigint, now_us bigint, fencing_token bigint, owner_token text,
-               expires_at_us bigint, ttl_seconds double precision, line jsonb)
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO request_outcomes AS o
-        (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
-        VALUES (p_project, p_request, '', 0, '', NULL, 0)
-        ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
-        RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
-            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
-        INTO fingerprint, status, body, retry_after, outcome_expires, now_us;
-    SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
-        INTO fencing_token, owner_token, expires_at_us, ttl_seconds
-        FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
-            ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
-            RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
-            INTO fencing_token, owner_token, expires_at_us, ttl_seconds;
-    END IF;
-    SELECT coalesce(jsonb_agg(to_jsonb(w) ORDER BY w.seq), '[]') INTO line FROM (
-        SELECT w.seq, w.owner_token, w.ttl_seconds, w.server_id, w.state, w.until_us,
-            s.alive_until_us
-        FROM lock_waiters w LEFT JOIN servers s USING (server_id)
-        WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
-        ORDER BY w.seq LIMIT p_line) w;
-    RETURN NEXT;
-END $$
-"""
 # The writes of a granted acquire as one call of a PL/pgSQL function (plans cached too).
 SAVE_FUNCTION = """
 CREATE FUNCTION bench_save(p_project bigint, p_key text, p_token bigint, p_owner text,
@@ -119,9 +87,7 @@ def function(conn: psycopg.Connection[Any], limits: tuple[str, tuple[str, ...]],
     with conn.pipeline() as pipeline:
         conn.execute(pg._BEGIN)
         conn.execute(*limits)
-        opened = conn.execute(
-            "SELECT * FROM bench_open(%s, %s, %s, %s)", (1, key, str(uuid.uuid4()), 16)
-        )
+        opened = conn.execute(pg._OPEN, (1, key, str(uuid.uuid4()), pg._LINE_AHEAD))
         pipeline.sync()
         opened.fetchone()
         writes(conn, key)
@@ -131,9 +97,7 @@ def functions(conn: psycopg.Connection[Any], limits: tuple[str, tuple[str, ...]]
     with conn.pipeline() as pipeline:
         conn.execute(pg._BEGIN)
         conn.execute(*limits)
-        opened = conn.execute(
-            "SELECT * FROM bench_open(%s, %s, %s, %s)", (1, key, str(uuid.uuid4()), 16)
-        )
+        opened = conn.execute(pg._OPEN, (1, key, str(uuid.uuid4()), pg._LINE_AHEAD))
         pipeline.sync()
         opened.fetchone()
         conn.execute(
@@ -154,10 +118,39 @@ def writes(conn: psycopg.Connection[Any], key: str) -> None:
     conn.execute("COMMIT")
 
 
+def simple(conn: psycopg.Connection[Any], limits: tuple[str, tuple[str, ...]], key: str) -> None:
+    """The function shape without pipeline mode: each round trip one simple-protocol query."""
+    cursor = psycopg.ClientCursor(conn)
+    first = "; ".join(
+        [
+            pg._BEGIN,
+            cursor.mogrify(*limits),
+            cursor.mogrify(pg._OPEN, (1, key, str(uuid.uuid4()), pg._LINE_AHEAD)),
+        ]
+    )
+    cursor.execute(first.encode(), prepare=False)
+    while cursor.nextset():
+        pass
+    cursor.fetchone()
+    second = "; ".join(
+        [
+            cursor.mogrify(pg._SAVE_LOCK, (1, key, 1, "owner", 2**60, 30.0)),
+            cursor.mogrify(
+                "DELETE FROM lock_waiters WHERE project_id = %s AND key = %s AND owner_token = %s",
+                (1, key, "owner"),
+            ),
+            cursor.mogrify(pg._SAVE_OUTCOME, (1, str(uuid.uuid4()), b"x", 200, b"{}", None, 2**60)),
+            "COMMIT",
+        ]
+    )
+    cursor.execute(second.encode(), prepare=False)
+
+
 SHAPES: dict[str, Callable[[psycopg.Connection[Any], tuple[str, tuple[str, ...]], str], None]] = {
     "batch": batch,
     "function": function,
     "functions": functions,
+    "simple": simple,
 }
 
 
@@ -178,9 +171,8 @@ def main() -> None:
     db: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     for _ in range(args.rounds):
         with fresh_database("postgres") as url:
-            pg.PostgresStorage(url).close()  # the schema
+            pg.PostgresStorage(url).close()  # the schema, with volcano_open
             with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
-                conn.execute(OPEN_FUNCTION)
                 conn.execute(SAVE_FUNCTION)
                 row = conn.execute("SELECT pg_backend_pid()").fetchone()
                 assert row is not None

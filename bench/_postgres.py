@@ -47,7 +47,7 @@ import httpx
 from tests.support.server import ServerProcess
 
 from ._cycles import Job, run_job
-from ._servers import Deployment, fresh_database, make_keys
+from ._servers import Deployment, Keys, fresh_database
 
 SIDES = ("before", "after")
 VARIANTS = ("healthz", "raw_httpx")
@@ -128,7 +128,7 @@ class Server:
 def server(side: str, checkout: Path | None, relay: RoundTrips) -> Iterator[Server]:
     """A server of `checkout` (this one when None) on a fresh database, through the relay."""
     with fresh_database("postgres") as url:
-        keys = make_keys(url)
+        keys = checkout_keys(url, checkout)
         parts = urlsplit(url)
         relayed = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{relay.port}")
         process = ServerProcess(relayed.geturl(), "--no-access-log", cwd=checkout)
@@ -137,6 +137,29 @@ def server(side: str, checkout: Path | None, relay: RoundTrips) -> Iterator[Serv
             yield Server(side, Deployment(side, url, (process.url,), keys), process)
         finally:
             process.terminate()
+
+
+def checkout_keys(url: str, checkout: Path | None) -> Keys:
+    """A project's keys, made by `checkout`'s own `keys create` (so its own schema version)."""
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "volcano_server",
+            "keys",
+            "create",
+            "--project",
+            "bench",
+            "--db",
+            url,
+        ],
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    values = dict(line.split("=", 1) for line in found.splitlines() if "=" in line)
+    return Keys(values["VOLCANO_ANON_KEY"], values["VOLCANO_SERVICE_KEY"])
 
 
 def timed(

@@ -376,14 +376,16 @@ class _ReadTx:
 
 
 class _WriteTx:
-    """One READ COMMITTED transaction in pipeline mode, in two round trips for one key.
+    """One READ COMMITTED transaction, in two round trips for one key.
 
-    Statements whose result is needed are sent with a Sync and awaited (`_ask`); the
-    writes are only queued and travel with COMMIT. The Sync, rather than psycopg's flush
-    request, is what makes PostgreSQL count the wait for our next statement as "idle in
-    transaction": without it a server that vanished mid-transaction (a black hole, a frozen
-    process) would leave the session waiting for input, its row locks held, with no timeout
-    ever firing.
+    Statements are bound here (`ClientCursor.mogrify`) and queued; the writes travel with the
+    next statement whose result is needed (`_ask`) or with COMMIT, each round trip one
+    simple-protocol query of several statements. Every such query ends with ReadyForQuery, so
+    while this side decides PostgreSQL counts the session "idle in transaction" and its timeout
+    runs: a server that vanished mid-transaction (a black hole, a frozen process) never leaves
+    its row locks held with no timeout firing. (In pipeline mode that took a Sync after every
+    awaited statement; the simple protocol also spares psycopg's pipeline machinery and the
+    database's parse and bind steps, about a third of the CPU on either side: bench._pg_shapes.)
 
     `first_key`, when the caller knows it, is the key the transaction will lock: its first
     round trip (BEGIN, the settings, and `volcano_open`) claims the request id or reads the
@@ -395,12 +397,12 @@ class _WriteTx:
     def __init__(
         self,
         conn: psycopg.Connection[Any],
-        pipeline: psycopg.Pipeline,
         offset: Callable[[], int],
         first_key: tuple[int, str] | None,
     ) -> None:
         self._conn = conn
-        self._pipeline = pipeline
+        self._cursor = psycopg.ClientCursor(conn)
+        self._queued: list[str] = []  # bound statements for the next round trip
         self._offset = offset
         self._now: int | None = None
         self._first_key = first_key
@@ -410,11 +412,11 @@ class _WriteTx:
         self.durable = False  # set by writes a client may be told about: leases, outcomes
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
-        self._conn.execute(_BEGIN)
-        self._conn.execute(*limits)
+        self._send(_BEGIN, ())
+        self._send(*limits)
 
     def commit(self) -> None:
-        """Queue COMMIT: leaving pipeline mode sends it, with the queued writes, and waits.
+        """Send the queued writes with COMMIT, and wait for it.
 
         A transaction that changed only queue or heartbeat rows does not wait for the WAL
         flush: nothing in it must survive a crash (its requests die with the server anyway).
@@ -422,10 +424,10 @@ class _WriteTx:
         for locked in self._locked.values():
             leftover = locked.leftover()
             if leftover is not None:
-                self._conn.execute(*leftover)
+                self._send(*leftover)
         if not self.durable:
-            self._conn.execute("SET LOCAL synchronous_commit TO off")
-        self._conn.execute("COMMIT")
+            self._send("SET LOCAL synchronous_commit TO off", ())
+        self._ask("COMMIT", ())
 
     def now_us(self) -> int:
         if self._now is None:
@@ -458,7 +460,7 @@ class _WriteTx:
 
     def save_lock(self, row: LockRow) -> None:
         self.durable = True
-        self._conn.execute(
+        self._send(
             _SAVE_LOCK,
             (
                 row.project_id,
@@ -485,7 +487,7 @@ class _WriteTx:
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
-        self._conn.execute(
+        self._send(
             _SAVE_OUTCOME,
             (
                 project_id,
@@ -533,7 +535,7 @@ class _WriteTx:
         ttl_seconds: float,
     ) -> None:
         self._lines.clear()
-        self._conn.execute(
+        self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
             " ttl_seconds = %s WHERE seq = %s",
             (state, until_us, server_id, ttl_seconds, seq),
@@ -541,14 +543,14 @@ class _WriteTx:
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
         self._lines.clear()
-        self._conn.execute(
+        self._send(
             "DELETE FROM lock_waiters WHERE project_id = %s AND key = %s AND owner_token = %s",
             (project_id, key, owner_token),
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
         self._lines.clear()  # a heartbeat read with a line may have moved
-        self._conn.execute(
+        self._send(
             "INSERT INTO servers (server_id, alive_until_us) VALUES (%s, %s)"
             " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
             (server_id, alive_until_us),
@@ -562,12 +564,24 @@ class _WriteTx:
         return row is not None
 
     def announce(self, server_id: str, seq: int) -> None:
-        self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
+        self._send("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
 
-    def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.Cursor[Any]:
-        """Send `query` and everything queued before it, with a Sync, and wait for it all."""
-        cursor = self._conn.execute(query, params)
-        self._pipeline.sync()
+    def _send(self, query: str, params: tuple[object, ...]) -> None:
+        """Queue `query`, bound, to go with the next round trip."""
+        self._queued.append(self._cursor.mogrify(query, params) if params else query)
+
+    def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.ClientCursor[Any]:
+        """Send everything queued and `query` as one query; wait, and return `query`'s result.
+
+        Without parameters psycopg sends it with the simple protocol, several statements in one
+        message; the first that fails ends the message, and the error is raised here.
+        """
+        self._send(query, params)
+        statements, self._queued = "; ".join(self._queued), []
+        cursor = self._cursor
+        cursor.execute(statements.encode(), prepare=False)
+        while cursor.nextset():
+            pass
         return cursor
 
 
@@ -644,11 +658,10 @@ class PostgresStorage(KeyAdmin):
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                with conn.pipeline() as pipeline:
-                    tx = _WriteTx(conn, pipeline, self._offset, key)
-                    tx.begin(self._limits)
-                    yield tx
-                    tx.commit()
+                tx = _WriteTx(conn, self._offset, key)
+                tx.begin(self._limits)
+                yield tx
+                tx.commit()
             except BaseException:
                 _roll_back(conn)
                 raise

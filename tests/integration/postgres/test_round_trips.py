@@ -24,22 +24,17 @@ def new_id() -> str:
 
 
 class RoundTrips:
-    """Counts the Syncs psycopg sends in pipeline mode: each one is waited for, a round trip."""
+    """Counts the queries a write transaction sends: each one is waited for, a round trip."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        sync, leave = psycopg.Pipeline.sync, psycopg.Pipeline.__exit__
+        execute = psycopg.ClientCursor.execute
 
-        def counted_sync(pipeline: psycopg.Pipeline) -> None:
+        def counted(cursor: psycopg.ClientCursor[Any], *args: Any, **kwargs: Any) -> Any:
             self.count += 1
-            sync(pipeline)
+            return execute(cursor, *args, **kwargs)
 
-        def counted_exit(pipeline: psycopg.Pipeline, *exc: Any) -> None:
-            self.count += 1  # leaving the pipeline sends what is queued, with a Sync, and waits
-            leave(pipeline, *exc)
-
-        monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
-        monkeypatch.setattr(psycopg.Pipeline, "__exit__", counted_exit)
+        monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
 
     def of(self, operation: Any, *args: Any, **kwargs: Any) -> tuple[Any, int]:
         before = self.count
@@ -157,3 +152,25 @@ class TestPlaceholder:
                 "SELECT count(*) FROM locks WHERE project_id = %s", (project_id,)
             ).fetchone()
         assert rows == (0,)
+
+
+class TestClientSideBinding:
+    @pytest.mark.parametrize(
+        "key", ["100%s", "a%(x)s'; DROP TABLE locks; --", "back\\slash'quote\"", "ünï☃"]
+    )
+    def test_awkward_text_is_stored_as_sent(
+        self, storages: Storages, project_id: int, key: str
+    ) -> None:
+        """Statements are bound on this side: quotes, percent signs and backslashes in keys,
+        owner tokens and request ids come back exactly, and a replay finds its request id."""
+        locks = service(storages())
+        owner = f"{key}-owner%s"
+        request = caller(project_id, f"{key}-request")
+        acquired = locks.acquire(request, key, owner, 30)
+        lease = json.loads(acquired.body)
+        released = locks.release(caller(project_id, new_id()), key, owner, lease["fencing_token"])
+        replay = locks.acquire(request, key, owner, 30)
+        state = json.loads(locks.get(caller(project_id, new_id()), key).body)
+        assert (acquired.status, lease["key"], released.status) == (200, key, 204)
+        assert (replay.replayed, replay.body) == (True, acquired.body)
+        assert (state["key"], state["held"], state["fencing_token"]) == (key, False, 1)

@@ -14,13 +14,14 @@
 - Request ids are claimed the same way: the placeholder outcome row (expired by construction)
   is inserted, or the stored one is locked and returned. A concurrent duplicate waits on that
   row until the first transaction commits, then reads its outcome.
-- Each operation is one short transaction in pipeline mode, in two round trips: BEGIN, its
-  per-transaction settings and one call of `volcano_open` (a function that claims the request
-  id or reads the clock, locks the key's row and reads the head of its line, and decides
-  nothing) go out together; the rules decide in Python on what came back; the writes go out
-  with COMMIT. Nothing is kept in the session (no prepared statements, no session SET, no
-  session advisory locks; the function's cached plans live in the database process, unseen by
-  the protocol), so a transaction-mode pooler such as PgBouncer can sit in between.
+- Each operation is one short transaction in two round trips, each one simple-protocol query
+  of several statements: BEGIN, its per-transaction settings and one call of `volcano_open` (a
+  function that claims the request id or reads the clock, locks the key's row and reads the
+  head of its line, and decides nothing) go out together; the rules decide in Python on what
+  came back; the writes go out with COMMIT. Nothing is kept in the session (no prepared
+  statements, no session SET, no session advisory locks; the function's cached plans live in
+  the database process, unseen by the protocol), so a transaction-mode pooler such as
+  PgBouncer can sit in between.
 - The queue of waiters is a table shared by every server; a server that reserves the lock for
   a waiter held by another server tells it with `NOTIFY` (sent when the transaction commits),
   and each server `LISTEN`s on one connection of its own, outside the pool. That connection
@@ -579,7 +580,7 @@ class _WriteTx:
         self._send(query, params)
         statements, self._queued = "; ".join(self._queued), []
         cursor = self._cursor
-        cursor.execute(statements.encode(), prepare=False)
+        cursor.execute(statements, prepare=False)  # no parameters: sent as it is
         while cursor.nextset():
             pass
         return cursor

@@ -49,7 +49,7 @@ def deployment(
     backend: str, servers: int = 1, *, label: str | None = None, args: tuple[str, ...] = ()
 ) -> Iterator[Deployment]:
     """`servers` server processes on one fresh database of `backend` ("sqlite" or "postgres")."""
-    with _database(backend) as database_url:
+    with fresh_database(backend) as database_url:
         keys = make_keys(database_url)
         running = [ServerProcess(database_url, "--no-access-log", *args) for _ in range(servers)]
         try:
@@ -63,7 +63,8 @@ def deployment(
 
 
 @contextlib.contextmanager
-def _database(backend: str) -> Iterator[str]:
+def fresh_database(backend: str) -> Iterator[str]:
+    """A fresh, empty database of `backend` ("sqlite" or "postgres"), dropped afterwards."""
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(prefix="volcano-bench-") as directory:
             yield f"sqlite:///{Path(directory) / 'bench.db'}"

@@ -428,7 +428,7 @@ class LockService:
                 )
             return answer
 
-        return self._in_transaction(work, may_wait=may_wait)
+        return self._in_transaction(work, may_wait=may_wait, key=(caller.project_id, key))
 
     def _on_key(
         self,
@@ -447,7 +447,7 @@ class LockService:
             self._save(tx, effects, loaded, row, now)
             return row, now, result
 
-        return self._in_transaction(work, may_wait=may_wait)
+        return self._in_transaction(work, may_wait=may_wait, key=(project_id, key))
 
     def _save(
         self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow | None, now: int
@@ -465,11 +465,17 @@ class LockService:
                 left = (row.expires_at_us - now) / 1_000_000
             effects.watched.append((key_ref, left))
 
-    def _in_transaction(self, work: Callable[[WriteTx, _Effects], T], *, may_wait: bool) -> T:
-        """Run `work` in one write transaction; its effects on waiting requests follow commit."""
+    def _in_transaction(
+        self,
+        work: Callable[[WriteTx, _Effects], T],
+        *,
+        may_wait: bool,
+        key: tuple[int, str],
+    ) -> T:
+        """Run `work` on `key` in one write transaction; its effects on waiting requests follow."""
         effects = _Effects(self.room)
         try:
-            with self._storage.write(wait=may_wait) as tx:
+            with self._storage.write(wait=may_wait, key=key) as tx:
                 result = work(tx, effects)
         except BaseException:
             effects.rolled_back()

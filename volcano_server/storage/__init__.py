@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import unquote
 
 from ._base import (
     KeyKind,
@@ -20,6 +20,7 @@ from ._base import (
     WriteTx,
 )
 from ._keys import KeyEvent, KeyInfo, UnknownProject, key_id
+from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -45,10 +46,6 @@ __all__ = [
 ]
 
 DEFAULT_DATABASE_URL = "sqlite:///volcano.db"
-
-
-class UnsupportedDatabaseURL(ValueError):
-    """The database URL names no backend this server has."""
 
 
 def open_storage(url: str, *, sqlite_synchronous: str = "full") -> Storage:
@@ -86,24 +83,3 @@ def _sqlite_path(url: str) -> Path:
     if not path or path == ":memory:" or path.startswith("file:"):
         raise UnsupportedDatabaseURL(f"SQLite needs a database file path, got {url!r}")
     return Path(path)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, fit for logs and error messages.
-
-    Both places a libpq URL can carry one are masked: `user:PASSWORD@host` and `?password=`.
-    """
-    parts = urlsplit(url)
-    in_query = "password=" in parts.query.lower()
-    if parts.password is None and not in_query:
-        return url
-    if parts.password is not None:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        parts = parts._replace(netloc=netloc)
-    if in_query:
-        query = [
-            (name, "***" if name.lower() == "password" else value)
-            for name, value in parse_qsl(parts.query, keep_blank_values=True)
-        ]
-        parts = parts._replace(query=urlencode(query, safe="*"))
-    return parts.geturl()

@@ -235,8 +235,14 @@ class Storage(Protocol):
     # False sends every operation to a worker thread.
     runs_inline: bool
 
-    def write(self, *, wait: bool = True) -> AbstractContextManager[WriteTx]:
-        """Begin a read-write transaction."""
+    def write(
+        self, *, wait: bool = True, key: tuple[int, str] | None = None
+    ) -> AbstractContextManager[WriteTx]:
+        """Begin a read-write transaction.
+
+        `key` is the (project id, key) whose row the transaction will load first, when known: a
+        backend whose statements are network round trips locks it along with its first one.
+        """
         ...
 
     def read(self, *, wait: bool = True) -> AbstractContextManager[ReadTx]:

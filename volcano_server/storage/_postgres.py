@@ -2,25 +2,26 @@
 
 - Time is the database's clock (`clock_timestamp()`), so server machines with skewed clocks
   cannot disagree about who holds a lock. A transaction reads it once, in its first statement
-  (the request-id claim, or a bare clock read). That instant is after the request arrived, so
-  a new expiry of now + ttl is never earlier than the client's own deadline; and a "now" that
-  is slightly old by the time the key's row lock is granted only makes a live lease look live
-  a little longer (a conservative 409), never makes a live lease look expired.
+  (the request-id claim, or a bare clock read; both first in `volcano_open`). That instant is
+  after the request arrived, so a new expiry of now + ttl is never earlier than the client's
+  own deadline; and a "now" that is slightly old by the time the key's row lock is granted
+  only makes a live lease look live a little longer (a conservative 409), never makes a live
+  lease look expired.
 - A write transaction locks the key's row with `SELECT ... FOR UPDATE`, which in READ
-  COMMITTED waits for a concurrent writer and returns the row as it committed. A key never
-  seen before has no row to lock: an `INSERT ... ON CONFLICT DO UPDATE` of a placeholder row
-  (fencing token 0) either inserts it, holding the new row's lock, or locks and returns the
-  row a concurrent transaction just committed. Two first acquisitions of a key therefore queue
-  on one row instead of both winning or failing on the unique index. A placeholder that the
-  transaction does not replace is deleted before it commits, so none is ever visible.
+  COMMITTED waits for a concurrent writer and returns the row as it committed; a key never seen
+  before gets a placeholder row to lock instead (`_LockedKey`, the one place that knows them),
+  which none but its own transaction ever sees.
 - Request ids are claimed the same way: the placeholder outcome row (expired by construction)
   is inserted, or the stored one is locked and returned. A concurrent duplicate waits on that
   row until the first transaction commits, then reads its outcome.
-- Each operation is one short transaction in pipeline mode: BEGIN, its per-transaction
-  settings and the first statement go out together, the writes go out with COMMIT. Three round
-  trips per acquire, renew or release. Nothing is kept in the session (no prepared statements,
-  no session SET, no session advisory locks), so a transaction-mode pooler such as PgBouncer
-  can sit in between.
+- Each operation is one short transaction in two round trips, each one simple-protocol query
+  of several statements: BEGIN, its per-transaction settings and one call of `volcano_open` (a
+  function that claims the request id or reads the clock, locks the key's row and reads the
+  head of its line, and decides nothing) go out together; the rules decide in Python on what
+  came back; the writes go out with COMMIT. Nothing is kept in the session (no prepared
+  statements, no session SET, no session advisory locks; the function's cached plans live in
+  the database process, unseen by the protocol), so a transaction-mode pooler such as
+  PgBouncer can sit in between.
 - The queue of waiters is a table shared by every server; a server that reserves the lock for
   a waiter held by another server tells it with `NOTIFY` (sent when the transaction commits),
   and each server `LISTEN`s on one connection of its own, outside the pool. That connection
@@ -43,7 +44,7 @@ import asyncio
 import logging
 import select
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -52,7 +53,6 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import UnsupportedDatabaseURL, redact_url
 from ._base import (
     KeyRecord,
     LockRow,
@@ -63,10 +63,59 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = ["PostgresStorage"]
 
 log = logging.getLogger("volcano_server")
+
+# The reads of a transaction's first round trip, as one call: claim the request id (when one is
+# given; its statement reads the clock, else a bare clock read does), lock the key's row or place
+# its placeholder (see `_LockedKey`), then read the head of its line. A VOLATILE function runs
+# each statement on a new snapshot in READ COMMITTED, so the line is read after the lock is
+# granted; and its plans are cached in the database session, which no pooler sees. It decides
+# nothing: the rules run in Python, on what it returns.
+_OPEN_FUNCTION = """
+CREATE OR REPLACE FUNCTION volcano_open(
+    p_project bigint, p_key text, p_request text, p_line integer
+) RETURNS TABLE (
+    claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
+    claimed_until bigint, clock_us bigint, lock_token bigint, lock_owner text,
+    lock_until bigint, lock_ttl double precision, line jsonb
+) LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_request IS NULL THEN
+        clock_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    ELSE
+        INSERT INTO request_outcomes AS o
+            (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
+            VALUES (p_project, p_request, '', 0, '', NULL, 0)
+            ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
+            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
+                clock_us;
+    END IF;
+    SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+        INTO lock_token, lock_owner, lock_until, lock_ttl
+        FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
+            ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
+            RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
+            INTO lock_token, lock_owner, lock_until, lock_ttl;
+    END IF;
+    SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
+            w.ttl_seconds, w.server_id, w.state, w.until_us, s.alive_until_us)
+            ORDER BY w.seq), '[]')
+        INTO line
+        FROM (SELECT * FROM lock_waiters w
+              WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
+              ORDER BY w.seq LIMIT p_line) w
+        LEFT JOIN servers s USING (server_id);
+    RETURN NEXT;
+END $$
+"""
 
 # Schema changes, by the version they bring the database to; each runs once, in order.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -146,14 +195,17 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             alive_until_us bigint NOT NULL
         )""",
     ),
+    # Issue 14: a transaction's first round trip as one call of a function.
+    4: (_OPEN_FUNCTION,),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
 _MIGRATION_LOCK = 0x766F6C63616E6F  # "volcano"
 
-# The database clock, in integer microseconds since the Unix epoch, is
-# (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, spelled out in each statement.
-_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+# The database clock, in integer microseconds since the Unix epoch. Every statement that reads
+# time spells it this way.
+_NOW_US = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+_CLOCK = f"SELECT {_NOW_US}"
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # Each transaction makes the database end its side of the connection once the server has been
@@ -164,12 +216,11 @@ _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # transaction only, and only where the database has them (PostgreSQL 12 and later).
 _SILENCE_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_user_timeout")
 _CLAIM = (
-    "INSERT INTO request_outcomes AS o"
+    "INSERT INTO request_outcomes AS o"  # noqa: S608 - only constants are formatted in
     " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
     " VALUES (%s, %s, '', 0, '', NULL, 0)"
     " ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us"
-    " RETURNING fingerprint, status, body, retry_after, expires_at_us,"
-    " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+    f" RETURNING fingerprint, status, body, retry_after, expires_at_us, {_NOW_US}"
 )
 _SAVE_OUTCOME = (
     "INSERT INTO request_outcomes"
@@ -179,20 +230,6 @@ _SAVE_OUTCOME = (
     " status = excluded.status, body = excluded.body, retry_after = excluded.retry_after,"
     " expires_at_us = excluded.expires_at_us"
 )
-_SELECT_LOCK = (
-    "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
-    " WHERE project_id = %s AND key = %s"
-)
-_LOCK_ROW = (
-    "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
-    " WHERE project_id = %s AND key = %s FOR UPDATE"
-)
-_PLACE_LOCK = (
-    "INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (%s, %s, 0)"
-    " ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token"
-    " RETURNING fencing_token, owner_token, expires_at_us, ttl_seconds"
-)
-_UNPLACE_LOCK = "DELETE FROM locks WHERE project_id = %s AND key = %s AND fencing_token = 0"
 _SAVE_LOCK = (
     "INSERT INTO locks (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, key) DO UPDATE SET"
@@ -202,20 +239,23 @@ _SAVE_LOCK = (
 # SKIP LOCKED: servers purging at once take disjoint batches, and a row a request is
 # re-claiming right now is left to it.
 _PURGE = (
-    "DELETE FROM request_outcomes WHERE (project_id, request_id) IN"
+    "DELETE FROM request_outcomes WHERE (project_id, request_id) IN"  # noqa: S608 - constants
     " (SELECT project_id, request_id FROM request_outcomes"
-    " WHERE expires_at_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + %s"
+    f" WHERE expires_at_us <= {_NOW_US} + %s"
     " LIMIT %s FOR UPDATE SKIP LOCKED)"
 )
 
+# A waiter's row and its server's heartbeat, which `_waiter` judges against the transaction's now.
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, coalesce(s.alive_until_us > %s, false)"
-    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
+    " w.until_us, s.alive_until_us FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
+_OPEN = "SELECT * FROM volcano_open(%s, %s, %s, %s)"
 _QUEUED = _WAITERS + (
     " WHERE w.project_id = %s AND w.key = %s AND w.state != 'away' ORDER BY w.seq LIMIT %s"
 )
+# How much of a key's line `volcano_open` reads along with the key's row.
+_LINE_AHEAD = 16
 _FIND_WAITER = _WAITERS + " WHERE w.project_id = %s AND w.key = %s AND w.owner_token = %s"
 _PURGE_WAITERS = (
     "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
@@ -260,6 +300,61 @@ def _offset_none() -> int:
     return 0
 
 
+class _LockedKey:
+    """A key's row as the transaction that locked it found it: the one place placeholders live.
+
+    A key never seen before has no row to lock, so `volcano_open` (`_OPEN_FUNCTION`), which
+    locks a key's row, inserts a placeholder row (fencing token 0) when there is none: the
+    INSERT either inserts it, holding the new row's lock, or (ON CONFLICT) locks and returns
+    the row a concurrent transaction just committed; a row deleted while it waited for it (a
+    placeholder of another transaction) is not found, and it places its own. Two first
+    acquisitions of a key therefore queue on one row instead of both winning or failing on the
+    unique index. A placeholder is never a lease (`row` is None), and one the transaction does
+    not replace with a real row is deleted before it commits (`leftover`), so no other
+    transaction ever sees one.
+    """
+
+    # A reader outside any transaction never meets a placeholder: none is ever committed.
+    READ = (
+        "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
+        " WHERE project_id = %s AND key = %s"
+    )
+    _UNPLACE = "DELETE FROM locks WHERE project_id = %s AND key = %s AND fencing_token = 0"
+
+    def __init__(self, project_id: int, key: str, fields: tuple[Any, ...]) -> None:
+        self._ref = (project_id, key)
+        self.row = _lease(project_id, key, fields)
+        self._placed = self.row is None  # by this transaction, and not replaced yet
+
+    def replaced(self) -> None:
+        """The transaction saved a real row for the key."""
+        self._placed = False
+
+    def leftover(self) -> tuple[str, tuple[object, ...]] | None:
+        """The statement that deletes the placeholder before commit, if one is left."""
+        return (self._UNPLACE, self._ref) if self._placed else None
+
+
+def _lease(project_id: int, key: str, fields: tuple[Any, ...] | None) -> LockRow | None:
+    """The lease a fetched row holds; fencing token 0 is a placeholder (see `_LockedKey`)."""
+    if fields is None or fields[0] == 0:
+        return None
+    return LockRow(project_id, key, *fields)
+
+
+def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
+    """A waiter from a `_WAITERS` row, or an entry of a `volcano_open` line.
+
+    Its server is alive while its heartbeat runs past `now_us`. (A line's numbers come through
+    JSON: a ttl of 30.0 comes back as 30.)
+    """
+    seq, project_id, key, owner_token, ttl, server_id, state, until_us, alive_until_us = fields
+    alive = alive_until_us is not None and alive_until_us > now_us
+    return Waiter.from_row(
+        (seq, project_id, key, owner_token, float(ttl), server_id, state, until_us, alive)
+    )
+
+
 class _ReadTx:
     """Reads outside any transaction: the clock, then the row.
 
@@ -277,76 +372,96 @@ class _ReadTx:
         return self._now
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
-        row = self._conn.execute(_SELECT_LOCK, (project_id, key)).fetchone()
-        return _lock_row(project_id, key, row)
+        row = self._conn.execute(_LockedKey.READ, (project_id, key)).fetchone()
+        return _lease(project_id, key, row)
 
 
 class _WriteTx:
-    """One READ COMMITTED transaction in pipeline mode.
+    """One READ COMMITTED transaction, in two round trips for one key.
 
-    Statements whose result is needed are sent with a Sync and awaited (`_ask`); the writes are
-    only queued and travel with COMMIT. The Sync, rather than psycopg's flush request, is what
-    makes PostgreSQL count the wait for our next statement as "idle in transaction": without
-    it a server that vanished mid-transaction (a black hole, a frozen process) would leave the
-    session waiting for input, its row locks held, with no timeout ever firing.
+    Statements are bound here (`ClientCursor.mogrify`) and queued; the writes travel with the
+    next statement whose result is needed (`_ask`) or with COMMIT, each round trip one
+    simple-protocol query of several statements. Every such query ends with ReadyForQuery, so
+    while this side decides PostgreSQL counts the session "idle in transaction" and its timeout
+    runs: a server that vanished mid-transaction (a black hole, a frozen process) never leaves
+    its row locks held with no timeout firing. (In pipeline mode that took a Sync after every
+    awaited statement; the simple protocol also spares psycopg's pipeline machinery and the
+    database's parse and bind steps, about a third of the CPU on either side: bench._pg_shapes.)
+
+    `first_key`, when the caller knows it, is the key the transaction will lock: its first
+    round trip (BEGIN, the settings, and `volcano_open`) claims the request id or reads the
+    clock, locks that key's row and reads the head of its line, so the rules decide on what one
+    round trip brought. The line can be used until the transaction changes a waiter or a
+    heartbeat: every other change to a key's line is made under the key's row lock.
     """
 
     def __init__(
         self,
         conn: psycopg.Connection[Any],
-        pipeline: psycopg.Pipeline,
         offset: Callable[[], int],
+        first_key: tuple[int, str] | None,
     ) -> None:
         self._conn = conn
-        self._pipeline = pipeline
+        self._cursor = psycopg.ClientCursor(conn)
+        self._queued: list[str] = []  # bound statements for the next round trip
         self._offset = offset
         self._now: int | None = None
-        self._placeholder: tuple[int, str] | None = None
+        self._first_key = first_key
+        self._locked: dict[tuple[int, str], _LockedKey] = {}
+        # Heads of lines read right after their key was locked, until a waiter row changes.
+        self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
         self.durable = False  # set by writes a client may be told about: leases, outcomes
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
-        self._conn.execute(_BEGIN)
-        self._conn.execute(*limits)
+        self._send(_BEGIN, ())
+        self._send(*limits)
 
     def commit(self) -> None:
-        """Queue COMMIT: leaving pipeline mode sends it, with the queued writes, and waits.
+        """Send the queued writes with COMMIT, and wait for it.
 
         A transaction that changed only queue or heartbeat rows does not wait for the WAL
         flush: nothing in it must survive a crash (its requests die with the server anyway).
         """
-        if self._placeholder is not None:  # loaded for a key never taken, and left untaken
-            self._conn.execute(_UNPLACE_LOCK, self._placeholder)
+        for locked in self._locked.values():
+            leftover = locked.leftover()
+            if leftover is not None:
+                self._send(*leftover)
         if not self.durable:
-            self._conn.execute("SET LOCAL synchronous_commit TO off")
-        self._conn.execute("COMMIT")
+            self._send("SET LOCAL synchronous_commit TO off", ())
+        self._ask("COMMIT", ())
 
     def now_us(self) -> int:
         if self._now is None:
-            self._set_now(_one(self._ask(_CLOCK, ()))[0])
+            if self._first_key is not None:
+                self._open(*self._first_key, None)
+            else:
+                self._set_now(_one(self._ask(_CLOCK, ()))[0])
         assert self._now is not None  # noqa: S101 - just set
         return self._now
 
-    def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.Cursor[Any]:
-        """Send `query` and everything queued before it, and wait for the results."""
-        cursor = self._conn.execute(query, params)
-        self._pipeline.sync()
-        return cursor
+    def _open(self, project_id: int, key: str, request_id: str | None) -> StoredOutcome | None:
+        """One round trip: claim `request_id` (or read the clock), lock the key, read its line."""
+        self._first_key = None
+        *claimed, clock_us, token, owner, until, ttl, line = _one(
+            self._ask(_OPEN, (project_id, key, request_id, _LINE_AHEAD))
+        )
+        self._set_now(clock_us)
+        self._locked[project_id, key] = _LockedKey(project_id, key, (token, owner, until, ttl))
+        self._lines[project_id, key] = line
+        return None if request_id is None else StoredOutcome(*claimed)
 
     def _set_now(self, clock_us: int) -> None:
         if self._now is None:
             self._now = clock_us + self._offset()
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
-        row = self._ask(_LOCK_ROW, (project_id, key)).fetchone()
-        if row is None:
-            row = _one(self._ask(_PLACE_LOCK, (project_id, key)))
-        if row[0] == 0:
-            self._placeholder = (project_id, key)
-        return _lock_row(project_id, key, row)
+        if (project_id, key) not in self._locked:
+            self._open(project_id, key, None)
+        return self._locked[project_id, key].row
 
     def save_lock(self, row: LockRow) -> None:
         self.durable = True
-        self._conn.execute(
+        self._send(
             _SAVE_LOCK,
             (
                 row.project_id,
@@ -357,18 +472,23 @@ class _WriteTx:
                 row.ttl_seconds,
             ),
         )
-        if self._placeholder == (row.project_id, row.key):
-            self._placeholder = None
+        locked = self._locked.get((row.project_id, row.key))
+        if locked is not None:
+            locked.replaced()
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
-        *stored, clock_us = _one(self._ask(_CLAIM, (project_id, request_id)))
-        self._set_now(clock_us)
-        outcome = StoredOutcome(*stored)
+        if self._first_key is not None and self._first_key[0] == project_id:
+            outcome = self._open(*self._first_key, request_id)
+        else:
+            *stored, clock_us = _one(self._ask(_CLAIM, (project_id, request_id)))
+            self._set_now(clock_us)
+            outcome = StoredOutcome(*stored)
+        assert outcome is not None  # noqa: S101 - a request id was claimed
         return outcome if outcome.expires_at_us > self.now_us() else None
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
-        self._conn.execute(
+        self._send(
             _SAVE_OUTCOME,
             (
                 project_id,
@@ -382,16 +502,20 @@ class _WriteTx:
         )
 
     def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
-        rows = self._ask(_QUEUED, (self.now_us(), project_id, key, limit)).fetchall()
-        return [Waiter.from_row(row) for row in rows]
+        rows = self._lines.get((project_id, key))
+        if rows is None or (len(rows) == _LINE_AHEAD and limit > _LINE_AHEAD):
+            rows = self._ask(_QUEUED, (project_id, key, limit)).fetchall()
+        now = self.now_us()
+        return [_waiter(row, now) for row in rows[:limit]]
 
     def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
-        row = self._ask(_FIND_WAITER, (self.now_us(), project_id, key, owner_token)).fetchone()
-        return None if row is None else Waiter.from_row(row)
+        row = self._ask(_FIND_WAITER, (project_id, key, owner_token)).fetchone()
+        return None if row is None else _waiter(row, self.now_us())
 
     def add_waiter(
         self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
     ) -> int:
+        self._lines.clear()
         (seq,) = _one(
             self._ask(
                 "INSERT INTO lock_waiters"
@@ -411,20 +535,23 @@ class _WriteTx:
         server_id: str,
         ttl_seconds: float,
     ) -> None:
-        self._conn.execute(
+        self._lines.clear()
+        self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
             " ttl_seconds = %s WHERE seq = %s",
             (state, until_us, server_id, ttl_seconds, seq),
         )
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
-        self._conn.execute(
+        self._lines.clear()
+        self._send(
             "DELETE FROM lock_waiters WHERE project_id = %s AND key = %s AND owner_token = %s",
             (project_id, key, owner_token),
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
-        self._conn.execute(
+        self._lines.clear()  # a heartbeat read with a line may have moved
+        self._send(
             "INSERT INTO servers (server_id, alive_until_us) VALUES (%s, %s)"
             " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
             (server_id, alive_until_us),
@@ -438,7 +565,25 @@ class _WriteTx:
         return row is not None
 
     def announce(self, server_id: str, seq: int) -> None:
-        self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
+        self._send("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
+
+    def _send(self, query: str, params: tuple[object, ...]) -> None:
+        """Queue `query`, bound, to go with the next round trip."""
+        self._queued.append(self._cursor.mogrify(query, params) if params else query)
+
+    def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.ClientCursor[Any]:
+        """Send everything queued and `query` as one query; wait, and return `query`'s result.
+
+        Without parameters psycopg sends it with the simple protocol, several statements in one
+        message; the first that fails ends the message, and the error is raised here.
+        """
+        self._send(query, params)
+        statements, self._queued = "; ".join(self._queued), []
+        cursor = self._cursor
+        cursor.execute(statements, prepare=False)  # no parameters: sent as it is
+        while cursor.nextset():
+            pass
+        return cursor
 
 
 class PostgresStorage(KeyAdmin):
@@ -504,17 +649,20 @@ class PostgresStorage(KeyAdmin):
         self._pool.open(wait=False)
 
     @contextmanager
-    def write(self, *, wait: bool = True) -> Iterator[_WriteTx]:
-        """One READ COMMITTED transaction, committed when the block ends without an error."""
+    def write(self, *, wait: bool = True, key: tuple[int, str] | None = None) -> Iterator[_WriteTx]:
+        """One READ COMMITTED transaction, committed when the block ends without an error.
+
+        `key`, the (project id, key) whose row the transaction will lock, is locked in its
+        first round trip.
+        """
         if not wait:
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                with conn.pipeline() as pipeline:
-                    tx = _WriteTx(conn, pipeline, self._offset)
-                    tx.begin(self._limits)
-                    yield tx
-                    tx.commit()
+                tx = _WriteTx(conn, self._offset, key)
+                tx.begin(self._limits)
+                yield tx
+                tx.commit()
             except BaseException:
                 _roll_back(conn)
                 raise
@@ -657,12 +805,6 @@ def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
     if row is None:
         raise psycopg.InternalError("a statement that returns a row returned none")
     return tuple(row)
-
-
-def _lock_row(project_id: int, key: str, row: tuple[Any, ...] | None) -> LockRow | None:
-    if row is None or row[0] == 0:  # fencing token 0: a placeholder, never a real lease
-        return None
-    return LockRow(project_id, key, *row)
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

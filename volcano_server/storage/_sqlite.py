@@ -341,8 +341,8 @@ class SQLiteStorage(KeyAdmin):
                 raise
 
     @contextmanager
-    def write(self, *, wait: bool = True) -> Iterator[_Tx]:
-        """One BEGIN IMMEDIATE transaction on the shared writer connection."""
+    def write(self, *, wait: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
+        """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot)."""
         if not self._write_lock.acquire(blocking=wait):
             raise WouldBlock
         try:

@@ -14,6 +14,7 @@ its transaction and then waits on the loop, costing no thread (`_waiting`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -38,7 +39,7 @@ from ._schema import ValidationFailure, Validator
 from ._service import Caller, LockService
 from ._spec import Operation
 from ._waiting import Entry
-from ._wire import Answer, dumps, error_body
+from ._wire import Answer, dumps
 from .storage import StorageUnavailable, WouldBlock
 
 __all__ = ["HANDLED_OPERATIONS", "Api"]
@@ -141,12 +142,12 @@ class Api:
                     operation, caller, params_checked, body_checked, receive
                 )
         except ApiError as error:
-            answer = _error_answer(error, request_id)
+            answer = error.answer(request_id)
         except _ClientGone:
             return
         except Exception:
             log.exception("internal error in %s request_id=%s", operation.operation_id, request_id)
-            answer = _error_answer(ApiError.internal(), request_id)
+            answer = ApiError.internal().answer(request_id)
         await _send(send, answer, request_id)
         self._report(
             RequestRecord.of(
@@ -189,7 +190,7 @@ class Api:
 
     async def _refuse(self, error: ApiError, scope: Scope, send: Send) -> None:
         request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
-        answer = _error_answer(error, request_id)
+        answer = error.answer(request_id)
         await _send(send, answer, request_id, allow=error.allow)
         self._report(RequestRecord.of(scope, answer.status, request_id))
 
@@ -251,10 +252,16 @@ class Api:
             check_content_encoding(headers)
             body = _json_object(headers.get("content-type", ""), request.body)
         checked_params, checked_body = _validated(request.operation, request.params, body)
-        caller = Caller(
-            principal.project_id, principal.credential, request.request_id, request.replayable
+        print_ = None
+        if request.replayable:
+            print_ = _fingerprint(
+                request.operation.operation_id, checked_params, checked_body, principal.credential
+            )
+        return (
+            Caller(principal.project_id, request.request_id, print_),
+            checked_params,
+            checked_body,
         )
-        return caller, checked_params, checked_body
 
     async def _perform(
         self,
@@ -279,7 +286,7 @@ class Api:
             owner_token=body["owner_token"],
             ttl_seconds=body["ttl_seconds"],
             request_id=caller.request_id,
-            replayable=caller.replayable,
+            fingerprint=caller.fingerprint,
         )
         result = await self.run_storage(
             lambda wait: service.acquire(
@@ -287,7 +294,6 @@ class Api:
                 entry.key,
                 entry.owner_token,
                 entry.ttl_seconds,
-                wait_seconds=wait_seconds,
                 entry=entry,
                 may_wait=wait,
             )
@@ -339,6 +345,19 @@ def _validated(
     except ValidationFailure as failure:
         raise ApiError.validation(str(failure)) from None
     return checked, body
+
+
+def _fingerprint(
+    operation_id: str, params: dict[str, Any], body: dict[str, Any], credential: bytes
+) -> bytes:
+    """What makes two requests "the same", decided once from the validated request.
+
+    The operation, its path parameters, its validated body (defaults filled in) and the
+    credential: a repeated request id is replayed only with the same fingerprint.
+    """
+    return hashlib.sha256(
+        dumps([operation_id, sorted(params.items()), sorted(body.items()), credential.hex()])
+    ).digest()
 
 
 # No field needs more than 17 significant digits; this bounds what int() and float() are given,
@@ -412,12 +431,6 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "null" if value is None else "a number"
-
-
-def _error_answer(error: ApiError, request_id: str) -> Answer:
-    return Answer(
-        error.status, error_body(error.code, error.message, request_id), error.retry_after
-    )
 
 
 async def _send(send: Send, answer: Answer, request_id: str, allow: tuple[str, ...] = ()) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "Synchronous",
     "Waiter",
     "WaiterState",
     "WouldBlock",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 KeyKind = Literal["anon", "service"]
+# SQLite's durability: "full" survives power loss, "normal" only a killed process.
+Synchronous = Literal["full", "normal"]
 # waiting: in line; reserved: first in line, the lock set aside for it until its server takes
 # it; away: left (timed out, disconnected), its place kept for a short while to come back to.
 WaiterState = Literal["waiting", "reserved", "away"]

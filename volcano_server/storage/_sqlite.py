@@ -33,24 +33,23 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Literal
 
 from ._base import (
     KeyRecord,
     LockRow,
     StorageUnavailable,
     StoredOutcome,
+    Synchronous,
     Waiter,
     WaiterState,
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._sql import FIND_WAITER, QUEUED, SAVE_LOCK, TOUCH_SERVER, lock_params, unavailable_when
 
 __all__ = ["SQLiteStorage"]
-
-Synchronous = Literal["full", "normal"]
 
 # Schema changes, by the version they bring the database to; each runs once, in order, so a
 # database of any earlier version is upgraded in place.
@@ -130,16 +129,6 @@ CREATE TABLE servers (
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
-_WAITERS = (
-    "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, coalesce(s.alive_until_us > ?, 0)"
-    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
-)
-_QUEUED = _WAITERS + (
-    " WHERE w.project_id = ? AND w.key = ? AND w.state != 'away' ORDER BY w.seq LIMIT ?"
-)
-_FIND_WAITER = _WAITERS + " WHERE w.project_id = ? AND w.key = ? AND w.owner_token = ?"
-
 # Error codes that mean "the database cannot serve right now", answered with 503.
 _UNAVAILABLE = frozenset(
     {
@@ -186,21 +175,7 @@ class _Tx:
 
     def save_lock(self, row: LockRow) -> None:
         self.durable = True
-        self._conn.execute(
-            "INSERT INTO locks"
-            " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
-            " fencing_token = excluded.fencing_token, owner_token = excluded.owner_token,"
-            " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds",
-            (
-                row.project_id,
-                row.key,
-                row.fencing_token,
-                row.owner_token,
-                row.expires_at_us,
-                row.ttl_seconds,
-            ),
-        )
+        self._conn.execute(SAVE_LOCK, lock_params(row))
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.
@@ -229,11 +204,11 @@ class _Tx:
         )
 
     def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
-        rows = self._conn.execute(_QUEUED, (self._now, project_id, key, limit)).fetchall()
+        rows = self._conn.execute(QUEUED, (self._now, project_id, key, limit)).fetchall()
         return [Waiter.from_row(row) for row in rows]
 
     def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
-        row = self._conn.execute(_FIND_WAITER, (self._now, project_id, key, owner_token)).fetchone()
+        row = self._conn.execute(FIND_WAITER, (self._now, project_id, key, owner_token)).fetchone()
         return None if row is None else Waiter.from_row(row)
 
     def add_waiter(
@@ -270,11 +245,7 @@ class _Tx:
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
-        self._conn.execute(
-            "INSERT INTO servers (server_id, alive_until_us) VALUES (?, ?)"
-            " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
-            (server_id, alive_until_us),
-        )
+        self._conn.execute(TOUCH_SERVER, (server_id, alive_until_us))
 
     def others_alive(self, server_id: str) -> bool:
         row = self._conn.execute(
@@ -491,14 +462,14 @@ def _upgrade(conn: sqlite3.Connection, path: str, target: int = _SCHEMA_VERSION)
         conn.execute(f"PRAGMA user_version = {step}")
 
 
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as exc:
-        primary = "_".join(
-            getattr(exc, "sqlite_errorname", "").split("_")[:2]
-        )  # SQLITE_IOERR_FSYNC -> SQLITE_IOERR
-        if primary in _UNAVAILABLE:
-            raise StorageUnavailable(f"sqlite: {exc}") from exc
-        raise
+def _unavailable(exc: Exception) -> str | None:
+    """Why `exc` means the database cannot serve now, or None if it means something else."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    # SQLITE_IOERR_FSYNC -> SQLITE_IOERR
+    primary = "_".join(getattr(exc, "sqlite_errorname", "").split("_")[:2])
+    return f"sqlite: {exc}" if primary in _UNAVAILABLE else None
+
+
+def _mapped_errors() -> AbstractContextManager[None]:
+    return unavailable_when(_unavailable)

@@ -184,9 +184,12 @@ class Api:
                     pass
             return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
         except StorageUnavailable as exc:
-            self._metrics.storage_errors.labels("request").inc()
-            log.warning("storage unavailable: %s", exc)
-            raise ApiError.unavailable("storage is unavailable, retry later") from exc
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: StorageUnavailable) -> ApiError:
+        self._metrics.storage_errors.labels("request").inc()
+        log.warning("storage unavailable: %s", exc)
+        return ApiError.unavailable("storage is unavailable, retry later")
 
     async def _refuse(self, error: ApiError, scope: Scope, send: Send) -> None:
         request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
@@ -264,6 +267,22 @@ class Api:
         )
 
     async def _perform(
+        self,
+        operation: Operation,
+        caller: Caller,
+        params: dict[str, Any],
+        body: dict[str, Any],
+        receive: Receive,
+    ) -> Answer:
+        """Run the operation, and hold its answer until what it committed is on disk."""
+        answer = await self._decide_and_store(operation, caller, params, body, receive)
+        try:
+            await self._service.synced()
+        except StorageUnavailable as exc:
+            raise self._unavailable(exc) from exc
+        return answer
+
+    async def _decide_and_store(
         self,
         operation: Operation,
         caller: Caller,

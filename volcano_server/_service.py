@@ -205,6 +205,10 @@ class LockService:
             row = tx.load_lock(caller.project_id, key)
         return Answer(200, dumps(lock_state(row, now, key)))
 
+    async def synced(self) -> None:
+        """Return once every transaction committed so far is on disk: answer only then."""
+        await self._storage.synced()
+
     # -- the life of a waiting request -----------------------------------------------------
 
     def settle(self, key_ref: tuple[int, str], *, may_wait: bool = True) -> None:

@@ -246,6 +246,14 @@ class Storage(Protocol):
         """Begin a read-only transaction."""
         ...
 
+    async def synced(self) -> None:
+        """Return once every commit made so far is durable.
+
+        A `write(wait=True)` is durable when it returns; a `write(wait=False)` may leave its
+        durability to this (it must not wait), so answer nobody about it before this returns.
+        """
+        ...
+
     def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
         ...

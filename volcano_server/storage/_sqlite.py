@@ -2,15 +2,19 @@
 
 - WAL journal, so readers never wait for the writer.
 - Durable by default ("full"): a commit that a client will be told about (a lease, a stored
-  outcome, keys) is on disk before the answer is sent: the server fsyncs the WAL after it, as
+  outcome, keys) is on disk before the answer is sent: the WAL is fsynced after it, as
   SQLite's `synchronous=FULL` does after every commit, so an acknowledged lease survives
   `kill -9` and also power loss or an OS crash. Fencing tokens must never be issued twice, and a
-  lost commit after a power cut would reissue one. Commits of queue and heartbeat rows skip the
-  fsync (their requests die with the server anyway); the next durable commit's fsync carries
-  them to the disk too. The connections themselves run `synchronous=NORMAL`, which keeps the
-  database consistent through a power cut and syncs at checkpoints. "normal" (what
-  `--sqlite-synchronous normal` selects) never fsyncs after a commit: that survives `kill -9`
-  of the server, since the WAL is in the OS page cache, but not a power cut.
+  lost commit after a power cut would reissue one. The fsync is a group commit (`_syncer`): a
+  writer commits, releases the write lock and waits while one syncer thread fdatasyncs the WAL
+  for every commit made meanwhile, so concurrent writers share one fsync. On the event loop
+  (`wait=False`) nothing waits: the server awaits `synced()` before it answers. Commits of
+  queue and heartbeat rows skip the fsync (their requests die with the server anyway); the
+  next durable commit's fsync carries them to the disk too. The connections themselves run
+  `synchronous=NORMAL`, which keeps the database consistent through a power cut and syncs at
+  checkpoints. "normal" (what `--sqlite-synchronous normal` selects) never fsyncs after a
+  commit: that survives `kill -9` of the server, since the WAL is in the OS page cache, but not
+  a power cut.
 - Writes are `BEGIN IMMEDIATE` transactions: the write lock is taken first, so two processes never
   decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
   writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
@@ -48,6 +52,7 @@ from ._base import (
 )
 from ._keys import KeyAdmin, Sql
 from ._sql import FIND_WAITER, QUEUED, SAVE_LOCK, TOUCH_SERVER, lock_params, unavailable_when
+from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
 
@@ -286,6 +291,7 @@ class SQLiteStorage(KeyAdmin):
             self._writer_now = self._connect(busy_ms=0)  # for NONBLOCKING: fail rather than wait
             self._migrate()
             self._wal = _open_wal(self._path) if synchronous == "full" else None
+            self._syncer = Syncer(self._wal) if self._wal is not None else None
             for _ in range(readers):
                 self._readers.put(self._connect())
 
@@ -313,7 +319,10 @@ class SQLiteStorage(KeyAdmin):
 
     @contextmanager
     def write(self, *, wait: bool = True) -> Iterator[_Tx]:
-        """One BEGIN IMMEDIATE transaction on the shared writer connection."""
+        """One BEGIN IMMEDIATE transaction on the shared writer connection.
+
+        A durable commit is on disk when this returns if `wait`; else once `synced()` returns.
+        """
         if not self._write_lock.acquire(blocking=wait):
             raise WouldBlock
         try:
@@ -324,19 +333,23 @@ class SQLiteStorage(KeyAdmin):
                 try:
                     tx = _Tx(conn, self._clock)
                     yield tx
-                    self._commit(conn, durable=tx.durable)
+                    conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
+                syncer = self._syncer if tx.durable else None
+                # Taken before the write lock is released: the next writer's ticket is later.
+                ticket = syncer.committed() if syncer is not None else 0
         finally:
             self._write_lock.release()
+        if syncer is not None and wait:
+            syncer.wait(ticket)  # outside the write lock: other writers join this fsync
 
-    def _commit(self, conn: sqlite3.Connection, *, durable: bool) -> None:
-        """COMMIT; then, for a durable one, fsync the WAL before anyone hears of it."""
-        conn.execute("COMMIT")
-        if durable and self._wal is not None:
-            os.fdatasync(self._wal)
+    async def synced(self) -> None:
+        """Return once every durable commit so far is on disk (the syncer's group fsync)."""
+        if self._syncer is not None:
+            await self._syncer.synced(self._syncer.last())
 
     @contextmanager
     def read(self, *, wait: bool = True) -> Iterator[_Tx]:
@@ -412,6 +425,8 @@ class SQLiteStorage(KeyAdmin):
         """Close every connection."""
         with self._write_lock:
             self._closed = True
+            if self._syncer is not None:
+                self._syncer.close()
             for conn in self._all:
                 conn.close()
             if self._wal is not None:

@@ -3,9 +3,11 @@ to a worker thread, so the server keeps answering. And what reaches the disk bef
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.raw import Waiter
 from tests.support.server import create_project, serve_in_thread
 from volcano_server import ServerConfig, _api, create_app
 from volcano_server._auth import Authenticator
@@ -170,3 +173,60 @@ class TestDurability:
             assert calls == []
         finally:
             storage.close()
+
+    def test_a_handed_over_lease_is_answered_after_its_fsync(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A release on the event loop hands the key to a queued waiter; neither the release
+        nor the waiter is answered until the syncer's fsync of that commit has returned."""
+        path = tmp_path / "handed.db"
+        url = f"sqlite:///{path}"
+        project = create_project(url, "handed")
+        gate = threading.Event()
+        gate.set()
+        real = os.fdatasync
+
+        def gated(fd: int) -> None:
+            assert gate.wait(30)
+            real(fd)
+
+        monkeypatch.setattr("volcano_server.storage._syncer.os.fdatasync", gated)
+        app = create_app(ServerConfig(database_url=url, access_log=False))
+        with (
+            serve_in_thread(app) as base,
+            httpx.Client(base_url=base, headers=project.headers(), timeout=30) as http,
+        ):
+            holder = new_id()
+            fence = Locks(http).acquire("handed", holder).json()["fencing_token"]
+            waiter = Waiter(httpx.Client(base_url=base, headers=project.headers()), "handed")
+            self.until_queued(path)
+            gate.clear()  # the next fsync hangs until the gate opens
+            released: list[httpx.Response] = []
+            releaser = threading.Thread(
+                target=lambda: released.append(Locks(http).release("handed", holder, fence))
+            )
+            releaser.start()
+            time.sleep(0.5)
+            assert self.waiters(path) == 0  # the hand-off is committed ...
+            assert released == []  # ... but nobody heard of it before the fsync
+            assert waiter.response is None
+            gate.set()
+            releaser.join(30)
+            outcome = waiter.outcome()
+        assert [response.status_code for response in released] == [204]
+        assert isinstance(outcome, httpx.Response)
+        assert outcome.status_code == 200
+        assert outcome.json()["fencing_token"] == fence + 1
+
+    @staticmethod
+    def waiters(path: Path) -> int:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            count: int = conn.execute("SELECT count(*) FROM lock_waiters").fetchone()[0]
+            return count
+
+    def until_queued(self, path: Path) -> None:
+        for _ in range(300):
+            if self.waiters(path):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the waiter never joined the queue")

@@ -205,9 +205,9 @@ class LockService:
             row = tx.load_lock(caller.project_id, key)
         return Answer(200, dumps(lock_state(row, now, key)))
 
-    async def synced(self) -> None:
+    async def synced(self, *, here: bool = False) -> None:
         """Return once every transaction committed so far is on disk: answer only then."""
-        await self._storage.synced()
+        await self._storage.synced(here=here)
 
     # -- the life of a waiting request -----------------------------------------------------
 

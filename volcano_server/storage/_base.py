@@ -246,11 +246,13 @@ class Storage(Protocol):
         """Begin a read-only transaction."""
         ...
 
-    async def synced(self) -> None:
+    async def synced(self, *, here: bool = False) -> None:
         """Return once every commit made so far is durable.
 
         A `write(wait=True)` is durable when it returns; a `write(wait=False)` may leave its
         durability to this (it must not wait), so answer nobody about it before this returns.
+        `here` allows blocking the calling thread for it, when the caller has nothing else to
+        do (one request in flight): that saves a hand-off to another thread and back.
         """
         ...
 

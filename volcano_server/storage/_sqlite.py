@@ -346,10 +346,13 @@ class SQLiteStorage(KeyAdmin):
         if syncer is not None and wait:
             syncer.wait(ticket)  # outside the write lock: other writers join this fsync
 
-    async def synced(self) -> None:
-        """Return once every durable commit so far is on disk (the syncer's group fsync)."""
+    async def synced(self, *, here: bool = False) -> None:
+        """Return once every durable commit so far is on disk (the syncer's group fsync).
+
+        `here`: fsync on the calling thread if no fsync is under way (see `_syncer`).
+        """
         if self._syncer is not None:
-            await self._syncer.synced(self._syncer.last())
+            await self._syncer.synced(self._syncer.last(), here=here)
 
     @contextmanager
     def read(self, *, wait: bool = True) -> Iterator[_Tx]:

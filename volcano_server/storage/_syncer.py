@@ -1,10 +1,12 @@
-"""Group commit: one thread fsyncs a file for every commit waiting, so concurrent writers share it.
+"""Group commit: one fsync covers every commit made while the previous one ran.
 
-Writers commit without syncing and take a ticket (`committed`); the syncer thread, whenever
-tickets are pending, fdatasyncs the file once and marks every ticket taken before that fsync
-began as synced. A writer's answer goes out only once its ticket is synced: threads wait with
-`wait`, the event loop awaits `synced`. One client pays one fsync per commit as before; several
-clients committing while an fsync runs share the next one.
+Writers commit without syncing and take a ticket (`committed`). Whoever waits for a ticket
+gets it synced: a worker thread blocks in `wait`, the event loop awaits `synced`. The fsync
+itself runs on the syncer thread, which fdatasyncs the file once for every ticket pending and
+then releases them all, so writers that commit while an fsync runs share the next one; and
+while the loop waits, it goes on serving other requests. A caller with nothing else to do (the
+only request in flight) may ask to sync `here`, on its own thread, to save the two thread
+hand-offs, provided no fsync is under way already.
 
 An fsync that fails fails every ticket it covered (`StorageUnavailable`, answered 503): their
 commits are in the file but may not be on the disk, so nobody is told they are.
@@ -32,6 +34,8 @@ class Syncer:
         self._cond = threading.Condition()
         self._committed = 0  # tickets taken
         self._synced = 0  # every ticket up to this one is on disk (or failed)
+        self._wanted = 0  # the latest ticket someone waits for
+        self._busy = False  # an fsync is under way
         self._failed: list[tuple[int, int, str]] = []  # (first, last, why) of failed fsyncs
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._stop = False
@@ -40,10 +44,9 @@ class Syncer:
         self._thread.start()
 
     def committed(self) -> int:
-        """Take the ticket of a commit just made; the syncer will cover it."""
+        """Take the ticket of a commit just made; it is synced once someone waits for it."""
         with self._cond:
             self._committed += 1
-            self._cond.notify_all()
             return self._committed
 
     def last(self) -> int:
@@ -54,18 +57,31 @@ class Syncer:
     def wait(self, ticket: int) -> None:
         """Block until `ticket` is on disk; StorageUnavailable if its fsync failed."""
         with self._cond:
+            self._want(ticket)
             self._cond.wait_for(lambda: self._synced >= ticket)
         self._check(ticket)
 
-    async def synced(self, ticket: int) -> None:
-        """Return once `ticket` is on disk, without blocking the event loop."""
+    async def synced(self, ticket: int, *, here: bool = False) -> None:
+        """Return once `ticket` is on disk.
+
+        With `here`, fsync on this thread (blocking it) if no fsync is under way; otherwise
+        suspend the awaiting task, not the loop, while the syncer thread does it.
+        """
+        batch: tuple[int, int] | None = None
+        future: asyncio.Future[None] | None = None
         with self._cond:
-            done = self._synced >= ticket
-            if not done:
+            if self._synced >= ticket:
+                pass
+            elif here and not self._busy:
+                batch = self._claim()
+            else:
                 loop = asyncio.get_running_loop()
-                future: asyncio.Future[None] = loop.create_future()
+                future = loop.create_future()
                 self._waiters.append((ticket, loop, future))
-        if not done:
+                self._want(ticket)
+        if batch is not None:
+            self._fsync(*batch)
+        elif future is not None:
             await future
         self._check(ticket)
 
@@ -73,8 +89,18 @@ class Syncer:
         """Sync what is pending, then stop the thread."""
         with self._cond:
             self._stop = True
-            self._cond.notify_all()
+            self._want(self._committed)
         self._thread.join()
+
+    def _want(self, ticket: int) -> None:
+        """(Holding the lock.) Ask the syncer thread to cover `ticket`."""
+        self._wanted = max(self._wanted, ticket)
+        self._cond.notify_all()
+
+    def _claim(self) -> tuple[int, int]:
+        """(Holding the lock, no fsync under way.) Take every pending ticket for one fsync."""
+        self._busy = True
+        return self._synced + 1, self._committed
 
     def _check(self, ticket: int) -> None:
         with self._cond:
@@ -85,20 +111,24 @@ class Syncer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._committed > self._synced or self._stop)
-                if self._committed == self._synced:
-                    return  # stopping, nothing pending
-                first, target = self._synced + 1, self._committed
-            try:
-                (self._sync or os.fdatasync)(self._fd)
-            except OSError as exc:
-                with self._cond:
-                    self._failed = [*self._failed[-15:], (first, target, str(exc))]
-            self._release(target)
+                self._cond.wait_for(
+                    lambda: not self._busy and (self._stop or self._wanted > self._synced)
+                )
+                if self._wanted <= self._synced:
+                    return  # stopping, and nothing is pending
+                batch = self._claim()
+            self._fsync(*batch)
 
-    def _release(self, target: int) -> None:
+    def _fsync(self, first: int, target: int) -> None:
+        """Fdatasync once for tickets `first` to `target`, then release their waiters."""
+        try:
+            (self._sync or os.fdatasync)(self._fd)
+        except OSError as exc:
+            with self._cond:
+                self._failed = [*self._failed[-15:], (first, target, str(exc))]
         with self._cond:
             self.fsyncs += 1
+            self._busy = False
             self._synced = target
             self._cond.notify_all()
             ready = [w for w in self._waiters if w[0] <= target]

@@ -288,7 +288,7 @@ class SQLiteStorage(KeyAdmin):
         self._closed = False
         with _mapped_errors():
             self._writer = self._connect()
-            self._writer_now = self._connect(busy_ms=0)  # for NONBLOCKING: fail rather than wait
+            self._writer_now = self._connect(busy_ms=0)  # for wait=False: fail rather than wait
             self._migrate()
             self._wal = _open_wal(self._path) if synchronous == "full" else None
             self._syncer = Syncer(self._wal) if self._wal is not None else None

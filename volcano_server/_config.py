@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from ._waiting import WaitingSettings
-from .storage import DEFAULT_DATABASE_URL
+from .storage import DEFAULT_DATABASE_URL, Synchronous
 
 __all__ = ["Limits", "ServerConfig"]
 
@@ -60,7 +60,7 @@ class ServerConfig:
     purge_interval_seconds: float = 5.0
     purge_batch: int = 5_000
     # SQLite only: "full" survives power loss, "normal" only a killed process (see the README).
-    sqlite_synchronous: str = "full"
+    sqlite_synchronous: Synchronous = "full"
     access_log: bool = True
     # How long a known key stays cached in memory: a revoked key is refused by every server
     # process within this (plus a request's time), and the contract asks for 5 s at most.

@@ -1,15 +1,22 @@
-"""The error answers of the API: `{"error": {"code", "message", "request_id"}}` with a status."""
+"""The error answers of the API: `{"error": {"code", "message", "request_id"}}` with a status.
+
+Every error the server answers is an `ApiError`, whoever decides it: request handling raises
+it, the lock rules return it as a refusal, the HTTP protocol answers it on a broken connection.
+`ApiError.answer` is the one place an error body is rendered.
+"""
 
 from __future__ import annotations
 
 import attrs
+
+from ._wire import Answer, dumps
 
 __all__ = ["ApiError"]
 
 
 @attrs.frozen
 class ApiError(Exception):
-    """An error answer. Raise it anywhere in request handling; the app renders it."""
+    """An error answer: raise it in request handling, or return it from a lock rule."""
 
     status: int
     code: str
@@ -69,6 +76,26 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def lock_held(cls, message: str, retry_after: int) -> ApiError:
+        """409: another owner holds the key (Retry-After: until its lease ends, at least 1)."""
+        return cls(409, "lock_held", message, retry_after=retry_after)
+
+    @classmethod
+    def lease_not_held(cls, message: str) -> ApiError:
+        """409: no live lease matches the owner token and fencing token."""
+        return cls(409, "lease_not_held", message)
+
+    @classmethod
+    def request_id_reused(cls, request_id: str) -> ApiError:
+        """409: the request id was used before for a different request."""
+        return cls(
+            409,
+            "request_id_reused",
+            f"request id {request_id} was already used for a different request;"
+            " use a new request id",
+        )
+
+    @classmethod
     def validation(cls, message: str) -> ApiError:
         """422: parses but breaks the schema."""
         return cls(422, "validation_error", message)
@@ -98,6 +125,11 @@ class ApiError(Exception):
     def internal(cls) -> ApiError:
         """500: an unexpected fault (details go to the log, never to the client)."""
         return cls(500, "internal", "internal server error")
+
+    def answer(self, request_id: str) -> Answer:
+        """The answer: this error's status, body and Retry-After."""
+        body = {"error": {"code": self.code, "message": self.message, "request_id": request_id}}
+        return Answer(self.status, dumps(body), self.retry_after)
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"

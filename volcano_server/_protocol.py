@@ -47,7 +47,6 @@ from uvicorn.server import ServerState
 from ._accesslog import RequestRecord
 from ._config import Limits
 from ._errors import ApiError
-from ._wire import error_body
 
 __all__ = ["LimitedProtocol", "Phase", "Policy", "protocol_class"]
 
@@ -207,7 +206,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _refuse(self, error: ApiError) -> None:
         """Answer `error` in the API's shape, close the connection and report the request."""
         request_id = str(uuid.uuid4())
-        body = error_body(error.code, error.message, request_id)
+        body = error.answer(request_id).body
         lines = [
             f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}",
             "content-type: application/json",

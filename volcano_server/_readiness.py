@@ -16,8 +16,9 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ._errors import ApiError
 from ._metrics import Metrics
-from ._wire import dumps, error_body
+from ._wire import dumps
 from .storage import Storage, StorageUnavailable
 
 __all__ = ["readiness_endpoint"]
@@ -45,9 +46,9 @@ def readiness_endpoint(
         except (StorageUnavailable, TimeoutError) as exc:
             metrics.storage_errors.labels("readiness").inc()
             log.warning("not ready: %s", exc or "the database did not answer in time")
-            body = error_body("unavailable", "the database cannot serve right now", request_id)
-            headers["retry-after"] = "1"
-            return Response(body, 503, headers, media_type="application/json")
+            answer = ApiError.unavailable("the database cannot serve right now").answer(request_id)
+            headers["retry-after"] = str(answer.retry_after)
+            return Response(answer.body, answer.status, headers, media_type="application/json")
         return Response(dumps({"status": "ready"}), 200, headers, media_type="application/json")
 
     return readyz

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._errors import ApiError
 from ._wire import rfc3339_us
 from .storage import LockRow, Waiter
 
@@ -42,14 +43,12 @@ class Decision:
     row: LockRow | None  # the row to save, or None to leave storage unchanged
     status: int
     payload: dict[str, Any] | None = None  # the 2xx body
-    code: str = ""  # the 409 code
-    message: str = ""
-    retry_after: int | None = None
+    refusal: ApiError | None = None  # the 409, rendered like every other error
 
     @property
     def held_by_another(self) -> bool:
         """Whether this is the lock_held refusal: the caller may queue for the key."""
-        return self.code == "lock_held"
+        return self.refusal is not None and self.refusal.code == "lock_held"
 
 
 def decide_acquire(
@@ -74,7 +73,7 @@ def lock_held(row: LockRow, now: int, key: str) -> Decision:
     assert row.expires_at_us is not None  # noqa: S101 - only live rows are held
     wait = max(1, math.ceil((row.expires_at_us - now) / 1_000_000))
     message = f"{key} is held by another owner for up to {wait} more seconds"
-    return Decision(None, 409, code="lock_held", message=message, retry_after=wait)
+    return Decision(None, 409, refusal=ApiError.lock_held(message, wait))
 
 
 def decide_renew(
@@ -226,7 +225,7 @@ def _refusal(
     message = (
         f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
     )
-    return Decision(None, 409, code="lease_not_held", message=message)
+    return Decision(None, 409, refusal=ApiError.lease_not_held(message))
 
 
 def _micros(seconds: float) -> int:

@@ -12,13 +12,13 @@ How a transaction may wait is an argument (`may_wait`): False asks the storage t
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
 
+from ._errors import ApiError
 from ._rules import (
     Decision,
     Reach,
@@ -33,22 +33,30 @@ from ._rules import (
     vacated,
 )
 from ._waiting import Entry, Move, WaitingRoom, shutting_down
-from ._wire import Answer, dumps, error_body
+from ._wire import Answer, dumps
 from .storage import LockRow, Storage, StoredOutcome, Waiter, WriteTx
 
-__all__ = ["Answer", "Caller", "LockService", "Queued", "fingerprint"]
+__all__ = ["Answer", "Caller", "LockService", "Queued"]
 
 T = TypeVar("T")
 
 
 @attrs.frozen
 class Caller:
-    """Who asks, and under which request id. Only a client-sent id makes a request replayable."""
+    """Who asks, under which request id, and what the request is.
+
+    Only a client-sent request id makes a request replayable; then `fingerprint` says what makes
+    a repeat "the same request", decided once by the API from the validated request.
+    """
 
     project_id: int
-    credential: bytes
     request_id: str
-    replayable: bool
+    fingerprint: bytes | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether the outcome is stored under the request id, to be replayed."""
+        return self.fingerprint is not None
 
 
 @attrs.frozen
@@ -110,7 +118,6 @@ class LockService:
         owner_token: str,
         ttl_seconds: float,
         *,
-        wait_seconds: float = 0.0,
         entry: Entry | None = None,
         may_wait: bool = True,
     ) -> Answer | Queued:
@@ -119,13 +126,7 @@ class LockService:
         With `entry` (a waiting acquire), a key held by another owner puts the caller in line
         (or back at its old place) and returns `Queued`.
         """
-        body: dict[str, Any] = {"owner_token": owner_token, "ttl_seconds": ttl_seconds}
-        if wait_seconds:
-            body["wait_seconds"] = wait_seconds
         project_id = caller.project_id
-
-        if entry is not None:
-            entry.fingerprint = fingerprint("acquire", key, body, caller.credential)
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             row = self._hand_off(tx, row, now, effects)
@@ -142,7 +143,7 @@ class LockService:
                 return row, Queued()
             return decision.row or row, decision
 
-        return self._mutate(caller, "acquire", key, body, run, may_wait=may_wait)
+        return self._mutate(caller, key, run, may_wait=may_wait)
 
     def renew(
         self,
@@ -155,11 +156,6 @@ class LockService:
         may_wait: bool = True,
     ) -> Answer:
         """Extend the live lease that matches both tokens."""
-        body = {
-            "owner_token": owner_token,
-            "fencing_token": fencing_token,
-            "ttl_seconds": ttl_seconds,
-        }
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_renew(
@@ -172,7 +168,7 @@ class LockService:
             )
             return decision.row or row, decision
 
-        return _answer(self._mutate(caller, "renew", key, body, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
 
     def release(
         self,
@@ -184,7 +180,6 @@ class LockService:
         may_wait: bool = True,
     ) -> Answer:
         """End the live lease that matches both tokens, and hand the key to the next in line."""
-        body = {"owner_token": owner_token, "fencing_token": fencing_token}
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_release(
@@ -192,7 +187,7 @@ class LockService:
             )
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, "release", key, body, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
 
     def force_release(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
         """End the live lease, whoever holds it, and hand the key to the next in line."""
@@ -201,7 +196,7 @@ class LockService:
             decision = decide_force_release(row, now, key=key)
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, "force_release", key, {}, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
 
     def get(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
         """Report the key's state without changing it."""
@@ -209,6 +204,10 @@ class LockService:
             now = tx.now_us()
             row = tx.load_lock(caller.project_id, key)
         return Answer(200, dumps(lock_state(row, now, key)))
+
+    async def synced(self, *, here: bool = False) -> None:
+        """Return once every transaction committed so far is on disk: answer only then."""
+        await self._storage.synced(here=here)
 
     # -- the life of a waiting request -----------------------------------------------------
 
@@ -243,7 +242,7 @@ class LockService:
                 return row, None
             row = self._step_out(tx, entry, row, now)
             answer = _wait_ran_out(row, now, entry)
-            if entry.replayable:
+            if entry.fingerprint is not None:
                 tx.save_outcome(
                     entry.project_id, entry.request_id, self._stored(entry.fingerprint, answer, now)
                 )
@@ -340,7 +339,7 @@ class LockService:
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow, now: int
     ) -> None:
         answer = Answer(200, dumps(lease_payload(row)))
-        if entry.replayable:
+        if entry.fingerprint is not None:
             tx.save_outcome(
                 entry.project_id, entry.request_id, self._stored(entry.fingerprint, answer, now)
             )
@@ -399,19 +398,16 @@ class LockService:
     def _mutate(
         self,
         caller: Caller,
-        operation: str,
         key: str,
-        body: dict[str, Any],
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
         *,
         may_wait: bool,
     ) -> Answer | Queued:
         """One operation of the API: replay, or run it and store its outcome."""
-        # Computed before the transaction, so the write lock is held no longer than needed.
-        print_ = fingerprint(operation, key, body, caller.credential) if caller.replayable else b""
+        print_ = caller.fingerprint
 
         def work(tx: WriteTx, effects: _Effects) -> Answer | Queued:
-            if caller.replayable:
+            if print_ is not None:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
                     return _replay(prior, print_, caller.request_id)
@@ -422,7 +418,7 @@ class LockService:
             if isinstance(outcome, Queued | Answer):
                 return outcome
             answer = _render(outcome, caller.request_id)
-            if caller.replayable:
+            if print_ is not None:
                 tx.save_outcome(
                     caller.project_id, caller.request_id, self._stored(print_, answer, now)
                 )
@@ -498,31 +494,20 @@ def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
     message = f"the wait for {entry.key} ran out"
     retry_after = 1
     if row is not None and row.live(now):
-        held = lock_held(row, now, entry.key)
+        held = lock_held(row, now, entry.key).refusal
+        assert held is not None  # noqa: S101 - lock_held is a refusal
         message += f"; {held.message}"
         retry_after = held.retry_after or 1
-    return Answer(409, error_body("lock_held", message, entry.request_id), retry_after)
+    return ApiError.lock_held(message, retry_after).answer(entry.request_id)
 
 
 def _render(decision: Decision, request_id: str) -> Answer:
-    if decision.status >= 400:
-        return Answer(
-            decision.status,
-            error_body(decision.code, decision.message, request_id),
-            decision.retry_after,
-        )
+    if decision.refusal is not None:
+        return decision.refusal.answer(request_id)
     return Answer(decision.status, dumps(decision.payload) if decision.payload is not None else b"")
 
 
 def _replay(prior: StoredOutcome, print_: bytes, request_id: str) -> Answer:
     if hmac.compare_digest(prior.fingerprint, print_):
         return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
-    message = (
-        f"request id {request_id} was already used for a different request; use a new request id"
-    )
-    return Answer(409, error_body("request_id_reused", message, request_id))
-
-
-def fingerprint(operation: str, key: str, body: dict[str, Any], credential: bytes) -> bytes:
-    """What makes two requests "the same": operation, key, validated body and credential."""
-    return hashlib.sha256(dumps([operation, key, sorted(body.items()), credential.hex()])).digest()
+    return ApiError.request_id_reused(request_id).answer(request_id)

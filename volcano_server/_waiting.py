@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ._wire import Answer, error_body
+from ._errors import ApiError
+from ._wire import Answer
 
 if TYPE_CHECKING:
     from ._service import LockService
@@ -113,15 +114,14 @@ class Entry:
         owner_token: str,
         ttl_seconds: float,
         request_id: str,
-        replayable: bool,
+        fingerprint: bytes | None,
     ) -> None:
         self.project_id = project_id
         self.key = key
         self.owner_token = owner_token
         self.ttl_seconds = ttl_seconds
         self.request_id = request_id
-        self.replayable = replayable
-        self.fingerprint = b""  # the acquire's, set by the service: replays must match it
+        self.fingerprint = fingerprint  # the acquire's (None: not replayable)
         self.seq: int | None = None
         self.granted_row: LockRow | None = None  # the lease it was granted, once committed
         self.phase = Phase.QUEUED
@@ -130,6 +130,11 @@ class Entry:
         self._loop_thread = threading.get_ident()
         self._woken = False
         self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether the client sent a request id, so the outcome is stored for replay."""
+        return self.fingerprint is not None
 
     def __repr__(self) -> str:  # never the owner token
         return f"<Entry {self.key!r} seq={self.seq} {self.phase.value}>"
@@ -254,8 +259,7 @@ class WaitingRoom:
 
     def _supersede(self, older: Entry) -> None:
         message = "a newer acquire with the same owner token took this request's place"
-        body = error_body("lock_held", message, older.request_id)
-        self.move(older, Move.SUPERSEDE, Answer(409, body, retry_after=1))
+        self.move(older, Move.SUPERSEDE, ApiError.lock_held(message, 1).answer(older.request_id))
 
     def forget(self, entry: Entry) -> None:
         """Drop `entry` without a move (its queueing transaction rolled back)."""
@@ -461,4 +465,4 @@ class WaitingRoom:
 def shutting_down(request_id: str) -> Answer:
     """503 for a waiting acquire that the server will not see through: it is shutting down."""
     message = "the server is shutting down; retry (a queued caller keeps its place a few seconds)"
-    return Answer(503, error_body("unavailable", message, request_id), retry_after=1)
+    return ApiError.unavailable(message).answer(request_id)

@@ -1,4 +1,4 @@
-"""Answers as the spec spells them: JSON bodies, error bodies, RFC 3339 UTC timestamps."""
+"""Answers as the spec spells them: JSON bodies and RFC 3339 UTC timestamps (errors: `_errors`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Answer", "dumps", "error_body", "rfc3339_us"]
+__all__ = ["Answer", "dumps", "rfc3339_us"]
 
 
 @attrs.frozen
@@ -37,8 +37,3 @@ def rfc3339_us(us: int) -> str:
         f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
         f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{micros:06d}Z"
     )
-
-
-def error_body(code: str, message: str, request_id: str) -> bytes:
-    """The one error shape of the API."""
-    return dumps({"error": {"code": code, "message": message, "request_id": request_id}})

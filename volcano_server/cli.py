@@ -28,6 +28,7 @@ from .storage import (
     DEFAULT_DATABASE_URL,
     Storage,
     StorageUnavailable,
+    Synchronous,
     UnsupportedDatabaseURL,
     open_storage,
     redact_url,
@@ -248,7 +249,7 @@ def _database_url(args: argparse.Namespace) -> str:
     return url
 
 
-def _open(url: str, synchronous: str = "full") -> Storage:
+def _open(url: str, synchronous: Synchronous = "full") -> Storage:
     try:
         return open_storage(url, sqlite_synchronous=synchronous)
     except UnsupportedDatabaseURL as exc:
@@ -305,7 +306,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if listeners.ssl_keyfile and not listeners.ssl_certfile:
         raise Fatal("--ssl-keyfile needs --ssl-certfile")
-    storage = _open(url, args.sqlite_synchronous)
+    storage = _open(url, config.sqlite_synchronous)
     try:
         return serve(config, storage, listeners)
     except StartupError as exc:

@@ -14,6 +14,7 @@ from ._base import (
     Storage,
     StorageUnavailable,
     StoredOutcome,
+    Synchronous,
     Waiter,
     WaiterState,
     WouldBlock,
@@ -34,6 +35,7 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "Synchronous",
     "UnknownProject",
     "UnsupportedDatabaseURL",
     "Waiter",
@@ -48,20 +50,17 @@ __all__ = [
 DEFAULT_DATABASE_URL = "sqlite:///volcano.db"
 
 
-def open_storage(url: str, *, sqlite_synchronous: str = "full") -> Storage:
+def open_storage(url: str, *, sqlite_synchronous: Synchronous = "full") -> Storage:
     """Open (creating or migrating the schema as needed) the database at `url`.
 
     `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, or `postgresql://...`.
+    `sqlite_synchronous` is checked where it is read (`ServerConfig`, the command line).
     """
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         from ._sqlite import SQLiteStorage
 
-        if sqlite_synchronous not in ("full", "normal"):
-            raise UnsupportedDatabaseURL(
-                f"sqlite synchronous must be full or normal, got {sqlite_synchronous!r}"
-            )
-        return SQLiteStorage(_sqlite_path(url), synchronous=sqlite_synchronous)  # type: ignore[arg-type]
+        return SQLiteStorage(_sqlite_path(url), synchronous=sqlite_synchronous)
     if scheme in ("postgresql", "postgres"):
         try:
             from ._postgres import PostgresStorage  # type: ignore[import-not-found,unused-ignore]

@@ -39,6 +39,7 @@ __all__ = [
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
+    "Synchronous",
     "Waiter",
     "WaiterState",
     "WouldBlock",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 KeyKind = Literal["anon", "service"]
+# SQLite's durability: "full" survives power loss, "normal" only a killed process.
+Synchronous = Literal["full", "normal"]
 # waiting: in line; reserved: first in line, the lock set aside for it until its server takes
 # it; away: left (timed out, disconnected), its place kept for a short while to come back to.
 WaiterState = Literal["waiting", "reserved", "away"]
@@ -247,6 +250,16 @@ class Storage(Protocol):
 
     def read(self, *, wait: bool = True) -> AbstractContextManager[ReadTx]:
         """Begin a read-only transaction."""
+        ...
+
+    async def synced(self, *, here: bool = False) -> None:
+        """Return once every commit made so far is durable.
+
+        A `write(wait=True)` is durable when it returns; a `write(wait=False)` may leave its
+        durability to this (it must not wait), so answer nobody about it before this returns.
+        `here` allows blocking the calling thread for it, when the caller has nothing else to
+        do (one request in flight): that saves a hand-off to another thread and back.
+        """
         ...
 
     def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:

@@ -675,6 +675,9 @@ class PostgresStorage(KeyAdmin):
         with _mapped_errors(), self._connection() as conn:
             yield _ReadTx(conn, self._offset)
 
+    async def synced(self, *, here: bool = False) -> None:
+        """Nothing to wait for: a commit is durable when it returns."""
+
     def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
         if not wait:

@@ -2,15 +2,19 @@
 
 - WAL journal, so readers never wait for the writer.
 - Durable by default ("full"): a commit that a client will be told about (a lease, a stored
-  outcome, keys) is on disk before the answer is sent: the server fsyncs the WAL after it, as
+  outcome, keys) is on disk before the answer is sent: the WAL is fsynced after it, as
   SQLite's `synchronous=FULL` does after every commit, so an acknowledged lease survives
   `kill -9` and also power loss or an OS crash. Fencing tokens must never be issued twice, and a
-  lost commit after a power cut would reissue one. Commits of queue and heartbeat rows skip the
-  fsync (their requests die with the server anyway); the next durable commit's fsync carries
-  them to the disk too. The connections themselves run `synchronous=NORMAL`, which keeps the
-  database consistent through a power cut and syncs at checkpoints. "normal" (what
-  `--sqlite-synchronous normal` selects) never fsyncs after a commit: that survives `kill -9`
-  of the server, since the WAL is in the OS page cache, but not a power cut.
+  lost commit after a power cut would reissue one. The fsync is a group commit (`_syncer`): a
+  writer commits, releases the write lock and waits while one syncer thread fdatasyncs the WAL
+  for every commit made meanwhile, so concurrent writers share one fsync. On the event loop
+  (`wait=False`) nothing waits: the server awaits `synced()` before it answers. Commits of
+  queue and heartbeat rows skip the fsync (their requests die with the server anyway); the
+  next durable commit's fsync carries them to the disk too. The connections themselves run
+  `synchronous=NORMAL`, which keeps the database consistent through a power cut and syncs at
+  checkpoints. "normal" (what `--sqlite-synchronous normal` selects) never fsyncs after a
+  commit: that survives `kill -9` of the server, since the WAL is in the OS page cache, but not
+  a power cut.
 - Writes are `BEGIN IMMEDIATE` transactions: the write lock is taken first, so two processes never
   decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
   writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
@@ -33,24 +37,24 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Literal
 
 from ._base import (
     KeyRecord,
     LockRow,
     StorageUnavailable,
     StoredOutcome,
+    Synchronous,
     Waiter,
     WaiterState,
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._sql import FIND_WAITER, QUEUED, SAVE_LOCK, TOUCH_SERVER, lock_params, unavailable_when
+from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
-
-Synchronous = Literal["full", "normal"]
 
 # Schema changes, by the version they bring the database to; each runs once, in order, so a
 # database of any earlier version is upgraded in place.
@@ -130,16 +134,6 @@ CREATE TABLE servers (
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
-_WAITERS = (
-    "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, coalesce(s.alive_until_us > ?, 0)"
-    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
-)
-_QUEUED = _WAITERS + (
-    " WHERE w.project_id = ? AND w.key = ? AND w.state != 'away' ORDER BY w.seq LIMIT ?"
-)
-_FIND_WAITER = _WAITERS + " WHERE w.project_id = ? AND w.key = ? AND w.owner_token = ?"
-
 # Error codes that mean "the database cannot serve right now", answered with 503.
 _UNAVAILABLE = frozenset(
     {
@@ -186,21 +180,7 @@ class _Tx:
 
     def save_lock(self, row: LockRow) -> None:
         self.durable = True
-        self._conn.execute(
-            "INSERT INTO locks"
-            " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
-            " fencing_token = excluded.fencing_token, owner_token = excluded.owner_token,"
-            " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds",
-            (
-                row.project_id,
-                row.key,
-                row.fencing_token,
-                row.owner_token,
-                row.expires_at_us,
-                row.ttl_seconds,
-            ),
-        )
+        self._conn.execute(SAVE_LOCK, lock_params(row))
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.
@@ -229,11 +209,11 @@ class _Tx:
         )
 
     def queued(self, project_id: int, key: str, limit: int) -> list[Waiter]:
-        rows = self._conn.execute(_QUEUED, (self._now, project_id, key, limit)).fetchall()
+        rows = self._conn.execute(QUEUED, (self._now, project_id, key, limit)).fetchall()
         return [Waiter.from_row(row) for row in rows]
 
     def find_waiter(self, project_id: int, key: str, owner_token: str) -> Waiter | None:
-        row = self._conn.execute(_FIND_WAITER, (self._now, project_id, key, owner_token)).fetchone()
+        row = self._conn.execute(FIND_WAITER, (self._now, project_id, key, owner_token)).fetchone()
         return None if row is None else Waiter.from_row(row)
 
     def add_waiter(
@@ -270,11 +250,7 @@ class _Tx:
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
-        self._conn.execute(
-            "INSERT INTO servers (server_id, alive_until_us) VALUES (?, ?)"
-            " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
-            (server_id, alive_until_us),
-        )
+        self._conn.execute(TOUCH_SERVER, (server_id, alive_until_us))
 
     def others_alive(self, server_id: str) -> bool:
         row = self._conn.execute(
@@ -312,9 +288,10 @@ class SQLiteStorage(KeyAdmin):
         self._closed = False
         with _mapped_errors():
             self._writer = self._connect()
-            self._writer_now = self._connect(busy_ms=0)  # for NONBLOCKING: fail rather than wait
+            self._writer_now = self._connect(busy_ms=0)  # for wait=False: fail rather than wait
             self._migrate()
             self._wal = _open_wal(self._path) if synchronous == "full" else None
+            self._syncer = Syncer(self._wal) if self._wal is not None else None
             for _ in range(readers):
                 self._readers.put(self._connect())
 
@@ -342,7 +319,10 @@ class SQLiteStorage(KeyAdmin):
 
     @contextmanager
     def write(self, *, wait: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
-        """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot)."""
+        """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot).
+
+        A durable commit is on disk when this returns if `wait`; else once `synced()` returns.
+        """
         if not self._write_lock.acquire(blocking=wait):
             raise WouldBlock
         try:
@@ -353,19 +333,26 @@ class SQLiteStorage(KeyAdmin):
                 try:
                     tx = _Tx(conn, self._clock)
                     yield tx
-                    self._commit(conn, durable=tx.durable)
+                    conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
+                syncer = self._syncer if tx.durable else None
+                # Taken before the write lock is released: the next writer's ticket is later.
+                ticket = syncer.committed() if syncer is not None else 0
         finally:
             self._write_lock.release()
+        if syncer is not None and wait:
+            syncer.wait(ticket)  # outside the write lock: other writers join this fsync
 
-    def _commit(self, conn: sqlite3.Connection, *, durable: bool) -> None:
-        """COMMIT; then, for a durable one, fsync the WAL before anyone hears of it."""
-        conn.execute("COMMIT")
-        if durable and self._wal is not None:
-            os.fdatasync(self._wal)
+    async def synced(self, *, here: bool = False) -> None:
+        """Return once every durable commit so far is on disk (the syncer's group fsync).
+
+        `here`: fsync on the calling thread if no fsync is under way (see `_syncer`).
+        """
+        if self._syncer is not None:
+            await self._syncer.synced(self._syncer.last(), here=here)
 
     @contextmanager
     def read(self, *, wait: bool = True) -> Iterator[_Tx]:
@@ -441,6 +428,8 @@ class SQLiteStorage(KeyAdmin):
         """Close every connection."""
         with self._write_lock:
             self._closed = True
+            if self._syncer is not None:
+                self._syncer.close()
             for conn in self._all:
                 conn.close()
             if self._wal is not None:
@@ -491,14 +480,14 @@ def _upgrade(conn: sqlite3.Connection, path: str, target: int = _SCHEMA_VERSION)
         conn.execute(f"PRAGMA user_version = {step}")
 
 
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as exc:
-        primary = "_".join(
-            getattr(exc, "sqlite_errorname", "").split("_")[:2]
-        )  # SQLITE_IOERR_FSYNC -> SQLITE_IOERR
-        if primary in _UNAVAILABLE:
-            raise StorageUnavailable(f"sqlite: {exc}") from exc
-        raise
+def _unavailable(exc: Exception) -> str | None:
+    """Why `exc` means the database cannot serve now, or None if it means something else."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    # SQLITE_IOERR_FSYNC -> SQLITE_IOERR
+    primary = "_".join(getattr(exc, "sqlite_errorname", "").split("_")[:2])
+    return f"sqlite: {exc}" if primary in _UNAVAILABLE else None
+
+
+def _mapped_errors() -> AbstractContextManager[None]:
+    return unavailable_when(_unavailable)

@@ -42,8 +42,8 @@ def project_id() -> int:
 
 
 def caller(project_id: int, request_id: str, *, replayable: bool = True) -> Caller:
-    """A caller with a fixed credential, as the API would build it."""
-    return Caller(project_id, b"credential", request_id, replayable)
+    """A caller whose requests all have one fingerprint (as if the same request each time)."""
+    return Caller(project_id, request_id, b"f" * 32 if replayable else None)
 
 
 def service(storage: PostgresStorage) -> LockService:

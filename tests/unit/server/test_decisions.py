@@ -52,19 +52,18 @@ class TestAcquire:
     def test_live_other_owner(self) -> None:
         """One microsecond left is still held, with Retry-After 1."""
         decision = acquire(held(B, left_us=1), 1)
-        assert (decision.status, decision.code, decision.retry_after, decision.row) == (
-            409,
-            "lock_held",
-            1,
-            None,
-        )
+        assert decision.refusal is not None
+        assert (decision.status, decision.row) == (409, None)
+        assert (decision.refusal.code, decision.refusal.retry_after) == ("lock_held", 1)
 
     @pytest.mark.parametrize(
         ("left_us", "retry_after"), [(1_000_000, 1), (1_000_001, 2), (29_500_000, 30)]
     )
     def test_retry_after_rounds_up(self, left_us: int, retry_after: int) -> None:
         """Retry-After is the whole seconds left, rounded up."""
-        assert acquire(held(B, left_us=left_us), 1).retry_after == retry_after
+        refusal = acquire(held(B, left_us=left_us), 1).refusal
+        assert refusal is not None
+        assert refusal.retry_after == retry_after
 
     def test_own_live_lease_is_extended_not_reissued(self) -> None:
         """The holder's own token keeps the fencing token and gets a new expiry."""
@@ -100,8 +99,13 @@ class TestRenewRelease:
             renew(row, owner, fence),
             release(row, owner, fence),
         ):
-            assert (decision.status, decision.code, decision.row) == (409, "lease_not_held", None)
-            assert why in decision.message
+            assert decision.refusal is not None
+            assert (decision.status, decision.refusal.code, decision.row) == (
+                409,
+                "lease_not_held",
+                None,
+            )
+            assert why in decision.refusal.message
 
     def test_renew_keeps_token(self) -> None:
         """Renew moves expiry to now + ttl, even shorter than before."""

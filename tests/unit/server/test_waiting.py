@@ -26,7 +26,7 @@ def entry() -> Entry:
         owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
         ttl_seconds=30.0,
         request_id="7c9e6679-7425-40de-944b-e07fc1f90ae7",
-        replayable=True,
+        fingerprint=b"f" * 32,
     )
 
 

@@ -45,7 +45,7 @@ import logging
 import select
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -56,13 +56,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ._base import (
     KeyRecord,
     LockRow,
-    StorageUnavailable,
     StoredOutcome,
     Waiter,
     WaiterState,
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._sql import SAVE_LOCK, TOUCH_SERVER, for_postgres, lock_params, unavailable_when
 from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = ["PostgresStorage"]
@@ -230,12 +230,8 @@ _SAVE_OUTCOME = (
     " status = excluded.status, body = excluded.body, retry_after = excluded.retry_after,"
     " expires_at_us = excluded.expires_at_us"
 )
-_SAVE_LOCK = (
-    "INSERT INTO locks (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
-    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, key) DO UPDATE SET"
-    " fencing_token = excluded.fencing_token, owner_token = excluded.owner_token,"
-    " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds"
-)
+_SAVE_LOCK = for_postgres(SAVE_LOCK)
+_TOUCH_SERVER = for_postgres(TOUCH_SERVER)
 # SKIP LOCKED: servers purging at once take disjoint batches, and a row a request is
 # re-claiming right now is left to it.
 _PURGE = (
@@ -461,17 +457,7 @@ class _WriteTx:
 
     def save_lock(self, row: LockRow) -> None:
         self.durable = True
-        self._send(
-            _SAVE_LOCK,
-            (
-                row.project_id,
-                row.key,
-                row.fencing_token,
-                row.owner_token,
-                row.expires_at_us,
-                row.ttl_seconds,
-            ),
-        )
+        self._send(_SAVE_LOCK, lock_params(row))
         locked = self._locked.get((row.project_id, row.key))
         if locked is not None:
             locked.replaced()
@@ -551,11 +537,7 @@ class _WriteTx:
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
         self._lines.clear()  # a heartbeat read with a line may have moved
-        self._send(
-            "INSERT INTO servers (server_id, alive_until_us) VALUES (%s, %s)"
-            " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us",
-            (server_id, alive_until_us),
-        )
+        self._send(_TOUCH_SERVER, (server_id, alive_until_us))
 
     def others_alive(self, server_id: str) -> bool:
         row = self._ask(
@@ -913,17 +895,18 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    try:
-        yield
-    except psycopg_pool.PoolClosed as exc:
-        raise StorageUnavailable("the server is shutting down") from exc
-    except psycopg_pool.PoolTimeout as exc:
-        raise StorageUnavailable(f"postgresql: no connection available: {_one_line(exc)}") from exc
-    except psycopg.OperationalError as exc:
-        raise StorageUnavailable(f"postgresql: {_one_line(exc)}") from exc
-    except psycopg.Error as exc:
-        if exc.sqlstate in _UNAVAILABLE_SQLSTATES:
-            raise StorageUnavailable(f"postgresql: {_one_line(exc)}") from exc
-        raise
+def _unavailable(exc: Exception) -> str | None:
+    """Why `exc` means PostgreSQL cannot serve now (answered 503), or None for a bug."""
+    if isinstance(exc, psycopg_pool.PoolClosed):
+        return "the server is shutting down"
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return f"postgresql: no connection available: {_one_line(exc)}"
+    if isinstance(exc, psycopg.OperationalError) or (
+        isinstance(exc, psycopg.Error) and exc.sqlstate in _UNAVAILABLE_SQLSTATES
+    ):
+        return f"postgresql: {_one_line(exc)}"
+    return None
+
+
+def _mapped_errors() -> AbstractContextManager[None]:
+    return unavailable_when(_unavailable)

@@ -103,7 +103,9 @@ class TestBlackHoleBetweenServerAndDatabase:
             run.wait_ready()
             served = Queue(d, "queue-served", b_wait=5.0)
             ghost = Queue(d, "queue-ghost", b_wait=3.0)
-            trigger = lab.cut_on("b", "db", arm=KEY, fire="FOR UPDATE", passes=True)
+            # The first round trip of b's transaction on the key locks its row (in
+            # `volcano_open`); the link dies right after it.
+            trigger = lab.cut_on("b", "db", arm=KEY, fire="volcano_open(", passes=True)
             wait_for(lambda: lab.fired(trigger), "b to lock the contended key's row")
             cut_at = time.monotonic()
             served.release_holder()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,14 +25,20 @@ def new_id() -> str:
 
 
 class RoundTrips:
-    """Counts the queries a write transaction sends: each one is waited for, a round trip."""
+    """Counts the queries a write transaction sends: each one is waited for, a round trip.
+
+    Only the calling thread's: the session's in-thread server on PostgreSQL (tests/conftest.py)
+    beats every second with a write transaction of its own, which would be counted at random.
+    """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
+        self._thread = threading.get_ident()
         execute = psycopg.ClientCursor.execute
 
         def counted(cursor: psycopg.ClientCursor[Any], *args: Any, **kwargs: Any) -> Any:
-            self.count += 1
+            if threading.get_ident() == self._thread:
+                self.count += 1
             return execute(cursor, *args, **kwargs)
 
         monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)

@@ -113,6 +113,7 @@ class Api:
         self._threads = anyio.CapacityLimiter(worker_threads)
         self._inline = service.runs_inline
         self._in_flight = 0  # requests of operations being judged, run or held open
+        self._parked = 0  # of those, waiting acquires parked in line (they need no loop time)
 
     async def endpoint(
         self,
@@ -281,12 +282,13 @@ class Api:
         """Run the operation, and hold its answer until what it committed is on disk.
 
         Alone, the request may wait for the disk on the event loop: nothing else is waiting
-        to be served, and it saves two thread hand-offs. Otherwise the loop serves others
-        meanwhile, and their commits share the next fsync.
+        to be served, and it saves two thread hand-offs. Waiting acquires parked in line do not
+        count: they need the loop only when their turn comes, which this commit may be. Otherwise
+        the loop serves others meanwhile, and their commits share the next fsync.
         """
         answer = await self._decide_and_store(operation, caller, params, body, receive)
         try:
-            await self._service.synced(here=self._in_flight == 1)
+            await self._service.synced(here=self._in_flight - self._parked == 1)
         except StorageUnavailable as exc:
             raise self._unavailable(exc) from exc
         return answer
@@ -329,9 +331,11 @@ class Api:
         if isinstance(result, Answer):
             return result
         gone = asyncio.ensure_future(_disconnected(receive))
+        self._parked += 1
         try:
             answer_or_none = await service.room.wait_turn(entry, wait_seconds, gone)
         finally:
+            self._parked -= 1
             gone.cancel()
         if answer_or_none is None:
             raise _ClientGone

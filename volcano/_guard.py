@@ -137,20 +137,22 @@ class _GuardBase:
         """Wake everything waiting for the guard's state to change."""
         raise NotImplementedError
 
-    def _poll_lost(self, end: float | None) -> tuple[bool, float | None]:
-        """(lost, None) once the answer is known; else (False, seconds to wait and ask again)."""
+    def _poll_lost(self, end: float | None) -> tuple[bool | None, float | None]:
+        """(lost, None) once the answer is known; else (None, seconds to wait and ask again).
+
+        The pause is None when only a move can change the answer (a release in flight, no
+        timeout): wait for a wake-up with no timer.
+        """
         _ = self.lease
         now = self._clock.monotonic()
         state = self._ownership.state(now)
         if state in _FINAL:
             return state is GuardState.LOST, None
+        if end is not None and now >= end:
+            return False, None
         change = self._ownership.next_change(now)
-        pause = None if change is None else change - now
-        if end is not None:
-            if now >= end:
-                return False, None
-            pause = end - now if pause is None else min(pause, end - now)
-        return False, pause
+        pauses = [t - now for t in (change, end) if t is not None]
+        return None, min(pauses) if pauses else None
 
     def _end_of_wait(self, timeout: float | None) -> float | None:
         if timeout is None:
@@ -266,7 +268,7 @@ class LockGuard(_GuardBase):
         with self._changed:
             while True:
                 lost, pause = self._poll_lost(end)
-                if pause is None:
+                if lost is not None:
                     return lost
                 self._changed.wait(pause)
 
@@ -336,10 +338,10 @@ class AsyncLockGuard(_GuardBase):
 
         end = self._end_of_wait(timeout)
         while True:
+            self._changed.clear()  # before polling: a move made after the poll still wakes
             lost, pause = self._poll_lost(end)
-            if pause is None:
+            if lost is not None:
                 return lost
-            self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), pause)
 

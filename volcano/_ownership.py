@@ -21,6 +21,11 @@ RELEASING  RELEASE_REFUSED (409 on release)    LOST
 LOST       EXIT                                LOST
 ```
 
+In RELEASING the deadline counts only until the release is sent (`to_release`): from then on
+the server's answer decides. It accepts a release only of the live lease that matches both
+tokens, so a 204 proves the lease was held until the release ended it, whatever the client's
+deadline did while the request was in flight: RELEASED, never LOST.
+
 Time is the client's monotonic clock, counted from when the request that produced the current
 lease was first *sent*: the server's expiry is at least that late, so `deadline = sent_at +
 ttl` is never after the real one. A renewal is tried once a third of the ttl has passed,
@@ -122,7 +127,9 @@ class Event(enum.Enum):
 _S = GuardState
 _E = Event
 _LIVE = (_S.HELD, _S.AT_RISK, _S.RELEASING)
-"""The states in which the lease may still be held, so its deadline still counts."""
+"""The states in which the lease may still be held, so a DEADLINE move can be made."""
+_TIMED = (_S.HELD, _S.AT_RISK)
+"""The states judged by the clock on reading; RELEASING is judged once, by `to_release`."""
 
 TRANSITIONS: dict[tuple[GuardState, Event], GuardState] = {
     (_S.NEW, _E.ENTER): _S.ENTERING,
@@ -266,7 +273,7 @@ class Ownership:
             state = self._judge(now)
             if state is GuardState.HELD:
                 return min(self._at_risk_at, self._deadline)
-            return self._deadline if state in _LIVE else None
+            return self._deadline if state in _TIMED else None
 
     def next_wake(self, *, renewal: bool = True) -> float | None:
         """When the renewal loop must next look at this guard, or None: nothing more to do.
@@ -374,21 +381,31 @@ class Ownership:
         return notices + moved
 
     def to_release(self, now: float) -> tuple[list[Notice], LockLease | None]:
-        """Once renewal has stopped: the lease to release, or None when ownership is lost."""
+        """Once renewal has stopped: the lease to release, or None when ownership is lost.
+
+        The last time the deadline counts: past it, the guard is LOST and sends nothing.
+        """
         notices = self._catch_up(now)
+        with self._lock:
+            past = self._state is GuardState.RELEASING and now >= self._deadline
+        if past:
+            notices += self._move(Event.DEADLINE, now=now) or []
         with self._lock:
             return notices, self._lease if self._state is GuardState.RELEASING else None
 
     def release_ended(self, error: BaseException | None, now: float) -> list[Notice]:
-        """The release on exit was answered: refused (409) means ownership was already lost."""
-        notices = self._catch_up(now)
+        """The release on exit was answered: refused (409) means ownership was already lost.
+
+        A release the server accepted ends the guard RELEASED even if the client's deadline
+        passed while it was in flight: the server judged the lease live when it ended it.
+        """
         if error is None:
             event = Event.RELEASED
         elif isinstance(error, APIStatusError) and error.status_code == 409:
             event = Event.RELEASE_REFUSED
         else:
             event = Event.RELEASE_FAILED
-        return notices + (self._move(event, reason=error) or [])
+        return self._move(event, reason=error) or []
 
     def stop(self, reason: Error) -> list[Notice]:
         """Renewal stopped for good (the client closed, or its loop broke)."""
@@ -482,7 +499,7 @@ class Ownership:
         return self._move(event, now=now) or []
 
     def _judge(self, now: float) -> GuardState:
-        if self._state in _LIVE and now >= self._deadline:
+        if self._state in _TIMED and now >= self._deadline:
             return GuardState.LOST
         if self._state is GuardState.HELD and now >= self._at_risk_at:
             return GuardState.AT_RISK

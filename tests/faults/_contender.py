@@ -68,6 +68,27 @@ class Journal:
         # token -> expires_at of the first acquire answer granting it: when the lease began,
         # even for a guard that renewed on entry (after a long wait) before its block ran.
         self.acquired: dict[int, int] = {}
+        # token -> monotonic time the first release naming it was sent (see `sending`).
+        self.releases_sent: dict[int, float] = {}
+        self.releases_refused: set[int] = set()  # a 409 on release: it ended nothing
+
+    def sending(self, request: httpx.Request) -> None:
+        """httpx request hook: note when a release of each fencing token was first sent.
+
+        A guard's release is judged by the request, not by what the guard says afterwards: a
+        release that went out may have ended the lease, whatever answer came back.
+        """
+        if request.method == "POST" and request.url.path.endswith("/release"):
+            token = json.loads(request.content)["fencing_token"]
+            self.releases_sent.setdefault(token, time.monotonic())
+
+    def _refused_release(self, response: httpx.Response) -> None:
+        request = response.request
+        if response.status_code == 409 and request.url.path.endswith("/release"):
+            self.releases_refused.add(json.loads(request.content)["fencing_token"])
+
+    async def asending(self, request: httpx.Request) -> None:
+        self.sending(request)
 
     def heard(self, response: httpx.Response) -> None:
         """httpx response hook: any HTTP answer from the lock server."""
@@ -79,6 +100,7 @@ class Journal:
         self.latencies.append(
             (operation, waited, response.status_code, response.elapsed.total_seconds())
         )
+        self._refused_release(response)
         if response.headers.get("Idempotent-Replayed") == "true":
             self.replays += 1
         if response.status_code == 200 and response.url.path.endswith("/acquire"):
@@ -115,7 +137,7 @@ class Journal:
 
     def dump(self, path: str) -> None:
         with open(path, "w") as out:
-            json.dump(self.__dict__, out)
+            json.dump({**self.__dict__, "releases_refused": sorted(self.releases_refused)}, out)
 
 
 class Contender:
@@ -161,6 +183,14 @@ class Contender:
         os.kill(os.getpid(), signal.SIGSTOP)
         helper.wait(PATIENCE)
 
+    def guard_exited(self, grant: dict[str, Any], guard: Any) -> None:
+        """Record what the guard's exit did, judged by the release request it sent (if any)."""
+        grant["expires_at_us"] = micros(guard.lease.expires_at)
+        token = grant["token"]
+        refused = token in self.journal.releases_refused
+        grant["release"] = "not_held" if refused else "released_or_unknown"
+        grant["release_sent"] = None if refused else self.journal.releases_sent.get(token)
+
     def released(self, grant: dict[str, Any], sent: float, outcome: str) -> None:
         grant["release"] = outcome
         if outcome != "not_held":  # a refused release ended nothing
@@ -169,7 +199,7 @@ class Contender:
 
 class SyncContender(Contender):
     def run(self) -> None:
-        hooks = {"response": [self.journal.heard]}
+        hooks = {"request": [self.journal.sending], "response": [self.journal.heard]}
         with (
             httpx.Client(event_hooks=hooks) as http,
             volcano.Client(http_client=http, timeout=self.config["timeout"]) as client,
@@ -265,7 +295,6 @@ class SyncContender(Contender):
                     time.sleep(self.rng.uniform(0, self.ttl))
                     if not guard.lost:
                         self.write(grant, "end")
-                exiting = time.monotonic()
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
             time.sleep(self.idle_time())
@@ -278,14 +307,12 @@ class SyncContender(Contender):
             self.journal.error("acquire", exc)
             time.sleep(self.idle_time())
             return
-        grant["expires_at_us"] = micros(guard.lease.expires_at)
-        # Not lost on exit: the guard sent a release (answered 204, or failed and was logged).
-        self.released(grant, exiting, "not_held" if guard.lost else "released_or_unknown")
+        self.guard_exited(grant, guard)
 
 
 class AsyncContender(Contender):
     async def run(self) -> None:
-        hooks = {"response": [self.journal.aheard]}
+        hooks = {"request": [self.journal.asending], "response": [self.journal.aheard]}
         async with (
             httpx.AsyncClient(event_hooks=hooks) as http,
             volcano.AsyncClient(http_client=http, timeout=self.config["timeout"]) as client,
@@ -383,7 +410,6 @@ class AsyncContender(Contender):
                     await asyncio.sleep(self.rng.uniform(0, self.ttl))
                     if not guard.lost:
                         await self.write(grant, "end")
-                exiting = time.monotonic()
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
             await asyncio.sleep(self.idle_time())
@@ -396,8 +422,7 @@ class AsyncContender(Contender):
             self.journal.error("acquire", exc)
             await asyncio.sleep(self.idle_time())
             return
-        grant["expires_at_us"] = micros(guard.lease.expires_at)
-        self.released(grant, exiting, "not_held" if guard.lost else "released_or_unknown")
+        self.guard_exited(grant, guard)
 
 
 def main() -> None:

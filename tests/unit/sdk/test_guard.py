@@ -319,6 +319,24 @@ class TestExit:
         assert renewal_done_at_release == [True]
         assert guard.state is volcano.GuardState.RELEASED
 
+    def test_release_answered_after_the_deadline_ends_released(
+        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    ) -> None:
+        """The deadline passes while the release is in flight; the server's 204 still ends the
+        guard RELEASED, not lost (issue 19, finding 3)."""
+
+        def slow_release(request: httpx.Request) -> httpx.Response:
+            clock.now += 60  # past the deadline of t=130 while the request is out
+            return api.default(request)
+
+        api.then(api.default, slow_release)
+        with client.locks.with_lock("k", ttl=30) as guard:
+            pass
+        assert len(api.of("release")) == 1
+        assert guard.state is volcano.GuardState.RELEASED
+        assert not guard.lost
+        assert guard.lost_reason is None
+
     @pytest.mark.parametrize(
         "failure",
         [error(500, "internal"), error(409, "lease_not_held"), fail(httpx.ConnectError("x"))],

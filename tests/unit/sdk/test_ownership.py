@@ -106,6 +106,14 @@ def quiet(state: GuardState) -> float:
     return 121.0 if state is S.AT_RISK else 105.0
 
 
+def deadline_passes(made: Ownership, now: float) -> None:
+    """The deadline is judged by the loop while held, and once more before the release."""
+    if made._state is S.RELEASING:
+        deliver(made.to_release(now)[0])
+    else:
+        deliver(made.due(now)[0])
+
+
 EVENTS: dict[Event, Callable[[Ownership, float], float]] = {
     # Each fires its event at (or from) `now`, and returns the time to judge the state at.
     Event.ENTER: lambda m, now: (m.enter(), now)[1],
@@ -117,7 +125,7 @@ EVENTS: dict[Event, Callable[[Ownership, float], float]] = {
         now,
     )[1],
     Event.AT_RISK: lambda m, now: (m.due(120.5), 120.5)[1],
-    Event.DEADLINE: lambda m, now: (m.due(130.0), 130.0)[1],
+    Event.DEADLINE: lambda m, now: (deadline_passes(m, 130.0), 130.0)[1],
     Event.REFUSED: lambda m, now: (m.renewal_failed(status(409, "lease_not_held"), now), now)[1],
     Event.STOPPED: lambda m, now: (m.stop(volcano.ClientClosedError("closed")), now)[1],
     Event.EXIT: lambda m, now: (m.begin_exit(now), now)[1],
@@ -343,6 +351,27 @@ class TestReasonsAndCallbacks:
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         assert warnings[0].startswith("releasing the lease on k failed")
+
+    def test_an_accepted_release_ends_released_after_the_deadline(self) -> None:
+        """A 204 that arrives after the client's deadline passed still ends RELEASED: the server
+        judged the lease live when it ended it (issue 19, finding 3)."""
+        seen = Seen()
+        made = held(seen)
+        made.begin_exit(101.0)
+        assert made.to_release(101.5) == ([], made.lease())
+        assert made.state(140.0) is S.RELEASING  # in flight past the deadline: not LOST
+        deliver(made.release_ended(None, 140.0))
+        assert made.state(140.0) is S.RELEASED
+        assert made.reason(140.0) is None
+        assert seen.calls == []
+
+    def test_a_failed_release_after_the_deadline_is_released_as_before(self) -> None:
+        """A release lost in transport after the deadline: RELEASED (logged), as any failed one."""
+        made = held()
+        made.begin_exit(101.0)
+        made.to_release(101.5)
+        deliver(made.release_ended(volcano.APIConnectionError("down"), 140.0))
+        assert made.state(140.0) is S.RELEASED
 
     def test_exit_of_a_lost_guard_releases_nothing(self) -> None:
         """Leaving after loss returns no lease to release."""

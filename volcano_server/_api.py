@@ -22,8 +22,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import anyio
-import anyio.to_thread
 import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
@@ -33,6 +31,7 @@ from ._auth import Authenticator
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
 from ._metrics import Metrics
+from ._offload import Offload
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
@@ -40,7 +39,7 @@ from ._service import Caller, LockService
 from ._spec import Operation
 from ._waiting import Entry
 from ._wire import Answer, dumps
-from .storage import StorageUnavailable, WouldBlock
+from .storage import StorageUnavailable
 
 __all__ = ["HANDLED_OPERATIONS", "Api"]
 
@@ -101,7 +100,7 @@ class Api:
         rate_limiter: RateLimiter | None,
         metrics: Metrics,
         access_log: AccessLog,
-        worker_threads: int = 32,
+        offload: Offload,
     ) -> None:
         self._service = service
         self._auth = authenticator
@@ -110,8 +109,7 @@ class Api:
         self._limiter = rate_limiter
         self._metrics = metrics
         self._report = access_log
-        self._threads = anyio.CapacityLimiter(worker_threads)
-        self._inline = service.runs_inline
+        self._offload = offload
         self._in_flight = 0  # requests of operations being judged, run or held open
         self._parked = 0  # of those, waiting acquires parked in line (they need no loop time)
 
@@ -176,18 +174,13 @@ class Api:
         await self._refuse(ApiError.not_found("/".join(raw_segments(scope))), scope, send)
 
     async def run_storage(self, work: Callable[[bool], T]) -> T:
-        """Run storage work, given whether it may wait: on the loop if nothing has to wait.
+        """Run storage work through the offload (`_offload`); an outage is answered 503.
 
         Only the storage work is repeated in a worker thread after a WouldBlock (it changed
         nothing); what the caller judged before stays judged.
         """
         try:
-            if self._inline:
-                try:
-                    return work(False)
-                except WouldBlock:
-                    pass
-            return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
+            return await self._offload(work)
         except StorageUnavailable as exc:
             raise self._unavailable(exc) from exc
 

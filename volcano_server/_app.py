@@ -19,6 +19,7 @@ from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
 from ._metrics import Metrics
+from ._offload import Offload, ThreadOffload
 from ._ratelimit import RateLimiter
 from ._readiness import readiness_endpoint
 from ._routing import Endpoint, SpecRoute
@@ -33,13 +34,19 @@ log = logging.getLogger("volcano_server")
 
 
 def create_app(
-    config: ServerConfig | None = None, *, storage: Storage | None = None, spec: Spec | None = None
+    config: ServerConfig | None = None,
+    *,
+    storage: Storage | None = None,
+    spec: Spec | None = None,
+    offload: Offload | None = None,
 ) -> Starlette:
     """Build the server.
 
     It opens `config.database_url` (unless given `storage`) and checks that the spec's
     operations and the server's handlers are the same set before serving anything. Its
     `state.metrics` and `state.access_log` are what the server's listeners report to.
+    `offload` runs its storage work (default: on the loop when SQLite need not block, else in
+    worker threads); the schedule explorer gives its own.
     """
     config = config or ServerConfig()
     spec = spec or load_spec()
@@ -61,6 +68,7 @@ def create_app(
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
         metrics=metrics,
         access_log=access_log,
+        offload=offload or ThreadOffload(inline=storage.runs_inline),
     )
 
     @contextlib.asynccontextmanager

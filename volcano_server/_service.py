@@ -107,7 +107,6 @@ class LockService:
         self._reserve_us = round(settings.reserve_seconds * 1_000_000)
         self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
         self._lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
-        self.runs_inline = storage.runs_inline
 
     # -- the operations of the API --------------------------------------------------------
 

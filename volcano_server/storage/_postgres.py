@@ -85,14 +85,14 @@ CREATE OR REPLACE FUNCTION volcano_open(
 ) LANGUAGE plpgsql AS $$
 BEGIN
     IF p_request IS NULL THEN
-        clock_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+        clock_us := volcano_clock_us();
     ELSE
         INSERT INTO request_outcomes AS o
             (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
             VALUES (p_project, p_request, '', 0, '', NULL, 0)
             ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
             RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
-                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                volcano_clock_us()
             INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
                 clock_us;
     END IF;
@@ -115,6 +115,14 @@ BEGIN
         LEFT JOIN servers s USING (server_id);
     RETURN NEXT;
 END $$
+"""
+
+# The database clock in integer microseconds since the Unix epoch: every statement that reads
+# time calls this one function (a test database may put a clock of its own in its place).
+_CLOCK_FUNCTION = """
+CREATE OR REPLACE FUNCTION volcano_clock_us() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$$
 """
 
 # Schema changes, by the version they bring the database to; each runs once, in order.
@@ -197,14 +205,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Issue 14: a transaction's first round trip as one call of a function.
     4: (_OPEN_FUNCTION,),
+    # Issue 19: the clock read through one function.
+    5: (_CLOCK_FUNCTION, _OPEN_FUNCTION),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
 _MIGRATION_LOCK = 0x766F6C63616E6F  # "volcano"
 
-# The database clock, in integer microseconds since the Unix epoch. Every statement that reads
-# time spells it this way.
-_NOW_US = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+# The database clock, in integer microseconds since the Unix epoch (`_CLOCK_FUNCTION`).
+_NOW_US = "volcano_clock_us()"
 _CLOCK = f"SELECT {_NOW_US}"
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"

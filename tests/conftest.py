@@ -29,6 +29,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " probe, VOLCANO_OTHER_SERVICE_KEY)",
     )
     parser.addoption(
+        "--explore",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the schedule explorer (tests/explorer) for N examples per backend, with longer"
+        " schedules and a fresh random seed, instead of CI's fixed bounded budget",
+    )
+    parser.addoption(
         "--long-faults",
         action="store_true",
         default=False,

@@ -1,0 +1,276 @@
+"""The lease promise, judged after every step of a schedule from what clients heard and what the
+database holds.
+
+- **At most one holder**: no client is told it holds a lease of a key while another client still
+  holds one of it by its own reckoning (until `first send + ttl` of the request that gave or
+  renewed it, as the SDK reckons), unless that one sent a release first or a force release ran
+  meanwhile (an administrator's act, which the protected resource's fencing covers).
+- **Every 200 is true when heard**: a lease in an answer, fresh or replayed, is the key's live
+  lease (same owner and fencing token) by the server's clock at the moment the client hears it.
+- **No lease is dated early**: `first send + ttl <= expires_at` for every lease in an answer.
+- **Fencing tokens never repeat and never go back**: a token names one owner only, and the key's
+  last token never decreases.
+- **A stale fencing token touches nothing**: renew or release with a token older than one the
+  same owner has since been granted is refused (409).
+- **Waiters in arrival order**: when a key changes hands, no waiter still waiting in line ahead
+  of the new holder was passed over while its request was open and its server alive.
+- **Nobody holds what nobody heard of** (at the end, once all work is done): every live lease
+  belongs to an owner that was told of it, or that still has a request open for the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from tests.explorer._world import Pending, Request, World, micros
+
+__all__ = ["Checks", "Reader", "Violation"]
+
+
+class Violation(AssertionError):
+    """The lease promise broke; each property has its own subclass, so that the explorer
+    reports (and shrinks) each kind of failure on its own."""
+
+
+class TwoHolders(Violation):
+    """Two clients told they hold the key at once."""
+
+
+class UntrueAnswer(Violation):
+    """A 200 describing a lease that is not the key's live one when heard."""
+
+
+class DatedEarly(Violation):
+    """A lease whose expiry is before its request's first send + ttl."""
+
+
+class TokenReissued(Violation):
+    """A fencing token granted to two owners."""
+
+
+class TokenWentBack(Violation):
+    """A key's last fencing token decreased."""
+
+
+class StaleTokenAccepted(Violation):
+    """A renew or release with a superseded fencing token was not refused."""
+
+
+class PassedOver(Violation):
+    """A waiter in line was passed over while its request was open."""
+
+
+class LeaseNobodyHeard(Violation):
+    """A lease handed to a waiter that left was never taken back."""
+
+
+class Reader:
+    """Reads of the database outside every server (committed state only)."""
+
+    def lock(self, key: str) -> tuple[int, str | None, int | None] | None:
+        """(fencing token, owner, expires_at_us) of the key's row, or None."""
+        raise NotImplementedError
+
+    def waiters(self, key: str) -> list[tuple[int, str, str, str]]:
+        """(seq, owner, state, server id) of each waiter row of the key, by seq."""
+        raise NotImplementedError
+
+    def alive_servers(self, now_us: int) -> set[str]:
+        """Ids of servers whose heartbeat runs past `now_us`."""
+        raise NotImplementedError
+
+
+@attrs.define
+class _Belief:
+    owner: str
+    client: str
+    key: str
+    token: int
+    until_us: int
+    ended_us: int | None = None  # a release sent, a renewal refused
+    deposed_us: int | None = None  # force-released: the holder is to be fenced off
+
+    def holds_at(self, at_us: int) -> bool:
+        ends = [t for t in (self.ended_us, self.deposed_us) if t is not None]
+        return self.until_us > at_us and all(t > at_us for t in ends)
+
+
+class Checks:
+    """Watches a world's answers and its database; `violations` lists what broke."""
+
+    def __init__(self, world: World, reader: Reader, keys: Iterable[str]) -> None:
+        self.world = world
+        self.reader = reader
+        self.keys = tuple(keys)
+        self.violations: list[tuple[type[Violation], str]] = []
+        self._owner_of: dict[tuple[str, int], str] = {}
+        self._highest: dict[str, int] = {}
+        self._beliefs: list[_Belief] = []
+        self._granted: dict[tuple[str, str], int] = {}  # (owner, key) -> latest token told
+        self._line: dict[str, list[tuple[int, str, str, str]]] = {}
+        self._holder: dict[str, tuple[int, str | None, int | None] | None] = {}
+        self._queued: set[tuple[str, str]] = set()  # (key, owner) seen in line since it last sent
+        world.answer_hooks.append(self._heard)
+        world.send_hooks.append(self._sent)
+        world.commit_hooks.append(self._committed)
+
+    def problem(self, kind: type[Violation], text: str) -> None:
+        """Record a violation of `kind` (with the virtual time)."""
+        self.violations.append((kind, f"t={self.world.loop.time():.3f}s: {text}"))
+
+    # -- what clients send and hear ---------------------------------------------------------
+
+    def _sent(self, request: Request) -> None:
+        body = request.body or {}
+        if request.op == "acquire":
+            self._queued.discard((request.key, body["owner_token"]))
+        if request.op == "release" and "fencing_token" in body:
+            for belief in self._beliefs_of(body["owner_token"], request.key, body["fencing_token"]):
+                belief.ended_us = request.sent_us if belief.ended_us is None else belief.ended_us
+        # A retry is the same request again, judged when it was first sent.
+        if request.op in ("renew", "release") and "fencing_token" in body and not request.retry:
+            latest = self._granted.get((body["owner_token"], request.key))
+            request.stale = latest is not None and body["fencing_token"] < latest
+
+    def _heard(self, request: Request) -> None:
+        if request.status == 200 and request.op in ("acquire", "renew"):
+            self._lease(request, request.payload)
+        elif request.op == "renew" and request.status == 409 and request.body is not None:
+            body = request.body
+            for belief in self._beliefs_of(body["owner_token"], request.key, body["fencing_token"]):
+                belief.ended_us = belief.ended_us or request.answered_us
+        if getattr(request, "stale", False) and request.status not in (409, None, 503):
+            self.problem(
+                StaleTokenAccepted,
+                f"{request.describe()} carried a stale fencing token yet got {request.status}",
+            )
+
+    def _committed(self, pending: Pending) -> None:
+        """A force release that ran deposes every holder of the key (heard of or not)."""
+        request = pending.request
+        if request is not None and request.op == "force_release":
+            now = self.world.now_us()
+            for belief in self._beliefs:
+                if belief.key == request.key and belief.deposed_us is None and belief.holds_at(now):
+                    belief.deposed_us = now
+
+    def _lease(self, request: Request, lease: dict[str, Any]) -> None:
+        key, token, owner = request.key, lease["fencing_token"], lease["owner_token"]
+        now = request.answered_us
+        assert now is not None
+        expires = micros(lease["expires_at"])
+        ttl_us = round(lease["ttl_seconds"] * 1_000_000)
+        told = f"{request.describe()} was told it holds token {token}"
+        row = self.reader.lock(key)
+        if row is None or row[1] != owner or row[0] != token or (row[2] or 0) <= now:
+            self.problem(UntrueAnswer, f"{told}, but the database has {row} at {now}")
+        if expires < request.first_sent_us + ttl_us:
+            early = (request.first_sent_us + ttl_us - expires) / 1000
+            self.problem(
+                DatedEarly, f"{told} until {expires}, {early:.3f} ms before its first send + ttl"
+            )
+        first = self._owner_of.setdefault((key, token), owner)
+        if first != owner:
+            self.problem(TokenReissued, f"{told}, a token already granted to another owner")
+        self._granted[owner, key] = max(token, self._granted.get((owner, key), 0))
+        for other in self._beliefs:
+            if other.key == key and other.token != token and other.holds_at(now):
+                self.problem(
+                    TwoHolders,
+                    f"{told} while {other.client} still holds token {other.token} until"
+                    f" {other.until_us} by its own reckoning",
+                )
+        deadline = request.first_sent_us + ttl_us
+        mine = self._beliefs_of(owner, key, token)
+        if mine and mine[-1].ended_us is None and mine[-1].deposed_us is None:
+            mine[-1].until_us = max(mine[-1].until_us, deadline)
+        else:
+            self._beliefs.append(_Belief(owner, request.client, key, token, deadline))
+
+    def _beliefs_of(self, owner: str, key: str, token: int) -> list[_Belief]:
+        return [b for b in self._beliefs if (b.owner, b.key, b.token) == (owner, key, token)]
+
+    # -- the database, after each step ------------------------------------------------------
+
+    def after_step(self) -> None:
+        """Judge the database as it stands after a step."""
+        now = self.world.now_us()
+        alive = self.reader.alive_servers(now)
+        for key in self.keys:
+            row = self.reader.lock(key)
+            line = self.reader.waiters(key)
+            if row is not None:
+                if row[0] < self._highest.get(key, 0):
+                    self.problem(TokenWentBack, f"{key}'s last fencing token went back to {row[0]}")
+                self._highest[key] = max(row[0], self._highest.get(key, 0))
+            before = self._holder.get(key)
+            if row is not None and row[1] is not None and (before is None or before[0] != row[0]):
+                self._passed_over(key, row, self._line.get(key, []), line, alive)
+            self._holder[key] = row
+            self._line[key] = line
+            self._queued.update((key, owner) for _seq, owner, _state, _srv in line)
+
+    def _passed_over(
+        self,
+        key: str,
+        row: tuple[int, str | None, int | None],
+        before: list[tuple[int, str, str, str]],
+        after: list[tuple[int, str, str, str]],
+        alive: set[str],
+    ) -> None:
+        new_owner = row[1]
+        theirs = next((seq for seq, owner, _s, _srv in before if owner == new_owner), None)
+        still_waiting = {owner for _seq, owner, state, _srv in after if state == "waiting"}
+        for seq, owner, state, server_id in before:
+            if theirs is not None and seq >= theirs:
+                break
+            if (
+                state == "waiting"
+                and owner in still_waiting
+                and server_id in alive
+                and self._open_wait(owner, key)
+            ):
+                taker = "a waiter behind it" if theirs is not None else "a newcomer (barging)"
+                self.problem(
+                    PassedOver, f"token {row[0]} went to {taker} while {owner[:8]} waited in line"
+                )
+
+    def _open_wait(self, owner: str, key: str) -> bool:
+        return any(
+            r.in_flight
+            and r.op == "acquire"
+            and r.key == key
+            and (r.body or {}).get("owner_token") == owner
+            and (r.body or {}).get("wait_seconds")
+            for r in self.world.requests
+        )
+
+    def at_the_end(self) -> None:
+        """Once all work is done: no live lease that its owner never heard of."""
+        now = self.world.now_us()
+        for key in self.keys:
+            row = self.reader.lock(key)
+            if row is None or row[1] is None or (row[2] or 0) <= now:
+                continue
+            owner, token = row[1], row[0]
+            reserved = any(
+                o == owner and st == "reserved" for _q, o, st, _s in self.reader.waiters(key)
+            )
+            if reserved:
+                continue  # set aside for a waiter of another server: it lapses on its own
+            told = (key, token) in self._owner_of
+            asking = any(
+                r.in_flight and r.key == key and (r.body or {}).get("owner_token") == owner
+                for r in self.world.requests
+            )
+            # A lease granted by an acquire's own transaction may have lost its answer on the
+            # way (a retry with the request id recovers it); one handed to a waiter in line
+            # whose request left must have been taken back.
+            if (key, owner) in self._queued and not (told or asking):
+                self.problem(
+                    LeaseNobodyHeard,
+                    f"{key} is held under token {token} by a waiter that left, never told of it",
+                )

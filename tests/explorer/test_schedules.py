@@ -1,0 +1,264 @@
+"""The schedule explorer: Hypothesis chooses what happens next, the lease promise is judged after
+every step, and a failure shrinks to a short schedule.
+
+Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
+acquire (waiting or not, with or without a request id), renew, release (with their latest or an
+older fencing token), force-release and read one key, retry requests with the same request id,
+and close connections at any point of a request's life. The schedule also decides when each
+piece of storage work runs (or fails before committing, or commits and loses its answer), when a
+PostgreSQL transaction stopped at a clock read goes on, when time moves, and when a server is
+killed or restarted. `_checks` says what must hold.
+
+CI runs a bounded budget (the settings below); `--explore=N` runs N examples per backend, with
+schedules up to 80 steps (about N / 3 seconds on SQLite here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.explorer._checks import Checks, Reader
+from tests.explorer._postgres import postgres_world
+from tests.explorer._sqlite import SQLiteReader
+from tests.explorer._world import Request, World, sqlite_world
+from tests.support.databases import fresh_postgres_database
+
+KEY = "k"
+CLIENTS = ("a", "b", "c")
+SERVERS = ("s1", "s2")
+FAULTS = ("none", "none", "none", "fail", "lost")
+# Kinds of event a schedule may leave out (`Schedules.start`).
+SWARM = ("kills", "faults", "force", "new tokens", "retries", "closes", "stale", "long waits")
+
+
+class Schedules(RuleBasedStateMachine):
+    """One world, and everything that can happen to it."""
+
+    open_world: staticmethod = None  # set by each backend's test: () -> (world, reader, stack)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stack = contextlib.ExitStack()
+        self.world, self.reader = self.open_world(self._stack)
+        self.checks = Checks(self.world, self.reader, [KEY])
+        self._ids = iter(uuid.UUID(int=n) for n in range(1, 1 << 62))
+        self.tokens = {client: self._new_id() for client in CLIENTS}
+        self.leases: dict[str, list[dict[str, object]]] = {client: [] for client in CLIENTS}
+        self.world.answer_hooks.append(self._keep_lease)
+
+    def _new_id(self) -> str:
+        return str(next(self._ids))
+
+    def _keep_lease(self, request: Request) -> None:
+        if request.status == 200 and request.op in ("acquire", "renew"):
+            self.leases[request.client].append(request.payload)
+
+    @initialize(swarm=st.sets(st.sampled_from(SWARM)))
+    def start(self, swarm: set[str]) -> None:
+        """Start the servers; leave some kinds of event out of this schedule altogether.
+
+        Swarm testing: a schedule without kills or faults has room for more of the rest, and
+        reaches deeper into what remains (Groce et al., "Swarm Testing", ISSTA 2012).
+        """
+        self.off = swarm
+        for name in SERVERS:
+            self.world.start_server(name)
+
+    # -- what clients do --------------------------------------------------------------------
+
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        server=st.sampled_from(SERVERS),
+        ttl=st.sampled_from([1.0, 2.5]),
+        wait=st.sampled_from([0, 0, 1.5, 4.0]),
+        with_id=st.booleans(),
+    )
+    def acquire(self, client: str, server: str, ttl: float, wait: float, with_id: bool) -> None:
+        body: dict[str, object] = {"owner_token": self.tokens[client], "ttl_seconds": ttl}
+        if wait:
+            body["wait_seconds"] = wait
+        rid = self._new_id() if with_id else None
+        self.world.send(client, server, "acquire", KEY, body, request_id=rid)
+
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        server=st.sampled_from(SERVERS),
+        op=st.sampled_from(["renew", "release"]),
+        older=st.booleans(),
+    )
+    def renew_or_release(self, client: str, server: str, op: str, older: bool) -> None:
+        older = older and "stale" not in self.off
+        mine = [
+            lease for lease in self.leases[client] if lease["owner_token"] == self.tokens[client]
+        ]
+        tokens = sorted({int(lease["fencing_token"]) for lease in mine})  # type: ignore[call-overload]
+        if not tokens:
+            return
+        token = tokens[0] if older else tokens[-1]
+        body: dict[str, object] = {"owner_token": self.tokens[client], "fencing_token": token}
+        if op == "renew":
+            body["ttl_seconds"] = 2.5
+        self.world.send(client, server, op, KEY, body, request_id=self._new_id())
+
+    @precondition(lambda self: "force" not in self.off)
+    @rule(server=st.sampled_from(SERVERS))
+    def force_release(self, server: str) -> None:
+        self.world.send("admin", server, "force_release", KEY, request_id=self._new_id())
+
+    @precondition(lambda self: "new tokens" not in self.off)
+    @rule(client=st.sampled_from(CLIENTS))
+    def new_owner_token(self, client: str) -> None:
+        self.tokens[client] = self._new_id()
+
+    @precondition(
+        lambda self: "retries" not in self.off and any(r.request_id for r in self.world.requests)
+    )
+    @rule(data=st.data(), server=st.sampled_from(SERVERS))
+    def retry(self, data: st.DataObject, server: str) -> None:
+        """Send a request again with the same request id (the SDK's retry, a user's recovery)."""
+        sent = [r for r in self.world.requests if r.request_id is not None]
+        again = data.draw(st.sampled_from(sent))
+        self.world.send(
+            again.client, server, again.op, again.key, again.body, request_id=again.request_id
+        )
+
+    @precondition(
+        lambda self: "closes" not in self.off and any(r.in_flight for r in self.world.requests)
+    )
+    @rule(data=st.data())
+    def close(self, data: st.DataObject) -> None:
+        open_ = [r for r in self.world.requests if r.in_flight]
+        self.world.close(data.draw(st.sampled_from(open_)))
+
+    # -- what the schedule does -------------------------------------------------------------
+
+    @precondition(lambda self: any(self.world.can_run(p) for p in self.world.pending))
+    @rule(data=st.data(), fault=st.sampled_from(FAULTS))
+    def run(self, data: st.DataObject, fault: str) -> None:
+        fault = "none" if "faults" in self.off else fault
+        runnable = [p for p in self.world.pending if self.world.can_run(p)]
+        self.world.run(data.draw(st.sampled_from(runnable)), fault)
+
+    @precondition(lambda self: bool(self.world.paused()))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        self.world.resume(data.draw(st.sampled_from(self.world.paused())))
+
+    @precondition(lambda self: bool(self.world.announcements()))
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        """A NOTIFY reaches the servers (PostgreSQL)."""
+        self.world.deliver(data.draw(st.integers(0, len(self.world.announcements()) - 1)))
+
+    @rule()
+    def drain(self) -> None:
+        self.world.drain()
+
+    @rule(seconds=st.sampled_from([0.05, 0.5, 1.0, 3.0]))
+    def advance(self, seconds: float) -> None:
+        if "long waits" in self.off:
+            seconds = min(seconds, 0.5)
+        self.world.advance(seconds)
+
+    @precondition(
+        lambda self: (
+            "kills" not in self.off and sum(s.alive for s in self.world.servers.values()) > 1
+        )
+    )
+    @rule(server=st.sampled_from(SERVERS))
+    def kill(self, server: str) -> None:
+        if self.world.servers[server].alive:
+            self.world.kill_server(server)
+
+    @precondition(lambda self: "kills" not in self.off)
+    @rule(server=st.sampled_from(SERVERS))
+    def restart(self, server: str) -> None:
+        if not self.world.servers[server].alive:
+            self.world.steps.append(f"restart {server}")
+            self.world.start_server(server)
+
+    # -- judging ----------------------------------------------------------------------------
+
+    @invariant()
+    def the_promise_holds(self) -> None:
+        self.checks.after_step()
+        self._verdict()
+
+    def _verdict(self) -> None:
+        if self.checks.violations:
+            schedule = "\n".join(f"  {step}" for step in self.world.steps)
+            problems = "\n".join(
+                f"  {kind.__name__}: {text}" for kind, text in self.checks.violations
+            )
+            first = self.checks.violations[0][0]
+            raise first(f"the lease promise broke:\n{problems}\nschedule:\n{schedule}")
+
+    def teardown(self) -> None:
+        try:
+            if not self.checks.violations:
+                self.world.drain()
+                self.checks.after_step()
+                self.checks.at_the_end()
+                self._verdict()
+        finally:
+            self._stack.close()
+
+
+def _sqlite_world(stack: contextlib.ExitStack) -> tuple[World, Reader]:
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=_fast_tmp())))
+    path = folder / "explorer.db"
+    world = stack.enter_context(sqlite_world(path))
+    reader = SQLiteReader(path)
+    stack.callback(reader.close)
+    return world, reader
+
+
+def _postgres_world(stack: contextlib.ExitStack) -> tuple[World, Reader]:
+    url = stack.enter_context(fresh_postgres_database())
+    return stack.enter_context(postgres_world(url))
+
+
+def _fast_tmp() -> str | None:
+    shm = Path("/dev/shm")  # noqa: S108 - a directory of our own is made inside it
+    return str(shm) if shm.is_dir() else None
+
+
+@pytest.fixture
+def budget(request: pytest.FixtureRequest) -> settings:
+    explore = request.config.getoption("--explore")
+    return settings(
+        max_examples=explore or 60,
+        stateful_step_count=80 if explore else 40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        derandomize=not explore,
+    )
+
+
+class TestSchedules:
+    def test_sqlite(self, budget: settings) -> None:
+        """The lease promise holds in every schedule tried, on SQLite."""
+        Schedules.open_world = staticmethod(_sqlite_world)
+        run_state_machine_as_test(Schedules, settings=budget)
+
+    @pytest.mark.postgres
+    def test_postgres(self, budget: settings) -> None:
+        """The lease promise holds in every schedule tried, on PostgreSQL, transactions stopped
+        at their clock reads included."""
+        Schedules.open_world = staticmethod(_postgres_world)
+        run_state_machine_as_test(Schedules, settings=budget)

@@ -13,6 +13,7 @@ How a transaction may wait is an argument (`may_wait`): False asks the storage t
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -142,7 +143,7 @@ class LockService:
                 return row, Queued()
             return decision.row or row, decision
 
-        return self._mutate(caller, key, run, may_wait=may_wait)
+        return self._mutate(caller, key, run, may_wait=may_wait, claims_lease=True)
 
     def renew(
         self,
@@ -167,7 +168,7 @@ class LockService:
             )
             return decision.row or row, decision
 
-        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_wait=may_wait, claims_lease=True))
 
     def release(
         self,
@@ -401,15 +402,24 @@ class LockService:
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
         *,
         may_wait: bool,
+        claims_lease: bool = False,
     ) -> Answer | Queued:
-        """One operation of the API: replay, or run it and store its outcome."""
+        """One operation of the API: replay, or run it and store its outcome.
+
+        `claims_lease`: the operation's 200 describes a lease (acquire, renew), which a replay
+        gives back only while that lease is still the key's live one.
+        """
         print_ = caller.fingerprint
 
         def work(tx: WriteTx, effects: _Effects) -> Answer | Queued:
             if print_ is not None:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
-                    return _replay(prior, print_, caller.request_id)
+                    answer = _replay(prior, print_, caller.request_id)
+                    if claims_lease and answer.status == 200:
+                        row = tx.load_lock(caller.project_id, key)
+                        return _still_live(answer, row, tx.now_us(), caller.request_id)
+                    return answer
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
@@ -504,6 +514,28 @@ def _render(decision: Decision, request_id: str) -> Answer:
     if decision.refusal is not None:
         return decision.refusal.answer(request_id)
     return Answer(decision.status, dumps(decision.payload) if decision.payload is not None else b"")
+
+
+def _still_live(replayed: Answer, row: LockRow | None, now: int, request_id: str) -> Answer:
+    """A replayed lease, if it is still the key's live lease; else 409 lease_not_held.
+
+    The stored outcome of an acquire or renew says which lease it produced; the lease may have
+    ended since (released, expired, force-released, or handed to a waiter that had left), and a
+    replay must never tell a client it holds what the server has ended.
+    """
+    lease = json.loads(replayed.body)
+    if (
+        row is not None
+        and row.live(now)
+        and row.owner_token == lease["owner_token"]
+        and row.fencing_token == lease["fencing_token"]
+    ):
+        return replayed
+    message = (
+        f"the lease this request produced (fencing token {lease['fencing_token']} on"
+        f" {lease['key']}) is no longer live: it was released, expired or force-released since"
+    )
+    return attrs.evolve(ApiError.lease_not_held(message).answer(request_id), replayed=True)
 
 
 def _replay(prior: StoredOutcome, print_: bytes, request_id: str) -> Answer:

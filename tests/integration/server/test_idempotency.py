@@ -9,10 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import attrs
+import httpx
 import pytest
 
 from tests.conftest import LiveServer
 from tests.support.databases import is_postgres, scalar
+from tests.support.raw import wait_for
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 from volcano_server.storage import Storage
@@ -40,6 +42,54 @@ class TestReplay:
         locks.release(key, owner, lease["fencing_token"])
         assert locks.acquire(key, owner, request_id=rid).headers["idempotent-replayed"] == "true"
         assert locks.get(key).json()["held"] is False
+
+
+class TestReplayOfAnEndedLease:
+    """A stored lease is replayed only while it is live (issue 19: never a lease the server has
+    ended); otherwise the repeat is 409 lease_not_held, marked replayed, and changes nothing."""
+
+    @staticmethod
+    def refused(response: httpx.Response, token: int) -> None:
+        assert response.status_code == 409, response.text
+        assert response.json()["error"]["code"] == "lease_not_held"
+        assert f"fencing token {token}" in response.json()["error"]["message"]
+        assert response.headers["idempotent-replayed"] == "true"
+
+    def test_after_release(self, locks: Locks, key: str) -> None:
+        """The holder released; a repeat of its acquire is told the lease ended."""
+        rid, owner = new_id(), new_id()
+        lease = locks.acquire(key, owner, request_id=rid).json()
+        locks.release(key, owner, lease["fencing_token"])
+        self.refused(locks.acquire(key, owner, request_id=rid), lease["fencing_token"])
+        assert locks.get(key).json()["held"] is False
+
+    def test_after_expiry(self, locks: Locks, key: str) -> None:
+        """The lease expired; a repeat of its acquire is told so, not given the old body."""
+        rid, owner = new_id(), new_id()
+        lease = locks.acquire(key, owner, ttl=0.2, request_id=rid).json()
+        wait_for(lambda: not locks.state(key)["held"], "the lease expired")
+        self.refused(locks.acquire(key, owner, ttl=0.2, request_id=rid), lease["fencing_token"])
+
+    def test_after_force_release_and_a_new_holder(self, locks: Locks, key: str) -> None:
+        """Force-released and taken by another owner: neither an acquire nor a renew repeat
+        claims the old lease."""
+        rid, renew_rid, owner = new_id(), new_id(), new_id()
+        lease = locks.acquire(key, owner, request_id=rid).json()
+        token = lease["fencing_token"]
+        assert locks.renew(key, owner, token, 30, request_id=renew_rid).status_code == 200
+        locks.force_release(key)
+        assert locks.acquire(key, new_id()).status_code == 200
+        self.refused(locks.acquire(key, owner, request_id=rid), token)
+        self.refused(locks.renew(key, owner, token, 30, request_id=renew_rid), token)
+
+    def test_a_live_lease_is_replayed_after_a_renewal(self, locks: Locks, key: str) -> None:
+        """Still live (renewed since): the stored answer comes back unchanged."""
+        rid, owner = new_id(), new_id()
+        first = locks.acquire(key, owner, request_id=rid)
+        token = first.json()["fencing_token"]
+        assert locks.renew(key, owner, token, 60).status_code == 200
+        again = locks.acquire(key, owner, request_id=rid)
+        assert (again.status_code, again.content) == (200, first.content)
 
     def test_each_operation_replays(self, locks: Locks, key: str) -> None:
         """Renew, release and force release each replay their stored status and body."""

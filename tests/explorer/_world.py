@@ -366,6 +366,11 @@ class World:
         """Let every server run all it can without new storage work being done."""
         self.loop.settle()
 
+    def work_of(self, request: Request) -> Pending:
+        """The pending storage work of `request` (there must be exactly one)."""
+        (found,) = [p for p in self.pending if p.request is request]
+        return found
+
     def can_run(self, pending: Pending) -> bool:
         """Whether `pending` can start now: PostgreSQL runs a few at a time per server."""
         running = sum(p.server == pending.server for p in self.running)

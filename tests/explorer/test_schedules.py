@@ -219,6 +219,11 @@ class Schedules(RuleBasedStateMachine):
             self._stack.close()
 
 
+def open_world(backend: str, stack: contextlib.ExitStack) -> tuple[World, Reader]:
+    """A fresh world of `backend`, closed with `stack`."""
+    return _postgres_world(stack) if backend == "postgres" else _sqlite_world(stack)
+
+
 def _sqlite_world(stack: contextlib.ExitStack) -> tuple[World, Reader]:
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=_fast_tmp())))
     path = folder / "explorer.db"

@@ -1,12 +1,12 @@
 """PostgreSQL storage: any number of server processes on one database.
 
 - Time is the database's clock (`clock_timestamp()`), so server machines with skewed clocks
-  cannot disagree about who holds a lock. A transaction reads it once, in its first statement
-  (the request-id claim, or a bare clock read; both first in `volcano_open`). That instant is
-  after the request arrived, so a new expiry of now + ttl is never earlier than the client's
-  own deadline; and a "now" that is slightly old by the time the key's row lock is granted
-  only makes a live lease look live a little longer (a conservative 409), never makes a live
-  lease look expired.
+  cannot disagree about who holds a lock. A write transaction reads it once, in `volcano_open`,
+  after the key's row lock is granted: every liveness decision and every new expiry is made
+  with a clock read while nobody else can change the key, and after the request arrived, so a
+  new expiry of now + ttl is never earlier than the client's own deadline. (Read before the
+  lock, a "now" is stale by the lock wait: a waiter that joined meanwhile could be handed a
+  lease dated before its own request was sent, which the schedule explorer found.)
 - A write transaction locks the key's row with `SELECT ... FOR UPDATE`, which in READ
   COMMITTED waits for a concurrent writer and returns the row as it committed; a key never seen
   before gets a placeholder row to lock instead (`_LockedKey`, the one place that knows them),
@@ -70,11 +70,14 @@ __all__ = ["PostgresStorage"]
 log = logging.getLogger("volcano_server")
 
 # The reads of a transaction's first round trip, as one call: claim the request id (when one is
-# given; its statement reads the clock, else a bare clock read does), lock the key's row or place
-# its placeholder (see `_LockedKey`), then read the head of its line. A VOLATILE function runs
+# given), lock the key's row or place its placeholder (see `_LockedKey`), then read the clock and
+# the head of its line. The clock is read only once the row lock is granted (and the request id
+# claimed, which may wait for a concurrent duplicate): a "now" read before a lock wait is stale
+# by however long the wait took, and every liveness decision and new expiry is made with it (the
+# schedule explorer found leases dated early by a stale now, issue 19). A VOLATILE function runs
 # each statement on a new snapshot in READ COMMITTED, so the line is read after the lock is
-# granted; and its plans are cached in the database session, which no pooler sees. It decides
-# nothing: the rules run in Python, on what it returns.
+# granted too; and its plans are cached in the database session, which no pooler sees. It
+# decides nothing: the rules run in Python, on what it returns.
 _OPEN_FUNCTION = """
 CREATE OR REPLACE FUNCTION volcano_open(
     p_project bigint, p_key text, p_request text, p_line integer
@@ -84,17 +87,13 @@ CREATE OR REPLACE FUNCTION volcano_open(
     lock_until bigint, lock_ttl double precision, line jsonb
 ) LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_request IS NULL THEN
-        clock_us := volcano_clock_us();
-    ELSE
+    IF p_request IS NOT NULL THEN
         INSERT INTO request_outcomes AS o
             (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
             VALUES (p_project, p_request, '', 0, '', NULL, 0)
             ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
-            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
-                volcano_clock_us()
-            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
-                clock_us;
+            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us
+            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until;
     END IF;
     SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
         INTO lock_token, lock_owner, lock_until, lock_ttl
@@ -105,6 +104,7 @@ BEGIN
             RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
             INTO lock_token, lock_owner, lock_until, lock_ttl;
     END IF;
+    clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
             w.ttl_seconds, w.server_id, w.state, w.until_us, s.alive_until_us)
             ORDER BY w.seq), '[]')
@@ -205,7 +205,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Issue 14: a transaction's first round trip as one call of a function.
     4: (_OPEN_FUNCTION,),
-    # Issue 19: the clock read through one function.
+    # Issue 19: the clock read through one function, and read after the key's row is locked.
     5: (_CLOCK_FUNCTION, _OPEN_FUNCTION),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
@@ -229,7 +229,7 @@ _CLAIM = (
     " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
     " VALUES (%s, %s, '', 0, '', NULL, 0)"
     " ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us"
-    f" RETURNING fingerprint, status, body, retry_after, expires_at_us, {_NOW_US}"
+    " RETURNING fingerprint, status, body, retry_after, expires_at_us"
 )
 _SAVE_OUTCOME = (
     "INSERT INTO request_outcomes"
@@ -475,9 +475,7 @@ class _WriteTx:
         if self._first_key is not None and self._first_key[0] == project_id:
             outcome = self._open(*self._first_key, request_id)
         else:
-            *stored, clock_us = _one(self._ask(_CLAIM, (project_id, request_id)))
-            self._set_now(clock_us)
-            outcome = StoredOutcome(*stored)
+            outcome = StoredOutcome(*_one(self._ask(_CLAIM, (project_id, request_id))))
         assert outcome is not None  # noqa: S101 - a request id was claimed
         return outcome if outcome.expires_at_us > self.now_us() else None
 

@@ -2,9 +2,10 @@
 database holds.
 
 - **At most one holder**: no client is told it holds a lease of a key while another client still
-  holds one of it by its own reckoning (until `first send + ttl` of the request that gave or
-  renewed it, as the SDK reckons), unless that one sent a release first or a force release ran
-  meanwhile (an administrator's act, which the protected resource's fencing covers).
+  holds one of it by its own reckoning (until `first send + ttl` of the latest request that gave
+  or renewed it, as the SDK reckons; a client has one request out at a time), unless that one
+  sent a release first or a force release ran meanwhile (an administrator's act, which the
+  protected resource's fencing covers).
 - **Every 200 is true when heard**: a lease in an answer, fresh or replayed, is the key's live
   lease (same owner and fencing token) by the server's clock at the moment the client hears it.
 - **No lease is dated early**: `first send + ttl <= expires_at` for every lease in an answer.
@@ -12,8 +13,9 @@ database holds.
   last token never decreases.
 - **A stale fencing token touches nothing**: renew or release with a token older than one the
   same owner has since been granted is refused (409).
-- **Waiters in arrival order**: when a key changes hands, no waiter still waiting in line ahead
-  of the new holder was passed over while its request was open and its server alive.
+- **Waiters in arrival order**: when a transaction gives a key to a new holder, no waiter still
+  waiting in line ahead of it (or, for a newcomer, in line at all) was passed over while its
+  request was open and its server alive.
 - **Nobody holds what nobody heard of** (at the end, once all work is done): every live lease
   belongs to an owner that was told of it, or that still has a request open for the key.
 """
@@ -149,13 +151,23 @@ class Checks:
             )
 
     def _committed(self, pending: Pending) -> None:
-        """A force release that ran deposes every holder of the key (heard of or not)."""
+        """After each transaction: a force release that ran deposes every holder of the key
+        (heard of or not); and the key's line is judged (`_changed_hands`)."""
         request = pending.request
+        now = self.world.now_us()
         if request is not None and request.op == "force_release":
-            now = self.world.now_us()
             for belief in self._beliefs:
                 if belief.key == request.key and belief.deposed_us is None and belief.holds_at(now):
                     belief.deposed_us = now
+        alive = self.reader.alive_servers(now)
+        for key in self.keys:
+            row, line = self.reader.lock(key), self.reader.waiters(key)
+            before = self._holder.get(key)
+            if row is not None and row[1] is not None and (before is None or before[0] != row[0]):
+                self._passed_over(key, row, self._line.get(key, []), line, alive)
+            self._holder[key] = row
+            self._line[key] = line
+            self._queued.update((key, owner) for _seq, owner, _state, _srv in line)
 
     def _lease(self, request: Request, lease: dict[str, Any]) -> None:
         key, token, owner = request.key, lease["fencing_token"], lease["owner_token"]
@@ -183,10 +195,12 @@ class Checks:
                     f"{told} while {other.client} still holds token {other.token} until"
                     f" {other.until_us} by its own reckoning",
                 )
+        # A client has one request out at a time, so its latest answer is the server's latest
+        # word on its lease: a shorter ttl shortens it (renew, or acquire by the holder).
         deadline = request.first_sent_us + ttl_us
         mine = self._beliefs_of(owner, key, token)
         if mine and mine[-1].ended_us is None and mine[-1].deposed_us is None:
-            mine[-1].until_us = max(mine[-1].until_us, deadline)
+            mine[-1].until_us = deadline
         else:
             self._beliefs.append(_Belief(owner, request.client, key, token, deadline))
 
@@ -197,21 +211,12 @@ class Checks:
 
     def after_step(self) -> None:
         """Judge the database as it stands after a step."""
-        now = self.world.now_us()
-        alive = self.reader.alive_servers(now)
         for key in self.keys:
             row = self.reader.lock(key)
-            line = self.reader.waiters(key)
             if row is not None:
                 if row[0] < self._highest.get(key, 0):
                     self.problem(TokenWentBack, f"{key}'s last fencing token went back to {row[0]}")
                 self._highest[key] = max(row[0], self._highest.get(key, 0))
-            before = self._holder.get(key)
-            if row is not None and row[1] is not None and (before is None or before[0] != row[0]):
-                self._passed_over(key, row, self._line.get(key, []), line, alive)
-            self._holder[key] = row
-            self._line[key] = line
-            self._queued.update((key, owner) for _seq, owner, _state, _srv in line)
 
     def _passed_over(
         self,

@@ -25,7 +25,7 @@ import psycopg
 
 from tests.explorer._checks import Reader
 from tests.explorer._loop import VirtualLoop
-from tests.explorer._world import Pending, World, clock_of
+from tests.explorer._world import LOSING, Pending, World, clock_of
 from volcano_server.storage import Storage
 from volcano_server.storage._postgres import HANDOFF_CHANNEL, PostgresStorage
 
@@ -115,6 +115,7 @@ class ClockGates:
         """Run `pending` in a thread of its own."""
 
         def run() -> None:
+            LOSING.set(pending.lose_answer)
             try:
                 pending.outcome = ("ok", pending.work(True))
             except BaseException as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
@@ -32,8 +33,8 @@ import attrs
 from tests.explorer._loop import VirtualLoop
 from volcano_server import ServerConfig, create_app
 from volcano_server._auth import make_project_keys
+from volcano_server._config import WaitingSettings
 from volcano_server._spec import Spec, load_spec
-from volcano_server._waiting import WaitingSettings
 from volcano_server.storage import Storage, StorageUnavailable, WouldBlock
 
 __all__ = ["EPOCH_US", "RUNNING_PER_SERVER", "Pending", "Request", "SimServer", "World"]
@@ -55,7 +56,7 @@ _OPERATIONS = (
     "settle",
     "give_up",
     "leave",
-    "release_undelivered",
+    "undeliver",
     "beat",
 )
 
@@ -125,6 +126,28 @@ class Request:
         return f"r{self.id} {self.client}->{self.server} {self.op} {self.key} {body}{rid}"
 
 
+LOSING: contextvars.ContextVar[bool] = contextvars.ContextVar("losing", default=False)
+"""Set while running work whose commit is to be lost on the way back (`FaultyStorage`)."""
+
+
+class FaultyStorage:
+    """A server's storage whose commit can succeed and still fail, as when the connection drops
+    during COMMIT: the change is made, and the server is told the database is unavailable."""
+
+    def __init__(self, inner: Storage) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @contextlib.contextmanager
+    def write(self, **options: Any) -> Iterator[Any]:
+        with self._inner.write(**options) as tx:
+            yield tx
+        if LOSING.get():
+            raise StorageUnavailable("explorer: the connection dropped during COMMIT")
+
+
 class SimServer:
     """One server process: the real app, its storage, its loop tasks."""
 
@@ -141,7 +164,8 @@ class SimServer:
             auth_cache_seconds=10**9,
             waiting=world.settings,
         )
-        self.app = create_app(config, storage=storage, spec=_spec(), offload=self._offload)
+        faulty: Any = FaultyStorage(storage)
+        self.app = create_app(config, storage=faulty, spec=_spec(), offload=self._offload)
         self.alive = True
         self._stop = asyncio.Event()
         self.requests: set[asyncio.Task[None]] = set()
@@ -200,7 +224,7 @@ class World:
         # Called as each request leaves its client, and as each answer reaches it.
         self.send_hooks: list[Callable[[Request], None]] = []
         self.answer_hooks: list[Callable[[Request], None]] = []
-        self.commit_hooks: list[Callable[[Pending], None]] = []  # work that ran without error
+        self.commit_hooks: list[Callable[[Pending], None]] = []  # after each transaction ran
         self.gates = gates
         self._open_storage = open_storage
         self._storages: list[Storage] = []
@@ -376,9 +400,14 @@ class World:
         running = sum(p.server == pending.server for p in self.running)
         return self.gates is None or running < RUNNING_PER_SERVER
 
-    def run(self, pending: Pending, fault: str = "none") -> None:
+    def run(self, pending: Pending, fault: str = "none", *, settle: bool = True) -> None:
         """Do one piece of pending work: "none", "fail" (the database was out of reach, nothing
-        changed) or "lost" (it committed, but the connection dropped before the answer)."""
+        changed) or "lost" (it committed, but the connection dropped during COMMIT, so the
+        server is told the database is unavailable).
+
+        `settle=False` leaves the servers' loop alone afterwards: what the work woke has not
+        run yet, so a client can close its connection "just as" the work committed.
+        """
         self.pending.remove(pending)
         self.steps.append(f"run {pending}" + ("" if fault == "none" else f" ({fault})"))
         if fault == "fail":
@@ -390,9 +419,11 @@ class World:
             self.gates.start(pending)
             self.running.append(pending)
             self.collect()
-        self.settle()
+        if settle:
+            self.settle()
 
     def _run_inline(self, pending: Pending, *, lose: bool) -> None:
+        losing = LOSING.set(lose)
         try:
             try:
                 result = pending.work(False)  # as the server runs SQLite: on the loop
@@ -400,12 +431,11 @@ class World:
                 result = pending.work(True)
         except BaseException as exc:
             pending.future.set_exception(exc)
-            return
-        self._committed(pending)
-        if lose:
-            pending.future.set_exception(StorageUnavailable("explorer: the answer was lost"))
         else:
             pending.future.set_result(result)
+        finally:
+            LOSING.reset(losing)
+            self._committed(pending)
 
     def _committed(self, pending: Pending) -> None:
         for hook in self.commit_hooks:
@@ -424,14 +454,11 @@ class World:
         for pending in [p for p in self.running if p.outcome is not None]:
             self.running.remove(pending)
             kind, value = pending.outcome
-            if kind == "ok":
-                self._committed(pending)
+            self._committed(pending)
             if pending.future.done():
                 continue
             if kind == "error":
                 pending.future.set_exception(value)
-            elif pending.lose_answer:
-                pending.future.set_exception(StorageUnavailable("explorer: the answer was lost"))
             else:
                 pending.future.set_result(value)
 
@@ -469,6 +496,10 @@ class World:
         for server in self.servers.values():
             if server.alive:
                 server.kill()
+        with contextlib.suppress(Exception):
+            self.settle()
+        for task in asyncio.all_tasks(self.loop):
+            task.cancel()
         with contextlib.suppress(Exception):
             self.settle()
         if self.gates is not None:

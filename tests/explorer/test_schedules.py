@@ -61,6 +61,10 @@ class Schedules(RuleBasedStateMachine):
         self.leases: dict[str, list[dict[str, object]]] = {client: [] for client in CLIENTS}
         self.world.answer_hooks.append(self._keep_lease)
 
+    def _idle(self, client: str) -> bool:
+        """Whether `client` has no request out (clients send one at a time, as the SDK does)."""
+        return not any(r.in_flight for r in self.world.requests if r.client == client)
+
     def _new_id(self) -> str:
         return str(next(self._ids))
 
@@ -89,6 +93,8 @@ class Schedules(RuleBasedStateMachine):
         with_id=st.booleans(),
     )
     def acquire(self, client: str, server: str, ttl: float, wait: float, with_id: bool) -> None:
+        if not self._idle(client):
+            return
         body: dict[str, object] = {"owner_token": self.tokens[client], "ttl_seconds": ttl}
         if wait:
             body["wait_seconds"] = wait
@@ -103,6 +109,8 @@ class Schedules(RuleBasedStateMachine):
     )
     def renew_or_release(self, client: str, server: str, op: str, older: bool) -> None:
         older = older and "stale" not in self.off
+        if not self._idle(client):
+            return
         mine = [
             lease for lease in self.leases[client] if lease["owner_token"] == self.tokens[client]
         ]
@@ -133,6 +141,8 @@ class Schedules(RuleBasedStateMachine):
         """Send a request again with the same request id (the SDK's retry, a user's recovery)."""
         sent = [r for r in self.world.requests if r.request_id is not None]
         again = data.draw(st.sampled_from(sent))
+        if again.in_flight or not self._idle(again.client):
+            return  # a client retries a request it gave up on (or that was answered)
         self.world.send(
             again.client, server, again.op, again.key, again.body, request_id=again.request_id
         )

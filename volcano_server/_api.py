@@ -19,8 +19,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
 from starlette.datastructures import Headers
@@ -31,13 +31,12 @@ from ._auth import Authenticator
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
 from ._metrics import Metrics
-from ._offload import Offload
+from ._offload import Runner
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
 from ._service import Caller, LockService
 from ._spec import Operation
-from ._waiting import Entry
 from ._wire import Answer, dumps
 from .storage import StorageUnavailable
 
@@ -45,27 +44,33 @@ __all__ = ["HANDLED_OPERATIONS", "Api"]
 
 log = logging.getLogger("volcano_server")
 
-T = TypeVar("T")
-
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
 
-# operationId -> how it runs on the service, given the caller, path parameters, body, and
-# whether it may wait for the storage.
-_Run = Callable[[LockService, Caller, dict[str, Any], dict[str, Any], bool], Any]
+# operationId -> how it runs on the service, given the caller, path parameters, body, and a way
+# to learn that the client disconnected (only a waiting acquire asks). None: nobody to answer.
+_Run = Callable[
+    [LockService, Caller, dict[str, Any], dict[str, Any], Callable[[], "asyncio.Future[None]"]],
+    Awaitable[Answer | None],
+]
 _OPERATIONS: dict[str, _Run] = {
-    "acquireLock": lambda s, c, p, b, w: s.acquire(
-        c, p["key"], b["owner_token"], b["ttl_seconds"], may_wait=w
+    "acquireLock": lambda s, c, p, b, gone: s.acquire(
+        c,
+        p["key"],
+        b["owner_token"],
+        b["ttl_seconds"],
+        wait_seconds=b.get("wait_seconds", 0.0),
+        gone=gone,
     ),
-    "renewLock": lambda s, c, p, b, w: s.renew(
-        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"], may_wait=w
+    "renewLock": lambda s, c, p, b, _gone: s.renew(
+        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"]
     ),
-    "releaseLock": lambda s, c, p, b, w: s.release(
-        c, p["key"], b["owner_token"], b["fencing_token"], may_wait=w
+    "releaseLock": lambda s, c, p, b, _gone: s.release(
+        c, p["key"], b["owner_token"], b["fencing_token"]
     ),
-    "getLock": lambda s, c, p, _b, w: s.get(c, p["key"], may_wait=w),
-    "forceReleaseLock": lambda s, c, p, _b, w: s.force_release(c, p["key"], may_wait=w),
+    "getLock": lambda s, c, p, _b, _gone: s.get(c, p["key"]),
+    "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
 HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
 
@@ -100,7 +105,7 @@ class Api:
         rate_limiter: RateLimiter | None,
         metrics: Metrics,
         access_log: AccessLog,
-        offload: Offload,
+        run: Runner,
     ) -> None:
         self._service = service
         self._auth = authenticator
@@ -109,9 +114,8 @@ class Api:
         self._limiter = rate_limiter
         self._metrics = metrics
         self._report = access_log
-        self._offload = offload
+        self._run = run
         self._in_flight = 0  # requests of operations being judged, run or held open
-        self._parked = 0  # of those, waiting acquires parked in line (they need no loop time)
 
     async def endpoint(
         self,
@@ -173,22 +177,6 @@ class Api:
         """404 for a path no operation has."""
         await self._refuse(ApiError.not_found("/".join(raw_segments(scope))), scope, send)
 
-    async def run_storage(self, work: Callable[[bool], T]) -> T:
-        """Run storage work through the offload (`_offload`); an outage is answered 503.
-
-        Only the storage work is repeated in a worker thread after a WouldBlock (it changed
-        nothing); what the caller judged before stays judged.
-        """
-        try:
-            return await self._offload(work)
-        except StorageUnavailable as exc:
-            raise self._unavailable(exc) from exc
-
-    def _unavailable(self, exc: StorageUnavailable) -> ApiError:
-        self._metrics.storage_errors.labels("request").inc()
-        log.warning("storage unavailable: %s", exc)
-        return ApiError.unavailable("storage is unavailable, retry later")
-
     async def _refuse(self, error: ApiError, scope: Scope, send: Send) -> None:
         request_id, _, _ = self._identify(Headers(scope=scope), declared=False)
         answer = error.answer(request_id)
@@ -237,8 +225,8 @@ class Api:
         """Everything after routing and before the operation, in the contract's order."""
         headers = request.headers
         apikey, authorization = credentials(headers)
-        principal = await self.run_storage(
-            lambda wait: self._auth.authenticate(apikey, authorization, may_wait=wait)
+        principal = await self._run(
+            lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block)
         )
         if request.malformed_id is not None:
             raise ApiError.invalid_request(request.malformed_id)
@@ -279,60 +267,18 @@ class Api:
         count: they need the loop only when their turn comes, which this commit may be. Otherwise
         the loop serves others meanwhile, and their commits share the next fsync.
         """
-        answer = await self._decide_and_store(operation, caller, params, body, receive)
-        try:
-            await self._service.synced(here=self._in_flight - self._parked == 1)
-        except StorageUnavailable as exc:
-            raise self._unavailable(exc) from exc
-        return answer
-
-    async def _decide_and_store(
-        self,
-        operation: Operation,
-        caller: Caller,
-        params: dict[str, Any],
-        body: dict[str, Any],
-        receive: Receive,
-    ) -> Answer:
-        """Run the operation; a waiting acquire is held open until its turn."""
-        wait_seconds: float = body.get("wait_seconds", 0.0)
-        if operation.operation_id != "acquireLock" or not wait_seconds:
-            run = _OPERATIONS[operation.operation_id]
-            answer: Answer = await self.run_storage(
-                lambda wait: run(self._service, caller, params, body, wait)
-            )
-            return answer
         service = self._service
-        entry = Entry(
-            project_id=caller.project_id,
-            key=params["key"],
-            owner_token=body["owner_token"],
-            ttl_seconds=body["ttl_seconds"],
-            request_id=caller.request_id,
-            fingerprint=caller.fingerprint,
+        run = _OPERATIONS[operation.operation_id]
+        answer = await run(
+            service, caller, params, body, lambda: asyncio.ensure_future(_disconnected(receive))
         )
-        result = await self.run_storage(
-            lambda wait: service.acquire(
-                caller,
-                entry.key,
-                entry.owner_token,
-                entry.ttl_seconds,
-                entry=entry,
-                may_wait=wait,
-            )
-        )
-        if isinstance(result, Answer):
-            return result
-        gone = asyncio.ensure_future(_disconnected(receive))
-        self._parked += 1
-        try:
-            answer_or_none = await service.room.wait_turn(entry, wait_seconds, gone)
-        finally:
-            self._parked -= 1
-            gone.cancel()
-        if answer_or_none is None:
+        if answer is None:
             raise _ClientGone
-        return answer_or_none
+        try:
+            await service.synced(here=self._in_flight - service.parked == 1)
+        except StorageUnavailable as exc:
+            raise self._run.unavailable(exc) from exc
+        return answer
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
 import anyio
@@ -19,13 +20,14 @@ from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
 from ._metrics import Metrics
-from ._offload import Offload, ThreadOffload
+from ._offload import Offload, Runner, ThreadOffload
 from ._ratelimit import RateLimiter
 from ._readiness import readiness_endpoint
+from ._registry import Registry
 from ._routing import Endpoint, SpecRoute
 from ._service import LockService
 from ._spec import Operation, Spec, load_spec
-from ._waiting import WaitingRoom
+from ._waiting import Waits
 from .storage import Storage, StorageUnavailable, open_storage
 
 __all__ = ["create_app"]
@@ -57,18 +59,24 @@ def create_app(
     metrics = Metrics()
     access_log = AccessLog(metrics, enabled=config.access_log)
     authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
-    room = WaitingRoom(config.waiting)
-    metrics.watch_waiters(room)
-    service = LockService(storage, config.retention_seconds, room)
+    run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics)
+    waits = Waits(
+        storage,
+        Registry(uuid.uuid4().hex),
+        settings=config.waiting,
+        retention_seconds=config.retention_seconds,
+        run=run,
+    )
+    metrics.watch_waiters(waits)
     api = Api(
-        service,
+        LockService(waits, run),
         authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
         metrics=metrics,
         access_log=access_log,
-        offload=offload or ThreadOffload(inline=storage.runs_inline),
+        run=run,
     )
 
     @contextlib.asynccontextmanager
@@ -76,11 +84,11 @@ def create_app(
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_purge_forever, storage, config, metrics)
             tasks.start_soon(_record_key_uses_forever, storage, authenticator, config, metrics)
-            tasks.start_soon(room.run, service, storage, api.run_storage)
+            tasks.start_soon(waits.run)
             try:
                 yield
             finally:
-                room.close()
+                waits.close()
                 tasks.cancel_scope.cancel()
         with contextlib.suppress(Exception):  # best effort: the last uses before shutdown
             storage.record_key_uses(authenticator.take_uses())
@@ -94,7 +102,7 @@ def create_app(
     app.state.storage = storage
     app.state.metrics = metrics
     app.state.access_log = access_log
-    app.state.waiting_room = room
+    app.state.waits = waits
     return app
 
 

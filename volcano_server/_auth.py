@@ -82,7 +82,7 @@ class Authenticator:
         self._lock = threading.Lock()
 
     def authenticate(
-        self, apikey: str | None, authorization: str | None, *, may_wait: bool = True
+        self, apikey: str | None, authorization: str | None, *, may_block: bool = True
     ) -> Principal:
         """Check both credentials in the contract's order.
 
@@ -92,7 +92,7 @@ class Authenticator:
         if not apikey:
             raise ApiError.unauthorized("missing apikey header (the project's anon key)")
         bearer = _bearer_token(authorization)
-        anon = self._lookup(apikey, may_wait)
+        anon = self._lookup(apikey, may_block)
         if anon is None:
             raise ApiError.unauthorized("unknown apikey")
         if anon.revoked:
@@ -101,7 +101,7 @@ class Authenticator:
             raise ApiError.unauthorized(
                 "the apikey header takes the project's anon key, not a service key"
             )
-        service = self._lookup(bearer, may_wait)
+        service = self._lookup(bearer, may_block)
         if service is None:
             raise ApiError.unauthorized("unknown service key in Authorization")
         if service.revoked:
@@ -129,14 +129,14 @@ class Authenticator:
             uses, self._uses = self._uses, {}
         return uses
 
-    def _lookup(self, key: str, may_wait: bool) -> KeyRecord | None:
+    def _lookup(self, key: str, may_block: bool) -> KeyRecord | None:
         digest = hash_key(key)
         now = self._clock()
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
             record = cached[0]
         else:
-            found = self._storage.find_key(digest, wait=may_wait)
+            found = self._storage.find_key(digest, may_block=may_block)
             if found is None:
                 return None
             record = found

@@ -4,10 +4,35 @@ from __future__ import annotations
 
 import attrs
 
-from ._waiting import WaitingSettings
 from .storage import DEFAULT_DATABASE_URL, Synchronous
 
-__all__ = ["Limits", "ServerConfig"]
+__all__ = ["Limits", "ServerConfig", "WaitingSettings"]
+
+
+@attrs.frozen
+class WaitingSettings:
+    """How long places, reservations and heartbeats last; every field has a sane default."""
+
+    # An away waiter (wait ran out, connection closed) may come back to its place this long.
+    rejoin_seconds: float = 5.0
+    # A key reserved for a waiter held by another server lapses if that server does not take it.
+    reserve_seconds: float = 2.0
+    # Each server writes its heartbeat this often; it counts as dead after `heartbeat_lifetime`.
+    heartbeat_seconds: float = 1.0
+    heartbeat_lifetime: float = 3.0
+    # SQLite shared by several servers: how often one looks for keys reserved for its waiters.
+    poll_seconds: float = 0.1
+    # The longest one request waits, whatever it asks (at most the API's 60 s): below a load
+    # balancer's idle timeout, so the balancer never cuts a quiet waiting request. A request
+    # asking longer gets 409 lock_held after this and acquires again to wait on, in its place.
+    max_wait_seconds: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.max_wait_seconds <= 60:
+            raise ValueError(
+                f"the longest wait must be more than 0 and at most 60 seconds,"
+                f" got {self.max_wait_seconds:g}"
+            )
 
 
 @attrs.frozen

@@ -1,4 +1,4 @@
-"""Where storage work runs: on the event loop when it need not block, else in a worker thread.
+"""Where storage work runs (on the loop or in a worker thread), and how an outage is answered.
 
 Storage work is a function of one argument, whether it may block (`Work`). SQLite's short local
 transactions are first tried on the loop with `False`: a backend that would have to wait raises
@@ -9,15 +9,20 @@ at construction, so a test can run the very same server with storage work it sch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from .storage import WouldBlock
+from ._errors import ApiError
+from ._metrics import Metrics
+from .storage import StorageUnavailable, WouldBlock
 
-__all__ = ["Offload", "ThreadOffload", "Work"]
+__all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
+
+log = logging.getLogger("volcano_server")
 
 T = TypeVar("T")
 
@@ -48,3 +53,28 @@ class ThreadOffload:
             except WouldBlock:
                 pass
         return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
+
+
+class Runner:
+    """Runs storage work through an offload; an outage becomes 503 `unavailable`.
+
+    Only the storage work is repeated in a worker thread after a WouldBlock (it changed
+    nothing); what the caller judged before stays judged.
+    """
+
+    def __init__(self, offload: Offload, metrics: Metrics) -> None:
+        self._offload = offload
+        self._metrics = metrics
+
+    async def __call__(self, work: Callable[[bool], T]) -> T:
+        """Run `work`, answering an outage with 503."""
+        try:
+            return await self._offload(work)
+        except StorageUnavailable as exc:
+            raise self.unavailable(exc) from exc
+
+    def unavailable(self, exc: StorageUnavailable) -> ApiError:
+        """The 503 for an outage, counted and logged."""
+        self._metrics.storage_errors.labels("request").inc()
+        log.warning("storage unavailable: %s", exc)
+        return ApiError.unavailable("storage is unavailable, retry later")

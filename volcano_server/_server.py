@@ -120,9 +120,9 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Waiting acquires would hold the graceful shutdown for up to a minute: answer them
         # 503 now (their places are kept a few seconds for a retry through another server).
-        room = getattr(getattr(self.config.app, "state", None), "waiting_room", None)
-        if room is not None:
-            room.close()
+        waits = getattr(getattr(self.config.app, "state", None), "waits", None)
+        if waits is not None:
+            waits.close()
         await super().shutdown(sockets)
         log.info("volcano-server stopped")
 

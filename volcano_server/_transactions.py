@@ -2,11 +2,20 @@
 
 Each operation replays a stored outcome for a repeated request id, or loads the key's row,
 decides (the pure rules of `_rules`), saves the row and stores the outcome under the request id.
-Time is the storage's clock, read once inside the transaction. Every transaction that can leave
-a key free (a release, a force release, an expiry found by a timer, a waiter leaving) first
-hands it to the first waiter in line, so a free key never waits for anyone to poll.
+Time is the storage's clock, read once inside the transaction once the key's row is locked.
+Every transaction that can leave a key free (a release, a force release, an expiry found by a
+timer, a waiter leaving) first hands it to the first waiter in line, so a free key never waits
+for anyone to poll.
 
-How a transaction may wait is an argument (`may_wait`): False asks the storage to raise
+The rules for stored outcomes (docs/safety.md): an outcome is stored in the transaction that
+decided it. A stored lease is replayed only while it is still the key's live lease (release,
+expiry and force release end a lease without touching the outcomes that produced it, so the
+replay looks). A lease handed to a waiting request by another transaction is stored
+`undelivered`: if its client left before the answer, `undeliver` ends it and replaces the
+outcome with a 409, unless a repeat of the request id had it replayed first; both take the
+request id's row first, so exactly one of them happens.
+
+Whether a transaction may block is an argument (`may_block`): False asks the storage to raise
 `WouldBlock` instead, so the server can try cheap local work on its event loop first.
 """
 
@@ -19,7 +28,9 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ._config import WaitingSettings
 from ._errors import ApiError
+from ._registry import Entry, KeyRef, Move, Registry
 from ._rules import (
     Decision,
     Reach,
@@ -33,11 +44,10 @@ from ._rules import (
     lock_state,
     vacated,
 )
-from ._waiting import Entry, Move, WaitingRoom, shutting_down
 from ._wire import Answer, dumps
 from .storage import LockRow, Storage, StoredOutcome, Waiter, WriteTx
 
-__all__ = ["Answer", "Caller", "LockService", "Queued"]
+__all__ = ["Caller", "Queued", "Transactions", "shutting_down"]
 
 T = TypeVar("T")
 
@@ -75,36 +85,48 @@ Touched = tuple[LockRow | None, T]
 class _Effects:
     """What a transaction did to this server's waiting requests, applied once it commits."""
 
-    def __init__(self, room: WaitingRoom) -> None:
-        self._room = room
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
         self.granted: list[tuple[Entry, LockRow, Answer]] = []
         self.joined: list[Entry] = []
-        self.watched: list[tuple[tuple[int, str], float | None]] = []
+        self.watched: list[tuple[KeyRef, float | None]] = []
 
-    def committed(self) -> None:
+    def committed(self, watch: Callable[[KeyRef, float | None], None]) -> None:
         for entry, row, answer in self.granted:
             entry.granted_row = row
-            self._room.move(entry, Move.COMMIT, answer)
+            self._registry.move(entry, Move.COMMIT, answer)
         for key_ref, seconds in self.watched:
-            self._room.watch(key_ref, seconds)
+            watch(key_ref, seconds)
 
     def rolled_back(self) -> None:
         for entry, _, _ in self.granted:
-            self._room.move(entry, Move.ROLL_BACK)
+            self._registry.move(entry, Move.ROLL_BACK)
         for entry in self.joined:
-            self._room.forget(entry)
+            self._registry.forget(entry)
 
 
-class LockService:
-    """Acquire (waiting or not), renew, release, force release and get; and the hand-offs."""
+class Transactions:
+    """Every lock transaction: the API's operations, the hand-offs, a waiting request's own.
+
+    Acquire (waiting or not), renew, release, force release and get; settle (a timer's or an
+    announcement's hand-off); give up, leave and undeliver (a waiting request's end); the
+    heartbeat.
+    """
 
     def __init__(
-        self, storage: Storage, retention_seconds: float, room: WaitingRoom | None = None
+        self,
+        storage: Storage,
+        registry: Registry,
+        *,
+        retention_seconds: float,
+        settings: WaitingSettings,
+        watch: Callable[[KeyRef, float | None], None],
     ) -> None:
+        """`watch(key, seconds)` re-times a key's hand-off after a commit (None: not held)."""
         self._storage = storage
+        self._registry = registry
+        self._watch = watch
         self._retention_us = round(retention_seconds * 1_000_000)
-        self.room = room if room is not None else WaitingRoom()
-        settings = self.room.settings
         self._reserve_us = round(settings.reserve_seconds * 1_000_000)
         self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
         self._lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
@@ -119,7 +141,7 @@ class LockService:
         ttl_seconds: float,
         *,
         entry: Entry | None = None,
-        may_wait: bool = True,
+        may_block: bool = True,
     ) -> Answer | Queued:
         """Take a free or expired key, or extend the caller's own live lease.
 
@@ -127,6 +149,7 @@ class LockService:
         (or back at its old place) and returns `Queued`.
         """
         project_id = caller.project_id
+        registry = self._registry
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             row = self._hand_off(tx, row, now, effects)
@@ -135,15 +158,15 @@ class LockService:
             )
             if decision.status == 200:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
-                self.room.supersede(project_id, key, owner_token)
+                registry.supersede(project_id, key, owner_token)
             elif decision.held_by_another and entry is not None:
-                if self.room.closing:
+                if registry.closing:
                     return row, shutting_down(caller.request_id)
                 self._join(tx, effects, entry, row, now)
                 return row, Queued()
             return decision.row or row, decision
 
-        return self._mutate(caller, key, run, may_wait=may_wait, claims_lease=True)
+        return self._mutate(caller, key, run, may_block=may_block, claims_lease=True)
 
     def renew(
         self,
@@ -153,7 +176,7 @@ class LockService:
         fencing_token: int,
         ttl_seconds: float,
         *,
-        may_wait: bool = True,
+        may_block: bool = True,
     ) -> Answer:
         """Extend the live lease that matches both tokens."""
 
@@ -168,7 +191,7 @@ class LockService:
             )
             return decision.row or row, decision
 
-        return _answer(self._mutate(caller, key, run, may_wait=may_wait, claims_lease=True))
+        return _answer(self._mutate(caller, key, run, may_block=may_block, claims_lease=True))
 
     def release(
         self,
@@ -177,7 +200,7 @@ class LockService:
         owner_token: str,
         fencing_token: int,
         *,
-        may_wait: bool = True,
+        may_block: bool = True,
     ) -> Answer:
         """End the live lease that matches both tokens, and hand the key to the next in line."""
 
@@ -187,20 +210,20 @@ class LockService:
             )
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_block=may_block))
 
-    def force_release(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
+    def force_release(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
         """End the live lease, whoever holds it, and hand the key to the next in line."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_force_release(row, now, key=key)
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_wait=may_wait))
+        return _answer(self._mutate(caller, key, run, may_block=may_block))
 
-    def get(self, caller: Caller, key: str, *, may_wait: bool = True) -> Answer:
+    def get(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
         """Report the key's state without changing it."""
-        with self._storage.read(wait=may_wait) as tx:
+        with self._storage.read(may_block=may_block) as tx:
             now = tx.now_us()
             row = tx.load_lock(caller.project_id, key)
         return Answer(200, dumps(lock_state(row, now, key)))
@@ -211,7 +234,7 @@ class LockService:
 
     # -- the life of a waiting request -----------------------------------------------------
 
-    def settle(self, key_ref: tuple[int, str], *, may_wait: bool = True) -> None:
+    def settle(self, key_ref: KeyRef, *, may_block: bool = True) -> None:
         """Take a key reserved for one of ours, or hand a free key over.
 
         Run when a timer fires at a lease's expiry, when another server announces a
@@ -225,9 +248,9 @@ class LockService:
                 row = self._take_reserved(tx, effects, row, now)
             return self._hand_off(tx, row, now, effects), None
 
-        self._on_key(project_id, key, run, may_wait=may_wait)
+        self._on_key(project_id, key, run, may_block=may_block)
 
-    def give_up(self, entry: Entry, *, may_wait: bool = True) -> Answer | None:
+    def give_up(self, entry: Entry, *, may_block: bool = True) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
 
         None when the entry was granted the key meanwhile (by this very transaction, or by one
@@ -238,7 +261,7 @@ class LockService:
             tx: WriteTx, effects: _Effects, now: int, row: LockRow | None
         ) -> Touched[Answer | None]:
             row = self._hand_off(tx, row, now, effects)
-            if not self.room.move(entry, Move.LEAVE):
+            if not self._registry.move(entry, Move.LEAVE):
                 return row, None
             row = self._step_out(tx, entry, row, now)
             answer = _wait_ran_out(row, now, entry)
@@ -248,21 +271,23 @@ class LockService:
                 )
             return row, answer
 
-        return self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)[2]
+        return self._on_key(entry.project_id, entry.key, run, may_block=may_block)[2]
 
-    def leave(self, entry: Entry, *, may_wait: bool = True) -> None:
+    def leave(self, entry: Entry, *, may_block: bool = True) -> None:
         """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
 
-        self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)
+        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
 
-    def release_undelivered(self, entry: Entry, *, may_wait: bool = True) -> None:
+    def undeliver(self, entry: Entry, *, may_block: bool = True) -> None:
         """End the lease granted to an entry whose client left before it was answered.
 
-        Only that very lease, unchanged: if a retry with the same owner token has already
-        taken it over (a new expiry), it stays.
+        Only that very lease, unchanged: if a retry with the same owner token took it over (a
+        new expiry), it stays. If the request id was stored, the lease ends only while its
+        outcome is still undelivered, and the outcome becomes a 409 in the same transaction: a
+        repeat of the request id that came first had the lease replayed, and keeps it.
         """
         granted = entry.granted_row
 
@@ -271,11 +296,27 @@ class LockService:
                 row = vacated(row)
             return self._hand_off(tx, row, now, effects), None
 
-        self._on_key(entry.project_id, entry.key, run, may_wait=may_wait)
+        if entry.fingerprint is None:
+            self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+            return
+        print_ = entry.fingerprint
 
-    def beat(self, server_id: str, lifetime_us: int, *, may_wait: bool = True) -> bool:
+        def claimed(tx: WriteTx, effects: _Effects) -> None:
+            prior = tx.claim_request(entry.project_id, entry.request_id)
+            if prior is None or not prior.undelivered:
+                return  # replayed to a repeat of the request (or retained no more): it stays
+            now = tx.now_us()
+            loaded = tx.load_lock(entry.project_id, entry.key)
+            row, _ = run(tx, effects, now, loaded)
+            self._save(tx, effects, loaded, row, now)
+            answer = _undelivered(entry, granted)
+            tx.save_outcome(entry.project_id, entry.request_id, self._stored(print_, answer, now))
+
+        self._in_transaction(claimed, may_block=may_block, key=entry.key_ref)
+
+    def beat(self, server_id: str, lifetime_us: int, *, may_block: bool = True) -> bool:
         """Record this server's heartbeat; return whether any other server is alive."""
-        with self._storage.write(wait=may_wait) as tx:
+        with self._storage.write(may_block=may_block) as tx:
             tx.touch_server(server_id, tx.now_us() + lifetime_us)
             return tx.others_alive(server_id)
 
@@ -309,8 +350,8 @@ class LockService:
                 return handoff.row
 
     def _reach(self, waiter: Waiter) -> tuple[Reach, Entry | None]:
-        if waiter.server_id == self.room.server_id:
-            entry = self.room.claim(waiter.seq)
+        if waiter.server_id == self._registry.server_id:
+            entry = self._registry.claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
         return (Reach.THERE if waiter.server_alive else Reach.GONE), None
 
@@ -320,9 +361,10 @@ class LockService:
         """A live lease reserved for a waiter of ours becomes its full lease (ttl from now)."""
         assert row.owner_token is not None  # noqa: S101 - live rows have an owner
         waiter = tx.find_waiter(row.project_id, row.key, row.owner_token)
-        if waiter is None or waiter.state != "reserved" or waiter.server_id != self.room.server_id:
+        registry = self._registry
+        if waiter is None or waiter.state != "reserved" or waiter.server_id != registry.server_id:
             return row
-        entry = self.room.claim(waiter.seq)
+        entry = registry.claim(waiter.seq)
         if entry is None:  # its request left: give the reservation back
             self._update(tx, waiter, "away", now + self._rejoin_us)
             return vacated(row)
@@ -338,22 +380,26 @@ class LockService:
     def _granted(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow, now: int
     ) -> None:
+        """The entry's lease and its stored outcome, undelivered until its client has it."""
         answer = Answer(200, dumps(lease_payload(row)))
         if entry.fingerprint is not None:
-            tx.save_outcome(
-                entry.project_id, entry.request_id, self._stored(entry.fingerprint, answer, now)
-            )
+            stored = attrs.evolve(self._stored(entry.fingerprint, answer, now), undelivered=True)
+            tx.save_outcome(entry.project_id, entry.request_id, stored)
         effects.granted.append((entry, row, answer))
 
     def _join(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
     ) -> None:
         """Put the entry in line: at its old place if its owner token has one, else last."""
-        room = self.room
+        registry = self._registry
         mine = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
         if mine is None:
             seq = tx.add_waiter(
-                entry.project_id, entry.key, entry.owner_token, entry.ttl_seconds, room.server_id
+                entry.project_id,
+                entry.key,
+                entry.owner_token,
+                entry.ttl_seconds,
+                registry.server_id,
             )
         else:
             seq = mine.seq
@@ -361,11 +407,11 @@ class LockService:
                 seq,
                 state="waiting",
                 until_us=None,
-                server_id=room.server_id,
+                server_id=registry.server_id,
                 ttl_seconds=entry.ttl_seconds,
             )
-        tx.touch_server(room.server_id, now + self._lifetime_us)
-        room.join(entry, seq)
+        tx.touch_server(registry.server_id, now + self._lifetime_us)
+        registry.join(entry, seq)
         effects.joined.append(entry)
 
     def _step_out(self, tx: WriteTx, entry: Entry, row: LockRow | None, now: int) -> LockRow | None:
@@ -401,7 +447,7 @@ class LockService:
         key: str,
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
         *,
-        may_wait: bool,
+        may_block: bool,
         claims_lease: bool = False,
     ) -> Answer | Queued:
         """One operation of the API: replay, or run it and store its outcome.
@@ -415,11 +461,7 @@ class LockService:
             if print_ is not None:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
-                    answer = _replay(prior, print_, caller.request_id)
-                    if claims_lease and answer.status == 200:
-                        row = tx.load_lock(caller.project_id, key)
-                        return _still_live(answer, row, tx.now_us(), caller.request_id)
-                    return answer
+                    return self._replay(tx, caller, key, prior, print_, claims_lease=claims_lease)
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
@@ -433,7 +475,32 @@ class LockService:
                 )
             return answer
 
-        return self._in_transaction(work, may_wait=may_wait, key=(caller.project_id, key))
+        return self._in_transaction(work, may_block=may_block, key=(caller.project_id, key))
+
+    def _replay(
+        self,
+        tx: WriteTx,
+        caller: Caller,
+        key: str,
+        prior: StoredOutcome,
+        print_: bytes,
+        *,
+        claims_lease: bool,
+    ) -> Answer:
+        """The stored answer to a repeated request id, if it still holds true."""
+        if not hmac.compare_digest(prior.fingerprint, print_):
+            return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
+        replayed = Answer(prior.status, prior.body, prior.retry_after, replayed=True)
+        if not (claims_lease and prior.status == 200):
+            return replayed
+        lease = json.loads(prior.body)
+        row = tx.load_lock(caller.project_id, key)
+        if not _is_live(row, tx.now_us(), lease):
+            return attrs.evolve(_ended(lease, caller.request_id), replayed=True)
+        if prior.undelivered:  # this repeat delivers it: the server must not end it now
+            delivered = attrs.evolve(prior, undelivered=False)
+            tx.save_outcome(caller.project_id, caller.request_id, delivered)
+        return replayed
 
     def _on_key(
         self,
@@ -441,7 +508,7 @@ class LockService:
         key: str,
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Touched[T]],
         *,
-        may_wait: bool,
+        may_block: bool,
     ) -> tuple[LockRow | None, int, T]:
         """A transaction on one key's row that answers no API request: (row after, now, result)."""
 
@@ -452,7 +519,7 @@ class LockService:
             self._save(tx, effects, loaded, row, now)
             return row, now, result
 
-        return self._in_transaction(work, may_wait=may_wait, key=(project_id, key))
+        return self._in_transaction(work, may_block=may_block, key=(project_id, key))
 
     def _save(
         self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow | None, now: int
@@ -463,7 +530,7 @@ class LockService:
         if row != loaded:
             tx.save_lock(row)
         key_ref = (row.project_id, row.key)
-        if self.room.entries_of(key_ref):
+        if self._registry.entries_of(key_ref):
             left = None
             if row.live(now):
                 assert row.expires_at_us is not None  # noqa: S101 - live() checked it
@@ -474,18 +541,18 @@ class LockService:
         self,
         work: Callable[[WriteTx, _Effects], T],
         *,
-        may_wait: bool,
-        key: tuple[int, str],
+        may_block: bool,
+        key: KeyRef,
     ) -> T:
         """Run `work` on `key` in one write transaction; its effects on waiting requests follow."""
-        effects = _Effects(self.room)
+        effects = _Effects(self._registry)
         try:
-            with self._storage.write(wait=may_wait, key=key) as tx:
+            with self._storage.write(may_block=may_block, key=key) as tx:
                 result = work(tx, effects)
         except BaseException:
             effects.rolled_back()
             raise
-        effects.committed()
+        effects.committed(self._watch)
         return result
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
@@ -494,9 +561,42 @@ class LockService:
         )
 
 
+def shutting_down(request_id: str) -> Answer:
+    """503 for a waiting acquire that the server will not see through: it is shutting down."""
+    message = "the server is shutting down; retry (a queued caller keeps its place a few seconds)"
+    return ApiError.unavailable(message).answer(request_id)
+
+
 def _answer(result: Answer | Queued) -> Answer:
     assert isinstance(result, Answer)  # noqa: S101 - only acquire queues
     return result
+
+
+def _is_live(row: LockRow | None, now: int, lease: dict[str, Any]) -> bool:
+    """Whether the lease of a stored LockLease body is still the key's live lease."""
+    return (
+        row is not None
+        and row.live(now)
+        and row.owner_token == lease["owner_token"]
+        and row.fencing_token == lease["fencing_token"]
+    )
+
+
+def _ended(lease: dict[str, Any], request_id: str) -> Answer:
+    message = (
+        f"the lease this request produced (fencing token {lease['fencing_token']} on"
+        f" {lease['key']}) is no longer live: it was released, expired or force-released since"
+    )
+    return ApiError.lease_not_held(message).answer(request_id)
+
+
+def _undelivered(entry: Entry, granted: LockRow | None) -> Answer:
+    token = granted.fencing_token if granted is not None else "?"
+    message = (
+        f"the lease granted to this request (fencing token {token} on {entry.key}) was"
+        " released: the client left before the answer was sent"
+    )
+    return ApiError.lease_not_held(message).answer(entry.request_id)
 
 
 def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
@@ -514,31 +614,3 @@ def _render(decision: Decision, request_id: str) -> Answer:
     if decision.refusal is not None:
         return decision.refusal.answer(request_id)
     return Answer(decision.status, dumps(decision.payload) if decision.payload is not None else b"")
-
-
-def _still_live(replayed: Answer, row: LockRow | None, now: int, request_id: str) -> Answer:
-    """A replayed lease, if it is still the key's live lease; else 409 lease_not_held.
-
-    The stored outcome of an acquire or renew says which lease it produced; the lease may have
-    ended since (released, expired, force-released, or handed to a waiter that had left), and a
-    replay must never tell a client it holds what the server has ended.
-    """
-    lease = json.loads(replayed.body)
-    if (
-        row is not None
-        and row.live(now)
-        and row.owner_token == lease["owner_token"]
-        and row.fencing_token == lease["fencing_token"]
-    ):
-        return replayed
-    message = (
-        f"the lease this request produced (fencing token {lease['fencing_token']} on"
-        f" {lease['key']}) is no longer live: it was released, expired or force-released since"
-    )
-    return attrs.evolve(ApiError.lease_not_held(message).answer(request_id), replayed=True)
-
-
-def _replay(prior: StoredOutcome, print_: bytes, request_id: str) -> Answer:
-    if hmac.compare_digest(prior.fingerprint, print_):
-        return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
-    return ApiError.request_id_reused(request_id).answer(request_id)

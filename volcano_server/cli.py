@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
-from ._config import Limits, ServerConfig
-from ._waiting import WaitingSettings
+from ._config import Limits, ServerConfig, WaitingSettings
 from .storage import (
     DEFAULT_DATABASE_URL,
     Storage,

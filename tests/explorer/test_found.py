@@ -98,3 +98,59 @@ class TestFound:
         world.drain()
         assert waiter.status == 200
         assert verdict(world) == []
+
+
+class TestUndelivered:
+    """Finding 1: a lease handed to a waiter whose client left is ended (the contract: no lease
+    nobody receives), but the waiter's retry with its request id may come first."""
+
+    @staticmethod
+    def granted_to_a_gone_waiter(world: World) -> tuple[Request, Request]:
+        """b waits; b's client closes as a's release hands it the key: (b's wait, a's release).
+        The server is about to end b's lease (its undeliver transaction is pending)."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, wait_seconds=4.0)
+        run_through(world, waiter)
+        token = holder.payload["fencing_token"]
+        body = {"owner_token": owner(1), "fencing_token": token}
+        release = world.send("1", "s1", "release", KEY, body, request_id=rid(91))
+        handing_over = world.work_of(release)
+        world.run(handing_over, settle=False)  # PostgreSQL: stops at its clock read
+        world.close(waiter)  # heard by the server at its next turn: after the hand-off
+        while handing_over in world.paused():
+            world.resume(handing_over)
+        world.settle()
+        assert release.status == 204
+        assert len(world.pending) == 1  # the transaction that ends b's undelivered lease
+        return waiter, release
+
+    def test_a_repeat_that_came_first_keeps_the_lease(self, world: World) -> None:
+        """b's retry is replayed the lease before the server ends it: the server must then
+        leave it to b (before the fix it ended it, and c got the key while b held it)."""
+        waiter, _ = self.granted_to_a_gone_waiter(world)
+        undeliver = world.pending[0]
+        retry = world.send("2", "s2", "acquire", KEY, waiter.body, request_id=waiter.request_id)
+        run_through(world, retry)
+        assert (retry.status, retry.replayed) == (200, True)
+        world.run(undeliver)
+        while undeliver in world.paused():
+            world.resume(undeliver)
+        rival = acquire(world, 3, server="s2")
+        run_through(world, rival)
+        assert rival.status == 409
+        assert verdict(world) == []
+
+    def test_a_lease_its_client_left_is_ended_and_a_repeat_told_so(self, world: World) -> None:
+        """The server ends b's lease first: b's retry hears 409 lease_not_held (not the stored
+        lease), and c gets the key."""
+        waiter, _ = self.granted_to_a_gone_waiter(world)
+        world.drain()
+        retry = world.send("2", "s2", "acquire", KEY, waiter.body, request_id=waiter.request_id)
+        run_through(world, retry)
+        assert (retry.status, retry.replayed) == (409, True)
+        assert "the client left" in retry.payload["error"]["message"]
+        rival = acquire(world, 3, server="s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        assert verdict(world) == []

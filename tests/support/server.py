@@ -103,9 +103,9 @@ def serve_in_thread(
     try:
         yield f"http://{host}:{port}"
     finally:
-        room = getattr(app.state, "waiting_room", None)  # a test's own app may have none
-        if room is not None:
-            room.close()
+        waits = getattr(app.state, "waits", None)  # a test's own app may have none
+        if waits is not None:
+            waits.close()
         server.should_exit = True
         thread.join(timeout=20)
 

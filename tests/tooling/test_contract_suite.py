@@ -26,10 +26,10 @@ pytestmark = pytest.mark.slow
 
 
 def lax_authenticate(
-    self: Authenticator, apikey: str | None, authorization: str | None, *, may_wait: bool = True
+    self: Authenticator, apikey: str | None, authorization: str | None, *, may_block: bool = True
 ) -> Principal:
     """Checks the apikey but takes any bearer at all: the bug the custom check exists for."""
-    anon = self._lookup(apikey or "", may_wait)
+    anon = self._lookup(apikey or "", may_block)
     if anon is None or not authorization:
         raise ApiError.unauthorized("unknown apikey or no bearer")
     return Principal(anon.project_id, b"any-bearer")

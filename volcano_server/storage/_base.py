@@ -1,15 +1,16 @@
 """The storage interface every backend implements, and the records that cross it.
 
-A backend provides transactions; the lock rules live once, in `volcano_server._service`, written
-against `WriteTx` and `ReadTx`. Each lock operation is one short transaction: `write()` begins it,
-the service reads and writes rows through the handle, and leaving the `with` block commits (or
-rolls back on an exception). Time inside a transaction is the storage's clock (`now_us`), in
-integer microseconds since the Unix epoch, read once per transaction.
+A backend provides transactions; the lock rules live once, in `volcano_server._transactions`,
+written against `WriteTx` and `ReadTx`. Each lock operation is one short transaction: `write()`
+begins it, the transactions read and write rows through the handle, and leaving the `with` block
+commits (or rolls back on an exception). Time inside a transaction is the storage's clock
+(`now_us`), in integer microseconds since the Unix epoch, read once per transaction, after the
+key's row is locked.
 
-Every way into a transaction takes `wait`: with `wait=False` a backend that would have to wait
-(for the write lock, a free connection, another process) raises `WouldBlock` at once, before it
-changes anything, so the server can run cheap local work on its event loop and send only what
-must wait to a worker thread.
+Every way into a transaction takes `may_block`: with `may_block=False` a backend that would have
+to wait (for the write lock, a free connection, another process) raises `WouldBlock` at once,
+before it changes anything, so the server can run cheap local work on its event loop and send
+only what must wait to a worker thread.
 
 Backends raise `StorageUnavailable` when the database cannot be reached or locked in time; the
 server answers that with 503 and a `Retry-After`.
@@ -59,7 +60,7 @@ class StorageUnavailable(Exception):
 
 
 class WouldBlock(Exception):
-    """Raised by a `wait=False` call that would have had to wait; nothing was changed."""
+    """Raised by a `may_block=False` call that would have had to wait; nothing was changed."""
 
 
 @attrs.frozen
@@ -117,13 +118,20 @@ class LockRow:
 
 @attrs.frozen
 class StoredOutcome:
-    """An answer kept under a request id for idempotent replay."""
+    """An answer kept under a request id for idempotent replay.
+
+    `undelivered`: a lease handed to a waiting request by another transaction, not yet known
+    to have reached its client. If the client left before its answer, the server ends that
+    lease unless a repeat of the request id has had it replayed first; whichever comes first
+    clears the mark, under the request id's row lock, so the two never both happen.
+    """
 
     fingerprint: bytes
     status: int
     body: bytes
     retry_after: int | None
     expires_at_us: int
+    undelivered: bool = False
 
 
 @attrs.frozen
@@ -234,12 +242,12 @@ class Storage(Protocol):
     url_for_display: str
     # Whether other servers' `announce` calls reach `listen`; if not, servers poll.
     pushes_handoffs: bool
-    # Whether operations are short local calls worth trying on the event loop with wait=False;
-    # False sends every operation to a worker thread.
+    # Whether operations are short local calls worth trying on the event loop with
+    # may_block=False; False sends every operation to a worker thread.
     runs_inline: bool
 
     def write(
-        self, *, wait: bool = True, key: tuple[int, str] | None = None
+        self, *, may_block: bool = True, key: tuple[int, str] | None = None
     ) -> AbstractContextManager[WriteTx]:
         """Begin a read-write transaction.
 
@@ -248,21 +256,22 @@ class Storage(Protocol):
         """
         ...
 
-    def read(self, *, wait: bool = True) -> AbstractContextManager[ReadTx]:
+    def read(self, *, may_block: bool = True) -> AbstractContextManager[ReadTx]:
         """Begin a read-only transaction."""
         ...
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every commit made so far is durable.
 
-        A `write(wait=True)` is durable when it returns; a `write(wait=False)` may leave its
-        durability to this (it must not wait), so answer nobody about it before this returns.
+        A `write(may_block=True)` is durable when it returns; a `write(may_block=False)` may
+        leave its durability to this (it must not wait), so answer nobody about it before this
+        returns.
         `here` allows blocking the calling thread for it, when the caller has nothing else to
         do (one request in flight): that saves a hand-off to another thread and back.
         """
         ...
 
-    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, may_block: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
         ...
 

@@ -83,7 +83,8 @@ CREATE OR REPLACE FUNCTION volcano_open(
     p_project bigint, p_key text, p_request text, p_line integer
 ) RETURNS TABLE (
     claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
-    claimed_until bigint, clock_us bigint, lock_token bigint, lock_owner text,
+    claimed_until bigint, claimed_undelivered boolean, clock_us bigint, lock_token bigint,
+    lock_owner text,
     lock_until bigint, lock_ttl double precision, line jsonb
 ) LANGUAGE plpgsql AS $$
 BEGIN
@@ -92,8 +93,10 @@ BEGIN
             (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)
             VALUES (p_project, p_request, '', 0, '', NULL, 0)
             ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us
-            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us
-            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until;
+            RETURNING o.fingerprint, o.status, o.body, o.retry_after, o.expires_at_us,
+                o.undelivered
+            INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
+                claimed_undelivered;
     END IF;
     SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
         INTO lock_token, lock_owner, lock_until, lock_ttl
@@ -203,10 +206,17 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             alive_until_us bigint NOT NULL
         )""",
     ),
-    # Issue 14: a transaction's first round trip as one call of a function.
-    4: (_OPEN_FUNCTION,),
-    # Issue 19: the clock read through one function, and read after the key's row is locked.
-    5: (_CLOCK_FUNCTION, _OPEN_FUNCTION),
+    # Issue 14: a transaction's first round trip as one call of a function (made by 5 now).
+    4: (),
+    # Issue 19: the clock read through one function, and read after the key's row is locked;
+    # a lease handed to a waiting request is "undelivered" until its client has it.
+    5: (
+        "ALTER TABLE request_outcomes ADD COLUMN undelivered boolean NOT NULL DEFAULT false",
+        _CLOCK_FUNCTION,
+        # The function's result columns change: it must be dropped, not replaced.
+        "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
+        _OPEN_FUNCTION,
+    ),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -225,19 +235,18 @@ _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # transaction only, and only where the database has them (PostgreSQL 12 and later).
 _SILENCE_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_user_timeout")
 _CLAIM = (
-    "INSERT INTO request_outcomes AS o"  # noqa: S608 - only constants are formatted in
+    "INSERT INTO request_outcomes AS o"
     " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
     " VALUES (%s, %s, '', 0, '', NULL, 0)"
     " ON CONFLICT (project_id, request_id) DO UPDATE SET expires_at_us = o.expires_at_us"
-    " RETURNING fingerprint, status, body, retry_after, expires_at_us"
+    " RETURNING fingerprint, status, body, retry_after, expires_at_us, undelivered"
 )
 _SAVE_OUTCOME = (
-    "INSERT INTO request_outcomes"
-    " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    "INSERT INTO request_outcomes (project_id, request_id, fingerprint, status, body,"
+    " retry_after, expires_at_us, undelivered) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (project_id, request_id) DO UPDATE SET fingerprint = excluded.fingerprint,"
     " status = excluded.status, body = excluded.body, retry_after = excluded.retry_after,"
-    " expires_at_us = excluded.expires_at_us"
+    " expires_at_us = excluded.expires_at_us, undelivered = excluded.undelivered"
 )
 _SAVE_LOCK = for_postgres(SAVE_LOCK)
 _TOUCH_SERVER = for_postgres(TOUCH_SERVER)
@@ -491,6 +500,7 @@ class _WriteTx:
                 outcome.body,
                 outcome.retry_after,
                 outcome.expires_at_us,
+                outcome.undelivered,
             ),
         )
 
@@ -638,13 +648,15 @@ class PostgresStorage(KeyAdmin):
         self._pool.open(wait=False)
 
     @contextmanager
-    def write(self, *, wait: bool = True, key: tuple[int, str] | None = None) -> Iterator[_WriteTx]:
+    def write(
+        self, *, may_block: bool = True, key: tuple[int, str] | None = None
+    ) -> Iterator[_WriteTx]:
         """One READ COMMITTED transaction, committed when the block ends without an error.
 
         `key`, the (project id, key) whose row the transaction will lock, is locked in its
         first round trip.
         """
-        if not wait:
+        if not may_block:
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
@@ -657,9 +669,9 @@ class PostgresStorage(KeyAdmin):
                 raise
 
     @contextmanager
-    def read(self, *, wait: bool = True) -> Iterator[_ReadTx]:
+    def read(self, *, may_block: bool = True) -> Iterator[_ReadTx]:
         """Reads on a pooled connection, outside any transaction."""
-        if not wait:
+        if not may_block:
             raise WouldBlock
         with _mapped_errors(), self._connection() as conn:
             yield _ReadTx(conn, self._offset)
@@ -667,9 +679,9 @@ class PostgresStorage(KeyAdmin):
     async def synced(self, *, here: bool = False) -> None:
         """Nothing to wait for: a commit is durable when it returns."""
 
-    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, may_block: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
-        if not wait:
+        if not may_block:
             raise WouldBlock
         with _mapped_errors(), self._connection() as conn:
             row = conn.execute(

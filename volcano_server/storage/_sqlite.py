@@ -8,7 +8,7 @@
   lost commit after a power cut would reissue one. The fsync is a group commit (`_syncer`): a
   writer commits, releases the write lock and waits while one syncer thread fdatasyncs the WAL
   for every commit made meanwhile, so concurrent writers share one fsync. On the event loop
-  (`wait=False`) nothing waits: the server awaits `synced()` before it answers. Commits of
+  (`may_block=False`) nothing waits: the server awaits `synced()` before it answers. Commits of
   queue and heartbeat rows skip the fsync (their requests die with the server anyway); the
   next durable commit's fsync carries them to the disk too. The connections themselves run
   `synchronous=NORMAL`, which keeps the database consistent through a power cut and syncs at
@@ -19,7 +19,8 @@
   decide on stale reads. Within a process the writer is shared behind a lock (SQLite allows one
   writer anyway, and its busy handler polls); other processes wait up to `busy_timeout`, after
   which the request gets 503 rather than hanging.
-- `runs_inline`: the server runs operations on its event loop (no thread hop) with `wait=False`.
+- `runs_inline`: the server runs operations on its event loop (no thread hop) with
+  `may_block=False`.
   Then nothing waits: a busy process lock, a busy file (another process writing) or no free
   reader raises WouldBlock before anything changed, and the server repeats the transaction in a
   worker thread, where the waits above apply.
@@ -131,6 +132,10 @@ CREATE TABLE servers (
     alive_until_us INTEGER NOT NULL
 ) WITHOUT ROWID;
 """,
+    # Issue 19: a lease handed to a waiting request is "undelivered" until its client has it.
+    4: """
+ALTER TABLE request_outcomes ADD COLUMN undelivered INTEGER NOT NULL DEFAULT 0;
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -185,18 +190,21 @@ class _Tx:
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.
         row = self._conn.execute(
-            "SELECT fingerprint, status, body, retry_after, expires_at_us FROM request_outcomes"
-            " WHERE project_id = ? AND request_id = ? AND expires_at_us > ?",
+            "SELECT fingerprint, status, body, retry_after, expires_at_us, undelivered"
+            " FROM request_outcomes WHERE project_id = ? AND request_id = ? AND expires_at_us > ?",
             (project_id, request_id, self._now),
         ).fetchone()
-        return None if row is None else StoredOutcome(*row)
+        if row is None:
+            return None
+        print_, status, body, retry_after, expires_at_us, undelivered = row
+        return StoredOutcome(print_, status, body, retry_after, expires_at_us, bool(undelivered))
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
         self._conn.execute(
-            "INSERT OR REPLACE INTO request_outcomes"
-            " (project_id, request_id, fingerprint, status, body, retry_after, expires_at_us)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO request_outcomes (project_id, request_id, fingerprint,"
+            " status, body, retry_after, expires_at_us, undelivered)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 project_id,
                 request_id,
@@ -205,6 +213,7 @@ class _Tx:
                 outcome.body,
                 outcome.retry_after,
                 outcome.expires_at_us,
+                outcome.undelivered,
             ),
         )
 
@@ -288,7 +297,7 @@ class SQLiteStorage(KeyAdmin):
         self._closed = False
         with _mapped_errors():
             self._writer = self._connect()
-            self._writer_now = self._connect(busy_ms=0)  # for wait=False: fail rather than wait
+            self._writer_now = self._connect(busy_ms=0)  # may_block=False: fail rather than wait
             self._migrate()
             self._wal = _open_wal(self._path) if synchronous == "full" else None
             self._syncer = Syncer(self._wal) if self._wal is not None else None
@@ -318,18 +327,19 @@ class SQLiteStorage(KeyAdmin):
                 raise
 
     @contextmanager
-    def write(self, *, wait: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
+    def write(self, *, may_block: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
         """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot).
 
-        A durable commit is on disk when this returns if `wait`; else once `synced()` returns.
+        A durable commit is on disk when this returns if `may_block`; else once `synced()`
+        returns.
         """
-        if not self._write_lock.acquire(blocking=wait):
+        if not self._write_lock.acquire(blocking=may_block):
             raise WouldBlock
         try:
             with _mapped_errors():
                 self._check_open()
-                conn = self._writer if wait else self._writer_now
-                _begin_immediate(conn, nonblocking=not wait)
+                conn = self._writer if may_block else self._writer_now
+                _begin_immediate(conn, nonblocking=not may_block)
                 try:
                     tx = _Tx(conn, self._clock)
                     yield tx
@@ -343,7 +353,7 @@ class SQLiteStorage(KeyAdmin):
                 ticket = syncer.committed() if syncer is not None else 0
         finally:
             self._write_lock.release()
-        if syncer is not None and wait:
+        if syncer is not None and may_block:
             syncer.wait(ticket)  # outside the write lock: other writers join this fsync
 
     async def synced(self, *, here: bool = False) -> None:
@@ -355,11 +365,11 @@ class SQLiteStorage(KeyAdmin):
             await self._syncer.synced(self._syncer.last(), here=here)
 
     @contextmanager
-    def read(self, *, wait: bool = True) -> Iterator[_Tx]:
+    def read(self, *, may_block: bool = True) -> Iterator[_Tx]:
         """A read snapshot on a pooled reader connection."""
         self._check_open()
         try:
-            conn = self._readers.get() if wait else self._readers.get_nowait()
+            conn = self._readers.get() if may_block else self._readers.get_nowait()
         except queue.Empty:
             raise WouldBlock from None
         try:
@@ -372,9 +382,9 @@ class SQLiteStorage(KeyAdmin):
         finally:
             self._readers.put(conn)
 
-    def find_key(self, key_hash: bytes, *, wait: bool = True) -> KeyRecord | None:
+    def find_key(self, key_hash: bytes, *, may_block: bool = True) -> KeyRecord | None:
         """The key with this hash, if any."""
-        with self.read(wait=wait) as tx:
+        with self.read(may_block=may_block) as tx:
             row = tx.execute(
                 "SELECT project_id, kind, revoked_at_us IS NOT NULL FROM api_keys"
                 " WHERE key_hash = ?",

@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.support.databases import fresh_postgres_database
-from volcano_server._service import Caller, LockService
+from volcano_server._config import WaitingSettings
+from volcano_server._registry import Registry
+from volcano_server._transactions import Caller, Transactions
 from volcano_server.storage._postgres import PostgresStorage
 
 
@@ -46,6 +48,12 @@ def caller(project_id: int, request_id: str, *, replayable: bool = True) -> Call
     return Caller(project_id, request_id, b"f" * 32 if replayable else None)
 
 
-def service(storage: PostgresStorage) -> LockService:
-    """The lock rules over `storage`, with the minimum retention."""
-    return LockService(storage, retention_seconds=600)
+def service(storage: PostgresStorage) -> Transactions:
+    """The lock transactions over `storage`, with the minimum retention (no waiting here)."""
+    return Transactions(
+        storage,
+        Registry("tests"),
+        retention_seconds=600,
+        settings=WaitingSettings(),
+        watch=lambda _key, _seconds: None,
+    )

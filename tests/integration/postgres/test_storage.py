@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from tests.support.databases import admin_url, fresh_postgres_database, scalar
-from volcano_server._service import Answer
+from volcano_server._wire import Answer
 from volcano_server.storage import StorageUnavailable, StoredOutcome
 from volcano_server.storage._postgres import NETWORK_DEFAULTS, PostgresStorage
 

@@ -577,9 +577,11 @@ class TestRecovery:
 
     @SYNC_ONLY
     def test_replay_after_release_does_not_retake(self, sdk: Sdk, server: Locks, key: str) -> None:
-        """The same pair after release returns the old outcome and leaves the key free."""
+        """The same pair after release is told the lease ended (never given the old lease as if
+        held) and leaves the key free."""
         token, request_id = new_id(), new_id()
         lease = sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         sdk.release(key, lease)
-        assert sdk.acquire(key, ttl=30, token=token, request_id=request_id) == lease
+        with pytest.raises(volcano.LeaseNotHeldError, match="no longer live"):
+            sdk.acquire(key, ttl=30, token=token, request_id=request_id)
         assert server.state(key)["held"] is False

@@ -43,7 +43,7 @@ def server(tmp_path: Path) -> Iterator[Recorded]:
     storage = open_storage(database_url, sqlite_synchronous="full")
     app = create_app(ServerConfig(database_url=database_url, access_log=False), storage=storage)
     with serve_in_thread(app) as url:
-        yield Recorded(storage, url, project, app.state.waiting_room)
+        yield Recorded(storage, url, project, app.state.waits)
 
 
 class TestSyncHere:

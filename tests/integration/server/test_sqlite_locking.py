@@ -19,7 +19,7 @@ from tests.support.raw import Waiter
 from tests.support.server import create_project, serve_in_thread
 from volcano_server import ServerConfig, _api, create_app
 from volcano_server._auth import Authenticator
-from volcano_server._service import LockService
+from volcano_server._transactions import Transactions
 from volcano_server.storage import LockRow, StoredOutcome
 from volcano_server.storage._sqlite import SQLiteStorage
 
@@ -82,9 +82,9 @@ class TestWriteLockHeldElsewhere:
             _api, "_validated", counted("validate", _api._validated, lambda *_a, **_k: True)
         )
         monkeypatch.setattr(
-            LockService,
+            Transactions,
             "acquire",
-            counted("acquire", LockService.acquire, lambda *_a, **kw: kw["may_wait"]),
+            counted("acquire", Transactions.acquire, lambda *_a, **kw: kw["may_block"]),
         )
         with serve_in_thread(create_app(ServerConfig(database_url=url, access_log=False))) as base:
             other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

@@ -1,4 +1,5 @@
-"""The waiting room's pure parts: an entry's state machine and the hand-off decision."""
+"""The waiting code's pure parts: an entry's state machine, a request's next turn, and the
+hand-off decision; and one shell path that needs no database."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from volcano_server._config import WaitingSettings
+from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
 from volcano_server._rules import Reach, decide_handoff
-from volcano_server._waiting import _MOVES, Entry, Move, Phase, WaitingRoom
+from volcano_server._waiting import Turn, Waits, next_turn
 from volcano_server._wire import Answer
 from volcano_server.storage import LockRow, StorageUnavailable, Waiter
 
@@ -34,18 +37,18 @@ class TestStateMachine:
     @pytest.mark.parametrize(("phase", "move"), list(itertools.product(Phase, Move)))
     async def test_every_phase_and_move(self, phase: Phase, move: Move) -> None:
         """A move applies exactly where the table allows it, and nowhere else."""
-        room = WaitingRoom()
+        room = Registry("here")
         made = entry()
         room.join(made, 7)
         made.phase = phase
         moved = room.move(made, move)
-        expected = _MOVES.get((phase, move))
+        expected = MOVES.get((phase, move))
         assert moved == (expected is not None)
         assert made.phase is (expected or phase)
 
     async def test_a_granted_entry_leaves_the_room_with_its_answer(self) -> None:
         """Commit records the lease as the answer and forgets the entry's place."""
-        room = WaitingRoom()
+        room = Registry("here")
         made = entry()
         room.join(made, 7)
         assert room.claim(7) is made
@@ -57,7 +60,7 @@ class TestStateMachine:
 
     async def test_a_leaving_entry_cannot_be_granted(self) -> None:
         """Once its request leaves, a hand-off finds nobody to claim at its place."""
-        room = WaitingRoom()
+        room = Registry("here")
         made = entry()
         room.join(made, 7)
         assert room.move(made, Move.LEAVE)
@@ -65,7 +68,7 @@ class TestStateMachine:
 
     async def test_joining_again_supersedes_the_older_request(self) -> None:
         """A newer request with the same owner token takes the place; the older gets 409."""
-        room = WaitingRoom()
+        room = Registry("here")
         older, newer = entry(), entry()
         room.join(older, 7)
         room.join(newer, 7)
@@ -75,26 +78,60 @@ class TestStateMachine:
         assert room.claim(7) is newer
 
 
+class TestNextTurn:
+    @pytest.mark.parametrize(
+        ("phase", "gone", "closing", "timed_out", "turn"),
+        [
+            (Phase.GRANTED, False, False, False, Turn.DELIVER),
+            (Phase.GRANTED, True, False, False, Turn.UNDELIVER),
+            (Phase.GRANTED, True, True, True, Turn.UNDELIVER),
+            (Phase.SUPERSEDED, True, False, False, Turn.DELIVER),
+            (Phase.GRANTING, True, True, True, Turn.AWAIT_COMMIT),
+            (Phase.QUEUED, True, False, False, Turn.LEAVE),
+            (Phase.QUEUED, False, True, False, Turn.LEAVE),
+            (Phase.QUEUED, False, False, True, Turn.GIVE_UP),
+            (Phase.QUEUED, False, False, False, Turn.WAIT),
+            (Phase.LEAVING, False, False, True, Turn.WAIT),
+        ],
+    )
+    async def test_each_phase(
+        self, phase: Phase, gone: bool, closing: bool, timed_out: bool, turn: Turn
+    ) -> None:
+        """A granted lease goes to its client, or is ended when the client left; a queued
+        request leaves or gives up; a grant on its way is awaited."""
+        assert next_turn(phase, gone=gone, closing=closing, timed_out=timed_out) is turn
+
+
+class _Unreachable:
+    """A storage whose database is out of reach."""
+
+    pushes_handoffs = True
+
+    def write(self, **_kwargs: Any) -> Any:
+        raise StorageUnavailable("the database is out of reach")
+
+
 class TestWaitTurn:
     async def test_a_wait_whose_last_hand_off_fails_leaves_the_line(self) -> None:
         """The wait runs out while the database is out of reach: the request gets the error,
         and its entry is out of line, so no hand-off after the database is back grants it."""
-        room = WaitingRoom()
+        room = Registry("here")
         made = entry()
         room.join(made, 7)
 
-        class Unreachable:
-            def give_up(self, entry: Entry, *, may_wait: bool) -> Any:
-                raise StorageUnavailable("the database is out of reach")
-
-        async def run_storage(work: Any) -> Any:
+        async def run(work: Any) -> Any:
             return work(True)
 
-        room._service = Unreachable()  # type: ignore[assignment]
-        room._run_storage = run_storage
+        waits = Waits(
+            _Unreachable(),  # type: ignore[arg-type]
+            room,
+            settings=WaitingSettings(),
+            retention_seconds=600,
+            run=run,  # type: ignore[arg-type]
+        )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with pytest.raises(StorageUnavailable):
-            await room.wait_turn(made, 0.0, gone)
+            await waits._turns(made, 0.0, gone)
         assert made.phase is Phase.LEAVING
         assert len(room) == 0
         assert room.claim(7) is None

@@ -1,0 +1,104 @@
+"""The lock operations the API serves: a transaction each, or a waiting acquire held open.
+
+`LockService` is what `_api` calls for every operation of the spec, in one table: it runs each
+operation's transaction through the runner (on the loop or in a worker thread, 503 on an outage)
+and hands a waiting acquire to `Waits`, which holds it in line, delivers its lease or ends that
+lease if its client left first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ._offload import Runner
+from ._transactions import Caller
+from ._waiting import Waits
+from ._wire import Answer
+
+__all__ = ["Caller", "LockService"]
+
+
+class LockService:
+    """Acquire (waiting or not), renew, release, force release and get."""
+
+    def __init__(self, waits: Waits, run: Runner) -> None:
+        self._waits = waits
+        self._tx = waits.transactions
+        self._run = run
+
+    @property
+    def parked(self) -> int:
+        """Waiting acquires parked in line (they need the loop only when their turn comes)."""
+        return self._waits.parked
+
+    async def acquire(
+        self,
+        caller: Caller,
+        key: str,
+        owner_token: str,
+        ttl_seconds: float,
+        *,
+        wait_seconds: float,
+        gone: Callable[[], asyncio.Future[None]],
+    ) -> Answer | None:
+        """Take a free or expired key, extend the caller's own lease, or wait in line for it.
+
+        `gone()` gives a future done when the client disconnects (asked for only when the
+        request waits). None: the client left before its answer.
+        """
+        if wait_seconds:
+            disconnected = gone()
+            try:
+                return await self._waits.acquire(
+                    caller,
+                    key,
+                    owner_token,
+                    ttl_seconds,
+                    wait_seconds=wait_seconds,
+                    gone=disconnected,
+                )
+            finally:
+                disconnected.cancel()
+        tx = self._tx
+        answer = await self._run(
+            lambda may_block: tx.acquire(caller, key, owner_token, ttl_seconds, may_block=may_block)
+        )
+        assert isinstance(answer, Answer)  # noqa: S101 - only a waiting acquire queues
+        return answer
+
+    async def renew(
+        self, caller: Caller, key: str, owner_token: str, fencing_token: int, ttl_seconds: float
+    ) -> Answer:
+        """Extend the live lease that matches both tokens."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.renew(
+                caller, key, owner_token, fencing_token, ttl_seconds, may_block=may_block
+            )
+        )
+
+    async def release(
+        self, caller: Caller, key: str, owner_token: str, fencing_token: int
+    ) -> Answer:
+        """End the live lease that matches both tokens; the next in line gets the key."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.release(
+                caller, key, owner_token, fencing_token, may_block=may_block
+            )
+        )
+
+    async def force_release(self, caller: Caller, key: str) -> Answer:
+        """End the live lease, whoever holds it; the next in line gets the key."""
+        tx = self._tx
+        return await self._run(lambda may_block: tx.force_release(caller, key, may_block=may_block))
+
+    async def get(self, caller: Caller, key: str) -> Answer:
+        """Report the key's state without changing it."""
+        tx = self._tx
+        return await self._run(lambda may_block: tx.get(caller, key, may_block=may_block))
+
+    async def synced(self, *, here: bool = False) -> None:
+        """Return once every transaction committed so far is on disk: answer only then."""
+        await self._tx.synced(here=here)

@@ -207,6 +207,25 @@ class TestRelease:
         assert locks.get(key).json()["fencing_token"] == new["fencing_token"]
         assert locks.get(key).json()["held"] is True
 
+    def test_the_same_owners_older_token_never_touches_its_newer_lease(
+        self, locks: Locks, key: str
+    ) -> None:
+        """An owner token that acquired again: a release or renew naming its older fencing token
+        is refused and leaves the newer lease as it was (the fencing token is checked, not only
+        the owner)."""
+        owner = new_id()
+        old = locks.acquire(key, owner).json()
+        assert locks.release(key, owner, old["fencing_token"]).status_code == 204
+        new = locks.acquire(key, owner).json()
+        assert new["fencing_token"] == old["fencing_token"] + 1
+        stale_release = locks.release(key, owner, old["fencing_token"])
+        stale_renew = locks.renew(key, owner, old["fencing_token"], ttl=600)
+        assert (stale_release.status_code, stale_renew.status_code) == (409, 409)
+        assert stale_release.json()["error"]["code"] == "lease_not_held"
+        state = locks.state(key)
+        assert (state["held"], state["fencing_token"]) == (True, new["fencing_token"])
+        assert state["expires_at"] == new["expires_at"]
+
 
 class TestGet:
     def test_never_acquired(self, locks: Locks, key: str) -> None:

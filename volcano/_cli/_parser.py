@@ -50,8 +50,11 @@ The lease is renewed in the background. COMMAND gets VOLCANO_LOCK_KEY and
 VOLCANO_FENCING_TOKEN in its environment and runs in a process group of its own;
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to volcano are passed on to it. If
 ownership is lost while it runs, COMMAND's process group gets SIGTERM, then
-SIGKILL after --grace seconds, and volcano exits with 76. When volcano's stdin is
-a terminal, COMMAND's stdin is /dev/null (it does not own the terminal)."""
+SIGKILL after --grace seconds, and volcano exits with 76. If volcano itself dies,
+even by SIGKILL, a watchdog SIGKILLs COMMAND's process group at once, and the
+lease is left to expire (nobody can release it); a process that leaves the group
+(setsid) escapes both. When volcano's stdin is a terminal, COMMAND's stdin is
+/dev/null (it does not own the terminal)."""
 
 RUN_EPILOG = f"""\
 examples:
@@ -210,7 +213,7 @@ def _add_lock_commands(commands: Commands) -> None:
         description=RUN_DESCRIPTION,
         json_output=False,
     )
-    run.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
+    run.usage = "%(prog)s KEY [--ttl S] [--wait S] [--grace S] [-v] -- COMMAND [ARGS...]"
     _add_acquisition_options(run, ttl_default=30)
     run.add_argument(
         "--grace",

@@ -55,8 +55,9 @@ IGNORED = (
     signal.SIGTTIN,
     signal.SIGTTOU,
 )
-"""The signals a group may be sent that would end or stop the watchdog: all but SIGKILL and
-SIGSTOP, which nothing can ignore, and the faults (SIGSEGV and kin) of its own code."""
+"""The signals a process group is sent in practice (forwarded by volcano, from a terminal, by a
+command's `kill 0` or `kill -USR1 0`) that would end or stop the watchdog. SIGKILL and SIGSTOP
+cannot be ignored; faults (SIGSEGV and kin) would be the watchdog's own."""
 
 
 class WatchdogFailed(Exception):

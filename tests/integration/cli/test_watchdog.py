@@ -45,7 +45,7 @@ class TestWatchdog:
         assert command.wait(WAIT) == -signal.SIGKILL
 
     def test_signals_to_its_group_do_not_end_it(self) -> None:
-        """Every signal a group may be sent, bar SIGKILL and SIGSTOP, leaves it on guard."""
+        """Each signal it ignores (all a group is sent in practice) leaves it on guard."""
         with contextlib.suppress(Bug), Watchdog.start() as watchdog:
             for signum in IGNORED:
                 os.killpg(watchdog.group, signum)

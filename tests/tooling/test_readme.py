@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,24 @@ class TestShellRecipes:
         result = bash(script, project.child_env(sqlite_server.url), tmp_path)
         assert result.returncode == 0, result.stderr
         assert (tmp_path / "made").exists() is not busy
+
+    @pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe uses jq")
+    def test_owner_token_in_the_environment(
+        self, sqlite_server: LiveServer, project: Project, tmp_path: Path
+    ) -> None:
+        """acquire, then renew and release with the owner token in VOLCANO_OWNER_TOKEN only."""
+        script = readme_lines(
+            "lease=$(volcano locks acquire daily-report --ttl 60 --json)",
+            'export VOLCANO_OWNER_TOKEN=$(echo "$lease" | jq -r .owner_token)',
+            'fence=$(echo "$lease" | jq -r .fencing_token)',
+            'volcano locks renew daily-report --fencing-token "$fence" --ttl 60',
+            'volcano locks release daily-report --fencing-token "$fence"',
+        )
+        result = bash(script, project.child_env(sqlite_server.url), tmp_path)
+        assert result.returncode == 0, result.stderr
+        with project_client(project, sqlite_server) as client:
+            state = client.locks.get("daily-report")
+        assert (state.held, state.fencing_token) == (False, 1)
 
 
 class TestSigtermRecipe:

@@ -1,8 +1,9 @@
 """The one-request lock commands: get, acquire, renew, release, force-release.
 
 Each makes one call on a `volcano.Client` and returns the fields to print. renew and release
-name a lease by its owner and fencing tokens, as the HTTP API does; the SDK takes a
-`LockLease`, so they build one from those two (its expiry is not sent, so any value does).
+name a lease by its owner and fencing tokens, as the HTTP API does (the owner token from a file,
+the environment or --token: `_owner_token`); the SDK takes a `LockLease`, so they build one from
+those two (its expiry is not sent, so any value does).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import volcano
 
 from . import _output
+from ._owner_token import owner_token
 from ._parser import acquisition_options
 
 if TYPE_CHECKING:
@@ -33,12 +35,12 @@ def acquire(client: volcano.Client, args: argparse.Namespace) -> Fields:
 
 
 def renew(client: volcano.Client, args: argparse.Namespace) -> Fields:
-    """`volcano locks renew KEY --token T --fencing-token N --ttl S`."""
+    """`volcano locks renew KEY [--token-file PATH | --token T] --fencing-token N --ttl S`."""
     return _output.lease(client.locks.renew(args.key, _named_lease(args), ttl=args.ttl))
 
 
 def release(client: volcano.Client, args: argparse.Namespace) -> Fields:
-    """`volcano locks release KEY --token T --fencing-token N`."""
+    """`volcano locks release KEY [--token-file PATH | --token T] --fencing-token N`."""
     client.locks.release(args.key, _named_lease(args))
     return _output.released(args.key, released=True, fencing_token=args.fencing_token)
 
@@ -63,7 +65,7 @@ COMMANDS: dict[str, Callable[[volcano.Client, argparse.Namespace], Fields]] = {
 def _named_lease(args: argparse.Namespace) -> volcano.LockLease:
     return volcano.LockLease(
         key=args.key,
-        owner_token=args.token,
+        owner_token=owner_token(args),
         fencing_token=args.fencing_token,
         expires_at=datetime.now(UTC),
         ttl_seconds=getattr(args, "ttl", None) or 1.0,

@@ -24,6 +24,8 @@ environment:
   VOLCANO_ANON_KEY     the project's anon key (required)
   VOLCANO_SERVICE_KEY  the project's service key (required)
   VOLCANO_API_URL      the API's base URL (default: https://api.volcano.dev)
+  VOLCANO_OWNER_TOKEN  renew, release: the owner token, if neither --token nor
+                       --token-file gives it
 """
 
 EXIT_STATUSES = """\
@@ -50,8 +52,11 @@ The lease is renewed in the background. COMMAND gets VOLCANO_LOCK_KEY and
 VOLCANO_FENCING_TOKEN in its environment and runs in a process group of its own;
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to volcano are passed on to it. If
 ownership is lost while it runs, COMMAND's process group gets SIGTERM, then
-SIGKILL after --grace seconds, and volcano exits with 76. When volcano's stdin is
-a terminal, COMMAND's stdin is /dev/null (it does not own the terminal)."""
+SIGKILL after --grace seconds, and volcano exits with 76. If volcano itself dies,
+even by SIGKILL, a watchdog SIGKILLs COMMAND's process group at once, and the
+lease is left to expire (nobody can release it); a process that leaves the group
+(setsid) escapes both. When volcano's stdin is a terminal, COMMAND's stdin is
+/dev/null (it does not own the terminal)."""
 
 RUN_EPILOG = f"""\
 examples:
@@ -166,7 +171,9 @@ def _add_lock_commands(commands: Commands) -> None:
     )
     _add_acquisition_options(acquire, ttl_default=None)
     acquire.add_argument(
-        "--token", metavar="T", help="the owner token, a UUID (default: a new one)"
+        "--token",
+        metavar="T",
+        help="the owner token, a UUID (default: a new one); other users see it in ps",
     )
     acquire.add_argument(
         "--request-id",
@@ -178,7 +185,10 @@ def _add_lock_commands(commands: Commands) -> None:
         commands,
         "renew",
         "extend a lease on KEY to --ttl seconds from now",
-        _examples('renew nightly-report --token "$TOKEN" --fencing-token 7 --ttl 60'),
+        _examples(
+            "renew nightly-report --token-file lease.token --fencing-token 7 --ttl 60",
+            "renew nightly-report --fencing-token 7 --ttl 60   # token in $VOLCANO_OWNER_TOKEN",
+        ),
     )
     _add_lease_options(renew)
     renew.add_argument(
@@ -189,7 +199,10 @@ def _add_lock_commands(commands: Commands) -> None:
         commands,
         "release",
         "end a lease on KEY",
-        _examples('release nightly-report --token "$TOKEN" --fencing-token 7'),
+        _examples(
+            "release nightly-report --token-file - --fencing-token 7 < lease.token",
+            "release nightly-report --fencing-token 7   # token in $VOLCANO_OWNER_TOKEN",
+        ),
     )
     _add_lease_options(release)
 
@@ -210,7 +223,7 @@ def _add_lock_commands(commands: Commands) -> None:
         description=RUN_DESCRIPTION,
         json_output=False,
     )
-    run.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
+    run.usage = "%(prog)s KEY [--ttl S] [--wait S] [--grace S] [-v] -- COMMAND [ARGS...]"
     _add_acquisition_options(run, ttl_default=30)
     run.add_argument(
         "--grace",
@@ -277,9 +290,19 @@ def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> No
 
 
 def _add_lease_options(parser: Parser) -> None:
-    """The two tokens that name a lease, for renew and release."""
-    parser.add_argument(
-        "--token", required=True, metavar="T", help="the lease's owner token (from acquire)"
+    """The two tokens that name a lease, for renew and release (see `_owner_token`)."""
+    owner = parser.add_mutually_exclusive_group()
+    owner.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="read the lease's owner token from PATH (- for stdin); "
+        "without this or --token, it is read from VOLCANO_OWNER_TOKEN",
+    )
+    owner.add_argument(
+        "--token",
+        metavar="T",
+        help="the lease's owner token (from acquire); other users of the machine see a "
+        "command line in ps: in scripts use --token-file or VOLCANO_OWNER_TOKEN",
     )
     parser.add_argument(
         "--fencing-token",

@@ -1,11 +1,13 @@
 """`volcano locks run`: hold a lock for exactly as long as a command runs.
 
 The order of work: install signal handlers; acquire (a signal now stops volcano before the
-command starts); start the command in a process group of its own, with VOLCANO_LOCK_KEY and
-VOLCANO_FENCING_TOKEN; wait until it exits or the guard reports ownership lost; on loss, SIGTERM
-the command's group, SIGKILL it after the grace period, and exit 76; otherwise release and exit
-with the command's status. While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-volcano go to the command's group, and the lease is released only after the command exits.
+command starts); start the watchdog (`_watchdog`), and the command in the watchdog's process
+group, with VOLCANO_LOCK_KEY and VOLCANO_FENCING_TOKEN; wait until it exits or the guard reports
+ownership lost; on loss, SIGTERM the command's group, SIGKILL it after the grace period, and
+exit 76; otherwise stand the watchdog down, release and exit with the command's status. While
+the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to volcano go to the command's group,
+and the lease is released only after the command exits. If volcano dies without a word (SIGKILL),
+the watchdog kills the group, and the lease is left to expire.
 
 Renewal is `with_lock`'s: the guard renews in the background and says when ownership is lost.
 The command's own process group lets volcano stop everything the command started (a shell's
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._exit import Exit, Failure
 from ._parser import acquisition_options
+from ._watchdog import Watchdog, WatchdogFailed
 
 if TYPE_CHECKING:
     import argparse
@@ -103,7 +106,7 @@ class _Interrupted(BaseException):
 
 
 class _Command:
-    """The command's process (group), and the signal handlers that look after it.
+    """The command's process group, and the signal handlers that look after it.
 
     Signal handlers run in the main thread between bytecodes. While acquiring, a signal raises
     `_Interrupted` (so a long acquisition can be abandoned); while the command runs, it is
@@ -114,7 +117,7 @@ class _Command:
     def __init__(self, argv: Sequence[str]) -> None:
         self._argv = list(argv)
         self._phase = _Phase.ACQUIRING
-        self._process: subprocess.Popen[bytes] | None = None
+        self._group: int | None = None  # the command's process group, once it has started
         self._pending: list[int] = []
         self._previous: dict[int, _Handler] = {}
 
@@ -134,7 +137,14 @@ class _Command:
 
     def run(self, key: str, guard: volcano.LockGuard, grace: float) -> int | None:
         """Run the command under `guard`; its exit status, or None if ownership was lost."""
-        process = self._start(key, guard.lease.fencing_token)
+        self._phase = _Phase.RUNNING  # from here on, signals are for the command
+        with _watchdog() as watchdog:
+            process = self._start(key, guard.lease.fencing_token, watchdog.group)
+            return self._supervise(process, key, guard, grace)
+
+    def _supervise(
+        self, process: subprocess.Popen[bytes], key: str, guard: volcano.LockGuard, grace: float
+    ) -> int | None:
         exited = threading.Event()
         changed = threading.Event()
         _watch(process.wait, changed, "volcano-run-process", then=exited)
@@ -155,13 +165,12 @@ class _Command:
         self._phase = _Phase.FINISHING
         return None
 
-    def _start(self, key: str, fencing_token: int) -> subprocess.Popen[bytes]:
+    def _start(self, key: str, fencing_token: int, group: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, "VOLCANO_LOCK_KEY": key, "VOLCANO_FENCING_TOKEN": str(fencing_token)}
         stdin = subprocess.DEVNULL if _stdin_is_a_terminal() else None
-        self._phase = _Phase.RUNNING  # from here on, signals are for the command
         try:
             # The command line is the user's own, run as given (no shell).
-            process = subprocess.Popen(self._argv, env=env, stdin=stdin, process_group=0)  # noqa: S603
+            process = subprocess.Popen(self._argv, env=env, stdin=stdin, process_group=group)  # noqa: S603
         except FileNotFoundError:
             self._phase = _Phase.FINISHING
             raise Failure(Exit.NOT_FOUND, f"command not found: {self._argv[0]}") from None
@@ -170,7 +179,7 @@ class _Command:
             raise Failure(
                 Exit.CANNOT_EXECUTE, f"cannot execute {self._argv[0]}: {error.strerror}"
             ) from None
-        self._process = process
+        self._group = group
         while self._pending:
             self._signal_group(self._pending.pop(0))
         return process
@@ -179,15 +188,24 @@ class _Command:
         if self._phase is _Phase.ACQUIRING:
             raise _Interrupted(signum)
         if self._phase is _Phase.RUNNING:
-            if self._process is None:
+            if self._group is None:
                 self._pending.append(signum)
             else:
                 self._signal_group(signum)
 
     def _signal_group(self, signum: int) -> None:
-        if self._process is not None:
+        if self._group is not None:
             with contextlib.suppress(ProcessLookupError):  # the whole group has exited
-                os.killpg(self._process.pid, signum)
+                os.killpg(self._group, signum)
+
+
+def _watchdog() -> Watchdog:
+    """A ready watchdog, whose process group the command is to start in."""
+    try:
+        return Watchdog.start()
+    except WatchdogFailed as error:
+        message = f"cannot start the watchdog that stops the command if volcano dies: {error}"
+        raise Failure(Exit.UNEXPECTED, message) from None
 
 
 def _watch(

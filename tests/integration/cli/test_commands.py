@@ -234,6 +234,19 @@ class TestHelp:
         assert "examples:" in result.stdout
         assert "VOLCANO_SERVICE_KEY" in result.stdout
 
+    def test_run_usage_names_its_options(self, shell: Shell) -> None:
+        """`locks run --help` starts with a usage line (written by hand) naming every option."""
+        usage = shell.run("locks", "run", "--help").stdout.split("\n\n")[0]
+        assert all(f"[{option} S]" in usage for option in ("--ttl", "--wait", "--grace"))
+
+    @pytest.mark.parametrize("command", ["renew", "release"])
+    def test_token_help_warns_of_ps(self, shell: Shell, command: str) -> None:
+        """renew and release --help: --token shows in ps; the file and variable do not."""
+        text = " ".join(shell.run("locks", command, "--help").stdout.split())
+        assert "other users of the machine see a command line in ps" in text
+        assert "--token-file PATH" in text
+        assert "VOLCANO_OWNER_TOKEN" in text
+
     def test_python_dash_m_is_the_same_command(self, shell: Shell) -> None:
         """`python -m volcano` runs the same command as the console script."""
         result = subprocess.run(

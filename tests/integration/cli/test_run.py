@@ -7,6 +7,7 @@ asserted).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import signal
@@ -314,6 +315,45 @@ class TestSignals:
         assert status == 128 + signal.SIGTERM
         assert "SIGTERM before the command started" in one_line(stderr)
         assert not marker.exists()
+
+
+def start_family(
+    shell: Shell, pids: Path, before: str = ""
+) -> tuple[subprocess.Popen[str], int, int]:
+    """Start `volcano locks run k -- sh -c SCRIPT`, its shell starting a grandchild after running
+    `before`; return volcano and the pids of the shell and the grandchild once both run."""
+    script = f"{before}sleep 300 & echo $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
+    process = shell.start("locks", "run", "k", "--", "sh", "-c", script)
+    child, grandchild = map(int, wait_for(pids, process).split())
+    return process, child, grandchild
+
+
+def kill_volcano(process: subprocess.Popen[str], *family: int) -> None:
+    """SIGKILL volcano; wait (generously) until every pid in `family` has ended."""
+    try:
+        process.kill()
+        process.wait(WAIT)
+        until(lambda: all(gone(pid) for pid in family), "the command's group gone", WAIT)
+    finally:
+        for pid in family:  # without a watchdog they live on: don't leave them to the machine
+            if not gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        process.communicate(timeout=WAIT)  # the family held volcano's stdout and stderr
+
+
+class TestVolcanoKilled:
+    def test_sigkill_takes_the_command_and_its_children(self, shell: Shell, tmp_path: Path) -> None:
+        """volcano SIGKILLed: its command and the command's child die; the lease is left held."""
+        process, child, grandchild = start_family(shell, tmp_path / "pids")
+        kill_volcano(process, child, grandchild)
+        assert shell.client.locks.get("k").held  # nobody could release it: it expires on its own
+
+    def test_a_signal_to_the_group_leaves_the_watchdog(self, shell: Shell, tmp_path: Path) -> None:
+        """A signal the command sends its own group (kill 0) does not disarm the watchdog."""
+        before = "trap '' HUP; kill -HUP 0; "
+        process, child, grandchild = start_family(shell, tmp_path / "pids", before)
+        kill_volcano(process, child, grandchild)
 
 
 class TestRelease:

@@ -1,6 +1,6 @@
 """The `volcano-server` command: manage project keys, migrate, serve.
 
-    volcano-server keys create --project NAME [--db URL]
+    volcano-server keys create --project NAME [--api-url URL] [--output FILE] [--db URL]
     volcano-server keys rotate --project NAME [--db URL]
     volcano-server keys list [--project NAME] [--db URL]
     volcano-server keys revoke ID [--db URL]
@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import string
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
@@ -37,6 +39,11 @@ from .storage import (
 __all__ = ["main"]
 
 log = logging.getLogger("volcano_server")
+
+DEFAULT_API_URL = "http://127.0.0.1:8787"
+# What a VOLCANO_API_URL line may hold and still be read alike by a shell's `.`, systemd's
+# EnvironmentFile= and docker's --env-file: no quotes, spaces, `$`, `;` or `&` to interpret.
+_URL_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._~:/%[]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,6 +100,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument(
         "--project", required=True, type=_project_name, help="project name (created if new)"
+    )
+    create.add_argument(
+        "--api-url",
+        type=_api_url,
+        default=DEFAULT_API_URL,
+        metavar="URL",
+        help="the URL clients reach this server at, written as VOLCANO_API_URL with the keys "
+        f"(default: {DEFAULT_API_URL}, what serve listens on by default)",
+    )
+    create.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the three lines to FILE, readable only by you, instead of stdout "
+        "(replaces FILE whole; keep it out of version control)",
     )
     rotate = keys_commands.add_parser(
         "rotate", help="add a service key to a project; its old keys work until revoked"
@@ -213,6 +234,23 @@ def _project_name(value: str) -> str:
             f"project names are 1 to 100 printable characters, got {value!r}"
         )
     return value
+
+
+def _api_url(value: str) -> str:
+    url = urllib.parse.urlsplit(value)
+    if (
+        url.scheme not in ("http", "https")
+        or not url.hostname
+        or "@" in url.netloc
+        or url.query
+        or url.fragment
+        or not set(value) <= _URL_CHARACTERS
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL with a host, no credentials and no query, "
+            f"got {value!r}"
+        )
+    return value.rstrip("/")
 
 
 def _port(value: str) -> int:

@@ -36,6 +36,12 @@ def cli(
     )
 
 
+def one_line(stderr: str) -> str:
+    """The only line of `stderr`, which must hold exactly one."""
+    [line] = stderr.strip().splitlines()
+    return line
+
+
 def http(server: ServerProcess, project: Project) -> httpx.Client:
     return httpx.Client(
         base_url=server.url,
@@ -46,8 +52,9 @@ def http(server: ServerProcess, project: Project) -> httpx.Client:
 
 
 class TestCommandLine:
-    def test_keys_create_prints_two_variables(self, tmp_path: Path) -> None:
-        """keys create prints exactly VOLCANO_ANON_KEY=... and VOLCANO_SERVICE_KEY=..."""
+    def test_keys_create_prints_the_keys_and_the_url(self, tmp_path: Path) -> None:
+        """keys create prints VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY (marked vk_local_) and
+        VOLCANO_API_URL, the default server's URL."""
         result = cli(
             "keys", "create", "--project", "demo", "--db", f"sqlite:///{tmp_path / 'k.db'}"
         )
@@ -56,12 +63,58 @@ class TestCommandLine:
         assert [line.split("=", 1)[0] for line in lines] == [
             "VOLCANO_ANON_KEY",
             "VOLCANO_SERVICE_KEY",
+            "VOLCANO_API_URL",
         ]
-        anon, service = (line.split("=", 1)[1] for line in lines)
-        assert anon.startswith("vk_anon_")
-        assert service.startswith("vk_service_")
+        anon, service, url = (line.split("=", 1)[1] for line in lines)
+        assert anon.startswith("vk_local_anon_")
+        assert service.startswith("vk_local_service_")
+        assert url == "http://127.0.0.1:8787"
         assert anon not in result.stderr
         assert service not in result.stderr
+
+    def test_keys_create_output_is_a_private_file_with_the_url(self, tmp_path: Path) -> None:
+        """--output writes the three lines to a file of mode 0600, replacing one that was
+        readable by others, with --api-url as VOLCANO_API_URL; no key on stdout or stderr."""
+        keys_file = tmp_path / "volcano.env"
+        keys_file.write_text("old\n")
+        keys_file.chmod(0o644)
+        db = f"sqlite:///{tmp_path / 'k.db'}"
+        url = "https://locks.example.test:8443"
+        result = cli(
+            "keys", "create", "--project", "demo", "--db", db,
+            "--api-url", url + "/", "--output", str(keys_file),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert keys_file.stat().st_mode & 0o777 == 0o600
+        written = dict(line.split("=", 1) for line in keys_file.read_text().splitlines())
+        assert sorted(written) == ["VOLCANO_ANON_KEY", "VOLCANO_API_URL", "VOLCANO_SERVICE_KEY"]
+        assert written["VOLCANO_API_URL"] == url
+        assert result.stdout == ""
+        for key in (written["VOLCANO_ANON_KEY"], written["VOLCANO_SERVICE_KEY"]):
+            assert key not in result.stderr
+        assert f"set -a; . {keys_file}; set +a" in result.stderr
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    def test_keys_create_into_an_unwritable_place_makes_no_keys(self, tmp_path: Path) -> None:
+        """An --output that cannot be written fails in one line before any key is made."""
+        db = f"sqlite:///{tmp_path / 'k.db'}"
+        result = cli(
+            "keys", "create", "--project", "demo", "--db", db,
+            "--output", str(tmp_path / "missing" / "volcano.env"),
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert "cannot write" in one_line(result.stderr)
+        listed = cli("keys", "list", "--db", db)
+        assert listed.stdout.splitlines()[1:] == []
+
+    @pytest.mark.parametrize(
+        "url", ["ftp://x.test", "http://", "http://u:p@x.test", "http://x.test/?a=1", "http://x y"]
+    )
+    def test_keys_create_refuses_a_bad_api_url(self, tmp_path: Path, url: str) -> None:
+        """--api-url must be an http(s) URL with a host, no credentials, query or spaces."""
+        result = cli("keys", "create", "--project", "demo", "--api-url", url, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "--api-url" in one_line(result.stderr)
 
     def test_keys_are_stored_only_as_hashes(self, tmp_path: Path) -> None:
         """The database file never contains a key in plain text."""
@@ -69,6 +122,7 @@ class TestCommandLine:
         result = cli("keys", "create", "--project", "demo", "--db", f"sqlite:///{db}")
         assert result.returncode == 0, result.stderr
         keys = dict(line.split("=", 1) for line in result.stdout.splitlines())
+        del keys["VOLCANO_API_URL"]
         assert set(keys) == {"VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"}  # else nothing is checked
         data = b"".join(p.read_bytes() for p in tmp_path.iterdir())
         assert data

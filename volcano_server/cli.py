@@ -7,6 +7,7 @@
     volcano-server keys audit [--project NAME] [--db URL]
     volcano-server migrate [--db URL]
     volcano-server serve [--host 127.0.0.1] [--port 8787] [--db URL] [...]
+    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]
 
 `--db` defaults to $VOLCANO_DATABASE_URL, else sqlite:///volcano.db in the working directory.
 Every failure is one line on stderr and a non-zero exit status, never a traceback.
@@ -20,9 +21,10 @@ import os
 import string
 import sys
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from ._config import Limits, ServerConfig
 from ._waiting import WaitingSettings
@@ -35,6 +37,9 @@ from .storage import (
     open_storage,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from ._daemon import Announce
 
 __all__ = ["main"]
 
@@ -185,7 +190,24 @@ def _parser() -> argparse.ArgumentParser:
         help="text lines, or one JSON object per line (default: text)",
     )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    _add_background_options(serve)
     return parser
+
+
+def _add_background_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--daemon",
+        action="store_true",
+        help="serve in the background: return once listening (status 0) or failed (1); "
+        "needs --log-file",
+    )
+    serve.add_argument("--log-file", metavar="FILE", help="append the log to FILE, not stderr")
+    serve.add_argument(
+        "--pid-file",
+        metavar="FILE",
+        type=Path,
+        help="write the server's pid to FILE once listening; removed when it stops cleanly",
+    )
 
 
 def _add_listener_options(serve: argparse.ArgumentParser) -> None:
@@ -312,7 +334,8 @@ def _serve(args: argparse.Namespace) -> int:
         from ._server import Listeners, StartupError, serve
     except ImportError as exc:
         raise Fatal(
-            f'serving needs the server extra ({exc.name} is missing): pip install "volcano[server]"'
+            f"serving needs the server extra ({exc.name} is missing): "
+            'pip install "volcano[server]" (from a checkout: pip install ".[server]")'
         ) from None
 
     url = _database_url(args)
@@ -344,11 +367,35 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if listeners.ssl_keyfile and not listeners.ssl_certfile:
         raise Fatal("--ssl-keyfile needs --ssl-certfile")
-    storage = _open(url, config.sqlite_synchronous)
+
+    def start(announce: Announce) -> int:
+        storage = _open(url, config.sqlite_synchronous)
+        try:
+            return serve(config, storage, listeners, announce)
+        except StartupError as exc:
+            raise Fatal(str(exc)) from None
+
+    return _in_place(args, start)
+
+
+def _in_place(args: argparse.Namespace, start: Callable[[Announce], int]) -> int:
+    """Run `start` here or, with --daemon, in the background; with the log where asked."""
+    from ._daemon import Announce, log_to, open_log, run_in_background
+
+    if args.daemon and args.log_file is None:
+        raise Fatal("--daemon needs --log-file FILE: in the background there is no terminal")
+    if args.pid_file is not None and not os.access(args.pid_file.parent, os.W_OK):
+        raise Fatal(f"cannot write the pid file {args.pid_file}: its directory is not writable")
     try:
-        return serve(config, storage, listeners)
-    except StartupError as exc:
-        raise Fatal(str(exc)) from None
+        log = None if args.log_file is None else open_log(args.log_file)
+    except OSError as exc:
+        raise Fatal(f"cannot open the log file {args.log_file}: {exc.strerror}") from None
+    announce = Announce(pid_file=args.pid_file)
+    if log is not None and args.daemon:
+        return run_in_background(start, log, announce)
+    if log is not None:
+        log_to(log)
+    return start(announce)
 
 
 def _readable(path: str | None) -> str | None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -156,6 +161,9 @@ class TestCommandLine:
             (("serve", "--db", "sqlite:////nonexistent/dir/v.db"), 1, "cannot open the database"),
             (("serve", "--retention", "60"), 1, "at least 600"),
             (("serve", "--bogus"), 2, "unrecognized arguments"),
+            (("serve", "--daemon"), 1, "--daemon needs --log-file"),
+            (("serve", "--log-file", "/nonexistent/dir/v.log"), 1, "cannot open the log file"),
+            (("serve", "--pid-file", "/nonexistent/dir/v.pid"), 1, "cannot write the pid file"),
         ],
     )
     def test_bad_invocations_fail_in_one_clear_line(
@@ -200,6 +208,75 @@ class TestServeProcess:
         assert result.returncode != 0
         assert "address already in use" in result.stderr.lower()
         assert "Traceback" not in result.stderr
+
+
+class Daemon:
+    """What `serve --daemon` left running, found through its pid file; stopped afterwards."""
+
+    def __init__(self, pid_file: Path) -> None:
+        self.pid_file = pid_file
+
+    @property
+    def pid(self) -> int:
+        return int(self.pid_file.read_text())
+
+    def wait_stopped(self) -> None:
+        """Wait until the pid file is gone: the server removes it once it has stopped."""
+        deadline = time.monotonic() + 30
+        while self.pid_file.exists():
+            assert time.monotonic() < deadline, "the daemon did not stop"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            self.wait_stopped()
+
+
+class TestDaemon:
+    @pytest.fixture
+    def daemon(self, tmp_path: Path) -> Iterator[Daemon]:
+        daemon = Daemon(tmp_path / "volcano-server.pid")
+        yield daemon
+        daemon.stop()
+
+    def serve(self, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return cli(
+            "serve", "--daemon", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}",
+            "--log-file", "volcano-server.log", "--pid-file", "volcano-server.pid", *args,
+            cwd=tmp_path,
+        )  # fmt: skip
+
+    def test_returns_once_listening_and_stops_by_its_pid_file(
+        self, tmp_path: Path, daemon: Daemon
+    ) -> None:
+        """--daemon returns 0 only once the server answers (the very next request, no retry,
+        is served); the server runs in a session of its own, logs to the file, and
+        `kill $(cat PID_FILE)` stops it cleanly, removing the pid file."""
+        result = self.serve(tmp_path)
+        assert result.returncode == 0, result.stderr
+        [url] = re.findall(r"listening on (http://\S+) \(pid (\d+)\)", one_line(result.stderr))
+        assert httpx.get(f"{url[0]}/readyz").status_code == 200
+        assert daemon.pid == int(url[1])
+        assert os.getsid(daemon.pid) == daemon.pid  # no terminal: closing the shell spares it
+        log = tmp_path / "volcano-server.log"
+        assert f"listening on {url[0]}" in log.read_text()
+        os.kill(daemon.pid, signal.SIGTERM)
+        daemon.wait_stopped()
+        assert "volcano-server stopped" in log.read_text()
+        assert "Traceback" not in log.read_text()
+
+    def test_a_server_that_cannot_start_says_why(self, tmp_path: Path, daemon: Daemon) -> None:
+        """A daemon that fails to start (its port is taken) makes the command exit 1 with the
+        log's last line, and leaves no pid file."""
+        with socket.create_server(("127.0.0.1", 0)) as taken:
+            result = self.serve(tmp_path, "--port", str(taken.getsockname()[1]))
+        assert result.returncode == 1
+        line = one_line(result.stderr)
+        assert "volcano-server did not start (log: volcano-server.log)" in line
+        assert "address already in use" in line
+        assert not daemon.pid_file.exists()
 
 
 class TestSecrets:

@@ -198,9 +198,9 @@ def local_server(directory: str | os.PathLike[str] | None = None) -> Iterator[Lo
         )
     ```
 
-    It needs the server extra (`pip install "volcano[server]"`). The server listens on a free
-    loopback port and keeps its SQLite database and log in `directory` (default: a temporary
-    directory, deleted afterwards).
+    It needs the server extra (`pip install "volcano[server]"`, or `pip install ".[server]"`
+    from a checkout). The server listens on a free loopback port and keeps its SQLite database
+    and log in `directory` (default: a temporary directory, deleted afterwards).
 
     Raises:
         ServerStartError: The server could not start; the message says why (for instance a

@@ -5,7 +5,7 @@
     volcano locks renew KEY --token T --fencing-token N --ttl S [--json]
     volcano locks release KEY --token T --fencing-token N [--json]
     volcano locks force-release KEY [--json]
-    volcano locks run KEY [--ttl 30] [--grace 10] -- COMMAND [ARGS...]
+    volcano locks run KEY [--ttl 30] [--wait 0] [--grace 10] -- COMMAND [ARGS...]
 
 It reads VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL like `volcano.Client`, and
 uses nothing but the SDK's public API. Every failure is one line on stderr, `volcano: ...`, and

@@ -210,7 +210,7 @@ def _add_lock_commands(commands: Commands) -> None:
         description=RUN_DESCRIPTION,
         json_output=False,
     )
-    run.usage = "%(prog)s KEY [--ttl S] [--grace S] [-v] -- COMMAND [ARGS...]"
+    run.usage = "%(prog)s KEY [--ttl S] [--wait S] [--grace S] [-v] -- COMMAND [ARGS...]"
     _add_acquisition_options(run, ttl_default=30)
     run.add_argument(
         "--grace",

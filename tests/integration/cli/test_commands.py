@@ -237,6 +237,17 @@ class TestHelp:
         assert "examples:" in result.stdout
         assert "VOLCANO_SERVICE_KEY" in result.stdout
 
+    def test_run_usage_names_every_option(self, shell: Shell) -> None:
+        """`volcano locks run --help`'s usage line names each of run's options."""
+        result = shell.run("locks", "run", "--help")
+        usage = result.stdout.split("\n\n", 1)[0]
+        # Options taking seconds (`--ttl S`); -h and -v stand alone.
+        options = set(re.findall(r"^  (--[a-z-]+) S ", result.stdout, re.MULTILINE))
+        assert {"--ttl", "--wait", "--grace"} <= options
+        for option in options:
+            assert f"[{option} S]" in usage, option
+        assert "[-v]" in usage
+
     def test_python_dash_m_is_the_same_command(self, shell: Shell) -> None:
         """`python -m volcano` runs the same command as the console script."""
         result = subprocess.run(

@@ -105,13 +105,14 @@ def _operation(spec: dict[str, Any], path: str, method: str, item: dict[str, Any
         media = body["content"]["application/json"]
         lines.append(f"Request body (`application/json`): {_type(spec, media['schema'])}.\n")
         lines += _examples(spec, media)
-    lines.append("| status | | body |\n|---|---|---|")
+    lines.append("| status | | body | headers |\n|---|---|---|---|")
     for status, declared_response in operation["responses"].items():
         response = _resolve(spec, declared_response)
         content = response.get("content", {})
         schema = next(iter(content.values()))["schema"] if content else None
         shape = _type(spec, schema) if schema is not None else ""
-        lines.append(f"| {status} | {_cell(response['description'])} | {shape} |")
+        headers = ", ".join(f"`{name}`" for name in response.get("headers", {}))
+        lines.append(f"| {status} | {_cell(response['description'])} | {shape} | {headers} |")
     return "\n".join(lines) + "\n"
 
 

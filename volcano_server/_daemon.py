@@ -22,7 +22,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["Announce", "LogFile", "log_to", "open_log", "run_in_background"]
+__all__ = ["Announce", "LogFile", "open_log", "run_in_background"]
 
 # The server's own start-up is bounded (database connect and pool waits of 3 s, a migration);
 # past this the parent stops waiting and says so, leaving the child to carry on.
@@ -68,7 +68,7 @@ def open_log(path: str) -> LogFile:
     return LogFile(path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
 
 
-def log_to(log: LogFile) -> None:
+def _log_to(log: LogFile) -> None:
     """Make `log` this process's stdout and stderr."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -92,7 +92,7 @@ def run_in_background(start: Callable[[Announce], int], log: LogFile, announce: 
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        log_to(log)
+        _log_to(log)
         return start(attrs.evolve(announce, parent=write_end))
     os.close(write_end)
     os.close(log.fd)

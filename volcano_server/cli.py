@@ -201,7 +201,9 @@ def _add_background_options(serve: argparse.ArgumentParser) -> None:
         help="serve in the background: return once listening (status 0) or failed (1); "
         "needs --log-file",
     )
-    serve.add_argument("--log-file", metavar="FILE", help="append the log to FILE, not stderr")
+    serve.add_argument(
+        "--log-file", metavar="FILE", help="with --daemon: append the server's output to FILE"
+    )
     serve.add_argument(
         "--pid-file",
         metavar="FILE",
@@ -379,23 +381,23 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _in_place(args: argparse.Namespace, start: Callable[[Announce], int]) -> int:
-    """Run `start` here or, with --daemon, in the background; with the log where asked."""
-    from ._daemon import Announce, log_to, open_log, run_in_background
+    """Run `start` here or, with --daemon, in the background with its log in --log-file."""
+    from ._daemon import Announce, open_log, run_in_background
 
     if args.daemon and args.log_file is None:
         raise Fatal("--daemon needs --log-file FILE: in the background there is no terminal")
+    if args.log_file is not None and not args.daemon:
+        raise Fatal("--log-file goes with --daemon; in the foreground, redirect stderr (2>>FILE)")
     if args.pid_file is not None and not os.access(args.pid_file.parent, os.W_OK):
         raise Fatal(f"cannot write the pid file {args.pid_file}: its directory is not writable")
+    announce = Announce(pid_file=args.pid_file)
+    if not args.daemon:
+        return start(announce)
     try:
-        log = None if args.log_file is None else open_log(args.log_file)
+        log = open_log(args.log_file)
     except OSError as exc:
         raise Fatal(f"cannot open the log file {args.log_file}: {exc.strerror}") from None
-    announce = Announce(pid_file=args.pid_file)
-    if log is not None and args.daemon:
-        return run_in_background(start, log, announce)
-    if log is not None:
-        log_to(log)
-    return start(announce)
+    return run_in_background(start, log, announce)
 
 
 def _readable(path: str | None) -> str | None:

@@ -162,7 +162,12 @@ class TestCommandLine:
             (("serve", "--retention", "60"), 1, "at least 600"),
             (("serve", "--bogus"), 2, "unrecognized arguments"),
             (("serve", "--daemon"), 1, "--daemon needs --log-file"),
-            (("serve", "--log-file", "/nonexistent/dir/v.log"), 1, "cannot open the log file"),
+            (("serve", "--log-file", "v.log"), 1, "--log-file goes with --daemon"),
+            (
+                ("serve", "--daemon", "--log-file", "/nonexistent/dir/v.log"),
+                1,
+                "cannot open the log file",
+            ),
             (("serve", "--pid-file", "/nonexistent/dir/v.pid"), 1, "cannot write the pid file"),
         ],
     )

@@ -45,7 +45,7 @@ __all__ = ["main"]
 
 log = logging.getLogger("volcano_server")
 
-DEFAULT_API_URL = "http://127.0.0.1:8787"
+_DEFAULT_API_URL = "http://127.0.0.1:8787"
 # What a VOLCANO_API_URL line may hold and still be read alike by a shell's `.`, systemd's
 # EnvironmentFile= and docker's --env-file: no quotes, spaces, `$`, `;` or `&` to interpret.
 _URL_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._~:/%[]")
@@ -109,10 +109,10 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--api-url",
         type=_api_url,
-        default=DEFAULT_API_URL,
+        default=_DEFAULT_API_URL,
         metavar="URL",
         help="the URL clients reach this server at, written as VOLCANO_API_URL with the keys "
-        f"(default: {DEFAULT_API_URL}, what serve listens on by default)",
+        f"(default: {_DEFAULT_API_URL}, what serve listens on by default)",
     )
     create.add_argument(
         "--output",

@@ -10,12 +10,20 @@ ensure_venv server
 work=$(mktemp -d "${TMPDIR:-/tmp}/volcano-walkthrough.XXXXXX")
 server_pid=""
 cleanup() {
+  local status=$?
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
     echo "== server stopped"
   fi
   rm -rf "$work"
+  if [ "$status" -eq 0 ]; then
+    echo "walkthrough.sh: made a project's keys, started volcano-server on ${url:-?} (SQLite in a" \
+      "temporary directory), ran every section of examples/walkthrough.py against it, stopped" \
+      "the server and removed the directory"
+  else
+    echo "walkthrough.sh: failed (status $status); the lines above say where" >&2
+  fi
 }
 trap cleanup EXIT
 

@@ -15,9 +15,9 @@ with volcano.Client() as client:  # VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY, VOLCA
 ```
 
 `AsyncClient` has the same surface for asyncio. Every error is a `volcano.Error`. The
-`volcano` logger reports requests at DEBUG (operation, key, status, request id, duration) and
-leases at risk or lost at WARNING; it never logs keys or owner tokens. The package adds no
-handler.
+`volcano` logger reports requests at DEBUG (operation, lock key, status, request id, duration)
+and leases at risk or lost at WARNING; it never logs API keys or owner tokens (lock key names
+are not secrets, and are logged). The package adds no handler.
 """
 
 from __future__ import annotations

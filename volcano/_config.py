@@ -2,7 +2,8 @@
 
 Each argument defaults to an environment variable (`VOLCANO_ANON_KEY`, `VOLCANO_SERVICE_KEY`,
 `VOLCANO_API_URL`). A missing key fails at construction with a message naming the variable,
-never the value.
+never the value. So do keys made by a volcano-server of the user's own (`vk_local_...`) when
+no URL was named: they would otherwise go to the hosted default (`_keys_stay_home`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ SERVICE_KEY_ENV = "VOLCANO_SERVICE_KEY"
 API_URL_ENV = "VOLCANO_API_URL"
 DEFAULT_API_URL = "https://api.volcano.dev"
 DEFAULT_TIMEOUT = 10.0
+# The reference server (volcano-server) starts every key it makes with this; the hosted
+# service never does. Keys it made before carry no mark and are not recognised.
+LOCAL_KEY_PREFIX = "vk_local_"
 USER_AGENT = f"volcano-python/{__version__}"
 
 
@@ -58,12 +62,38 @@ def resolve(
     timeout: object,
     environ: Mapping[str, str] = os.environ,
 ) -> Settings:
-    """Settings from the arguments, falling back to the environment for each one left None."""
-    return Settings(
+    """Settings from the arguments, falling back to the environment for each one left None.
+
+    Raises:
+        InvalidArgumentError: A key is missing or malformed, a local server's keys would go to
+            the hosted default, or another argument is malformed.
+    """
+    named_url = api_url if api_url is not None else environ.get(API_URL_ENV)
+    settings = Settings(
         anon_key=_credential("anon_key", anon_key, ANON_KEY_ENV, environ),
         service_key=_credential("service_key", service_key, SERVICE_KEY_ENV, environ),
-        api_url=_api_url(api_url if api_url is not None else environ.get(API_URL_ENV)),
+        api_url=_api_url(named_url),
         timeout=_validate.timeout(timeout),
+    )
+    _keys_stay_home(settings, url_named=bool(named_url))
+    return settings
+
+
+def _keys_stay_home(settings: Settings, *, url_named: bool) -> None:
+    """Refuse to aim a local server's keys at the hosted default that nobody named.
+
+    A shell that loaded the keys of `volcano-server keys create` but not its URL would send
+    them to `https://api.volcano.dev`: a secret travelling to a server the user never chose.
+    Naming any URL, the hosted one included, is the user's choice and is respected.
+    """
+    keys = (settings.anon_key, settings.service_key)
+    if url_named or not any(key.startswith(LOCAL_KEY_PREFIX) for key in keys):
+        return
+    raise InvalidArgumentError(
+        f"these keys were made by a volcano-server of your own ({LOCAL_KEY_PREFIX}...) and no"
+        f" API URL is set, so they are not sent to the hosted {DEFAULT_API_URL}: set"
+        f" {API_URL_ENV} to your server's URL (the file written by `volcano-server keys create"
+        " --output FILE` holds it), or pass api_url="
     )
 
 

@@ -25,8 +25,11 @@ from .storage import KeyRecord, ProjectKeys, Storage
 
 __all__ = ["Authenticator", "Principal", "hash_key", "make_project_keys"]
 
-_ANON_PREFIX = "vk_anon_"
-_SERVICE_PREFIX = "vk_service_"
+# "local": made by a volcano-server of the user's own, not the hosted service. The SDK will not
+# send such a key to the hosted default URL unless the user names it (volcano/_config.py).
+# Keys made before this prefix (vk_anon_..., vk_service_...) keep working: only hashes are stored.
+_ANON_PREFIX = "vk_local_anon_"
+_SERVICE_PREFIX = "vk_local_service_"
 
 
 def hash_key(key: str) -> bytes:

@@ -1,19 +1,26 @@
 """`volcano-server keys ...`: create, rotate, list and revoke keys, and read their audit trail.
 
-Secrets are printed once, on stdout, by create and rotate (as VOLCANO_*=... lines a shell or a
-secret store can take); nothing else ever shows a key or its hash. Every change is written to
-the audit trail with the operator who made it (`user@host` of the process running the command).
+Secrets are shown once, by create and rotate, as VOLCANO_*=... lines a shell, systemd's
+`EnvironmentFile=`, `docker --env-file` or a secret store can take: on stdout, or (create
+`--output FILE`) in a file only its owner can read, written whole or not at all. create adds
+`VOLCANO_API_URL`, the server the keys belong to, so that loading the lines never leaves the SDK
+aiming a local project's keys at the hosted default. Nothing else ever shows a key or its hash.
+Every change is written to the audit trail with the operator who made it (`user@host` of the
+process running the command).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
 import socket
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from ._auth import hash_key, make_project_keys, new_service_key
 from .cli import Fatal
@@ -23,11 +30,55 @@ __all__ = ["KEY_COMMANDS"]
 
 
 def _create(args: argparse.Namespace, storage: Storage) -> int:
-    with _Closing(storage):
+    if args.output is None:
+        with _Closing(storage):
+            keys = make_project_keys(storage, args.project, actor=_actor())
+        print(_env_lines(keys.anon_key, keys.service_key, args.api_url), end="")
+        return 0
+    # The file is made (mode 0600) before the keys, so an unwritable path costs no keys.
+    with _private_file(Path(args.output)) as write, _Closing(storage):
         keys = make_project_keys(storage, args.project, actor=_actor())
-    print(f"VOLCANO_ANON_KEY={keys.anon_key}")
-    print(f"VOLCANO_SERVICE_KEY={keys.service_key}")
+        write(_env_lines(keys.anon_key, keys.service_key, args.api_url))
+    shown = args.output if "/" in args.output else f"./{args.output}"
+    print(
+        f"wrote the keys of {args.project} and VOLCANO_API_URL={args.api_url} to {args.output}"
+        f" (readable only by you); load them with: set -a; . {shown}; set +a",
+        file=sys.stderr,
+    )
     return 0
+
+
+def _env_lines(anon_key: str, service_key: str, api_url: str) -> str:
+    return (
+        f"VOLCANO_ANON_KEY={anon_key}\n"
+        f"VOLCANO_SERVICE_KEY={service_key}\n"
+        f"VOLCANO_API_URL={api_url}\n"
+    )
+
+
+@contextlib.contextmanager
+def _private_file(path: Path) -> Iterator[Callable[[str], object]]:
+    """Yield a writer of `path`'s new contents, which replace `path` only if the block succeeds.
+
+    They go to a temporary file beside it, of mode 0600 as mkstemp makes it, so the keys are
+    never readable by others, not even for a moment, and `path` is never half written.
+    """
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise Fatal(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w") as file:
+            yield file.write
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+                os.replace(temporary, path)
+            except OSError as exc:
+                raise Fatal(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
 
 
 def _rotate(args: argparse.Namespace, storage: Storage) -> int:

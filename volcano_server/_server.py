@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from ._app import create_app
 from ._config import ServerConfig
+from ._daemon import Announce
 from ._metrics import Metrics
 from ._protocol import LimitedProtocol, Policy, protocol_class
 from .storage import Storage, redact_url
@@ -78,10 +79,13 @@ def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -
 class Server(uvicorn.Server):
     """uvicorn's server, announcing where it listens and adding the metrics listener."""
 
-    def __init__(self, config: uvicorn.Config, listeners: Listeners, database: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, listeners: Listeners, database: str, announce: Announce
+    ) -> None:
         super().__init__(config)
         self._listeners = listeners
         self._database = database
+        self._announce = announce
         self._metrics: Metrics = config.app.state.metrics  # type: ignore[union-attr]
         self._metrics.open_connections.set_function(lambda: len(self.server_state.connections))
 
@@ -92,12 +96,9 @@ class Server(uvicorn.Server):
         if self._listeners.metrics_port is not None:
             metrics = await self._start_metrics_listener()
             log.info("metrics on %s/metrics", _url("http", metrics))
-        scheme = "https" if self.config.is_ssl else "http"
-        log.info(
-            "volcano-server listening on %s (database %s)",
-            _url(scheme, self.servers[0]),
-            self._database,
-        )
+        url = _url("https" if self.config.is_ssl else "http", self.servers[0])
+        log.info("volcano-server listening on %s (database %s)", url, self._database)
+        self._announce.listening(url)
 
     async def _start_metrics_listener(self) -> asyncio.Server:
         registry = self._metrics.registry
@@ -125,6 +126,7 @@ class Server(uvicorn.Server):
             waits.close()
         await super().shutdown(sockets)
         log.info("volcano-server stopped")
+        self._announce.stopped()
 
 
 def _url(scheme: str, server: asyncio.Server) -> str:
@@ -145,8 +147,8 @@ def raise_open_files_limit(wanted: int) -> int:
     return soft
 
 
-def serve(config: ServerConfig, storage: Storage, listeners: Listeners) -> int:
-    """Serve until SIGINT or SIGTERM; returns the exit status."""
+def serve(config: ServerConfig, storage: Storage, listeners: Listeners, announce: Announce) -> int:
+    """Serve until SIGINT or SIGTERM, telling `announce` once listening; returns the status."""
     config = _fit_open_files(config)
     app = create_app(config, storage=storage)
     uv_config = uvicorn_config(app, config, listeners)
@@ -155,7 +157,7 @@ def serve(config: ServerConfig, storage: Storage, listeners: Listeners) -> int:
     except (OSError, ssl.SSLError) as exc:
         storage.close()
         raise StartupError(f"cannot load the TLS certificate and key: {exc}") from None
-    server = Server(uv_config, listeners, redact_url(config.database_url))
+    server = Server(uv_config, listeners, redact_url(config.database_url), announce)
     server.run()
     return 0 if server.started else 1
 

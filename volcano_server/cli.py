@@ -1,12 +1,13 @@
 """The `volcano-server` command: manage project keys, migrate, serve.
 
-    volcano-server keys create --project NAME [--db URL]
+    volcano-server keys create --project NAME [--api-url URL] [--output FILE] [--db URL]
     volcano-server keys rotate --project NAME [--db URL]
     volcano-server keys list [--project NAME] [--db URL]
     volcano-server keys revoke ID [--db URL]
     volcano-server keys audit [--project NAME] [--db URL]
     volcano-server migrate [--db URL]
     volcano-server serve [--host 127.0.0.1] [--port 8787] [--db URL] [...]
+    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]
 
 `--db` defaults to $VOLCANO_DATABASE_URL, else sqlite:///volcano.db in the working directory.
 Every failure is one line on stderr and a non-zero exit status, never a traceback.
@@ -17,10 +18,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import string
 import sys
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from ._config import Limits, ServerConfig, WaitingSettings
 from .storage import (
@@ -33,9 +37,17 @@ from .storage import (
     redact_url,
 )
 
+if TYPE_CHECKING:
+    from ._daemon import Announce
+
 __all__ = ["main"]
 
 log = logging.getLogger("volcano_server")
+
+_DEFAULT_API_URL = "http://127.0.0.1:8787"
+# What a VOLCANO_API_URL line may hold and still be read alike by a shell's `.`, systemd's
+# EnvironmentFile= and docker's --env-file: no quotes, spaces, `$`, `;` or `&` to interpret.
+_URL_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-._~:/%[]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,6 +104,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument(
         "--project", required=True, type=_project_name, help="project name (created if new)"
+    )
+    create.add_argument(
+        "--api-url",
+        type=_api_url,
+        default=_DEFAULT_API_URL,
+        metavar="URL",
+        help="the URL clients reach this server at, written as VOLCANO_API_URL with the keys "
+        f"(default: {_DEFAULT_API_URL}, what serve listens on by default)",
+    )
+    create.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the three lines to FILE, readable only by you, instead of stdout "
+        "(replaces FILE whole; keep it out of version control)",
     )
     rotate = keys_commands.add_parser(
         "rotate", help="add a service key to a project; its old keys work until revoked"
@@ -163,7 +189,26 @@ def _parser() -> argparse.ArgumentParser:
         help="text lines, or one JSON object per line (default: text)",
     )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    _add_background_options(serve)
     return parser
+
+
+def _add_background_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--daemon",
+        action="store_true",
+        help="serve in the background: return once listening (status 0) or failed (1); "
+        "needs --log-file",
+    )
+    serve.add_argument(
+        "--log-file", metavar="FILE", help="with --daemon: append the server's output to FILE"
+    )
+    serve.add_argument(
+        "--pid-file",
+        metavar="FILE",
+        type=Path,
+        help="write the server's pid to FILE once listening; removed when it stops cleanly",
+    )
 
 
 def _add_listener_options(serve: argparse.ArgumentParser) -> None:
@@ -212,6 +257,23 @@ def _project_name(value: str) -> str:
             f"project names are 1 to 100 printable characters, got {value!r}"
         )
     return value
+
+
+def _api_url(value: str) -> str:
+    url = urllib.parse.urlsplit(value)
+    if (
+        url.scheme not in ("http", "https")
+        or not url.hostname
+        or "@" in url.netloc
+        or url.query
+        or url.fragment
+        or not set(value) <= _URL_CHARACTERS
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL with a host, no credentials and no query, "
+            f"got {value!r}"
+        )
+    return value.rstrip("/")
 
 
 def _port(value: str) -> int:
@@ -273,7 +335,8 @@ def _serve(args: argparse.Namespace) -> int:
         from ._server import Listeners, StartupError, serve
     except ImportError as exc:
         raise Fatal(
-            f'serving needs the server extra ({exc.name} is missing): pip install "volcano[server]"'
+            f"serving needs the server extra ({exc.name} is missing): "
+            'pip install "volcano[server]" (from a checkout: pip install ".[server]")'
         ) from None
 
     url = _database_url(args)
@@ -305,11 +368,35 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if listeners.ssl_keyfile and not listeners.ssl_certfile:
         raise Fatal("--ssl-keyfile needs --ssl-certfile")
-    storage = _open(url, config.sqlite_synchronous)
+
+    def start(announce: Announce) -> int:
+        storage = _open(url, config.sqlite_synchronous)
+        try:
+            return serve(config, storage, listeners, announce)
+        except StartupError as exc:
+            raise Fatal(str(exc)) from None
+
+    return _in_place(args, start)
+
+
+def _in_place(args: argparse.Namespace, start: Callable[[Announce], int]) -> int:
+    """Run `start` here or, with --daemon, in the background with its log in --log-file."""
+    from ._daemon import Announce, open_log, run_in_background
+
+    if args.daemon and args.log_file is None:
+        raise Fatal("--daemon needs --log-file FILE: in the background there is no terminal")
+    if args.log_file is not None and not args.daemon:
+        raise Fatal("--log-file goes with --daemon; in the foreground, redirect stderr (2>>FILE)")
+    if args.pid_file is not None and not os.access(args.pid_file.parent, os.W_OK):
+        raise Fatal(f"cannot write the pid file {args.pid_file}: its directory is not writable")
+    announce = Announce(pid_file=args.pid_file)
+    if not args.daemon:
+        return start(announce)
     try:
-        return serve(config, storage, listeners)
-    except StartupError as exc:
-        raise Fatal(str(exc)) from None
+        log = open_log(args.log_file)
+    except OSError as exc:
+        raise Fatal(f"cannot open the log file {args.log_file}: {exc.strerror}") from None
+    return run_in_background(start, log, announce)
 
 
 def _readable(path: str | None) -> str | None:

@@ -1,39 +1,45 @@
-"""The README works as written: its Python blocks, its shell recipes and its SIGTERM recipe run
-against a real server, as a reader would paste them."""
+"""The README works as written: its two set-up commands are what CI runs, its quick start runs
+pasted as it stands, its Python blocks, shell recipes and SIGTERM recipe run against a real
+server as a reader would paste them, and its Contents list matches its sections."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import volcano
 from tests.conftest import LiveServer
-from tests.support.readme import MODES, README, blocks, python_blocks
+from tests.support.readme import (
+    MODES,
+    README,
+    ROOT,
+    SHELLS,
+    Block,
+    anchor,
+    blocks,
+    count_tests,
+    headings,
+    python_blocks,
+    run_program,
+    run_pytest,
+)
 from tests.support.server import Project, create_project
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 WAIT = 60.0
-
-USE_KEYS = f"{sys.executable} -c \"import volcano; print(volcano.Client().locks.get('k').held)\""
-"""A shell line that works only if the environment holds a project's keys."""
-
-RUNNER = """
-import json, sys
-namespace = {"__name__": "__main__"}
-for block in json.load(sys.stdin):
-    # Padded so that a traceback names the README's own line numbers.
-    exec(compile("\\n" * (block["line"] - 1) + block["code"], "README.md", "exec"), namespace)
-"""
 
 
 def run(args: list[str], env: dict[str, str], cwd: Path, **kwargs: object):
@@ -43,16 +49,17 @@ def run(args: list[str], env: dict[str, str], cwd: Path, **kwargs: object):
     )  # fmt: skip
 
 
+def reader_env() -> dict[str, str]:
+    """A new reader's environment: no VOLCANO_* variables, this venv's commands first on PATH
+    (as after the quick start's `pip install`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_")}
+    return {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"}
+
+
 def bash(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run `script` as a reader would in bash, with this venv's commands first on PATH."""
     env = {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"}
     return run(["bash", "-euc", script], env, cwd)
-
-
-def keyless_env(server: LiveServer) -> dict[str, str]:
-    """A shell aimed at `server`'s API and database, with no keys yet (as a new reader's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_")}
-    return {**env, "VOLCANO_API_URL": server.url, "VOLCANO_DATABASE_URL": server.database_url}
 
 
 def readme_lines(*lines: str) -> str:
@@ -63,9 +70,64 @@ def readme_lines(*lines: str) -> str:
     return "\n".join(lines)
 
 
+def commands(block: Block) -> list[str]:
+    """A shell block's command lines, without comments, blank lines or trailing comments."""
+    found = []
+    for line in block.code.splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            found.append(shlex.join(words))
+    return found
+
+
 @pytest.fixture
 def project(sqlite_server: LiveServer, request: pytest.FixtureRequest) -> Project:
     return create_project(sqlite_server.database_url, request.node.nodeid[:100])
+
+
+class TestSetUpCommands:
+    def test_the_first_shell_block_is_the_walkthrough_then_the_tests(self) -> None:
+        """The README's first shell block holds exactly two commands: the walkthrough, then the
+        tests, and the second says how long it takes and names a faster tier."""
+        first = next(b for b in blocks() if b.language in SHELLS)
+        assert first.section == "", "the two commands come before the first section"
+        assert commands(first) == ["scripts/walkthrough.sh", "scripts/test.sh"]
+        test_line = first.code.splitlines()[1]
+        assert "11 min" in test_line
+        assert "scripts/test.sh tests/unit" in test_line
+
+    def test_ci_runs_the_two_commands_exactly_as_written(self) -> None:
+        """.ci/run runs each of the README's two set-up commands as a line of its own, in the
+        README's order, and scripts/test.sh states the same duration and tier when run bare."""
+        first = next(b for b in blocks() if b.language in SHELLS)
+        ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+        where = [ci.index(command) for command in commands(first)]
+        assert where == sorted(where)
+        script = (ROOT / "scripts" / "test.sh").read_text()
+        assert "about 11 minutes" in script
+        assert "scripts/test.sh tests/unit" in script
+
+
+class TestContents:
+    def test_contents_lists_every_section_in_order(self) -> None:
+        """The Contents list links every section after the quick start, in the page's order:
+        a section added without its entry, or out of place, fails here."""
+        text = README.read_text()
+        contents = text[text.index("**Contents:**") :].split("\n\n", 1)[0]
+        listed = re.findall(r"\]\(#([^)]+)\)", contents)
+        sections = headings()
+        assert sections[0] == "Quick start"
+        assert listed == [anchor(h) for h in sections[1:]]
+
+    def test_every_link_within_the_page_has_its_heading(self) -> None:
+        """Every `(#anchor)` link of the README names a heading that exists."""
+        text = README.read_text()
+        targets = {anchor(h) for h in headings()} | {
+            anchor(line.lstrip("#").strip()) for line in text.splitlines() if line.startswith("#")
+        }
+        links = set(re.findall(r"\]\(#([^)]+)\)", text))
+        assert links, "no links found: the pattern is wrong"
+        assert links <= targets, links - targets
 
 
 class TestPythonBlocks:
@@ -80,48 +142,88 @@ class TestPythonBlocks:
         self, sqlite_server: LiveServer, project: Project, tmp_path: Path
     ) -> None:
         """Every unmarked Python block runs, in order, as one program against a real server."""
-        code = [{"line": b.line, "code": b.code} for b in python_blocks("run")]
-        result = run(
-            [sys.executable, "-c", RUNNER],
-            project.child_env(sqlite_server.url),
-            tmp_path,
-            input=json.dumps(code),
-        )
+        result = run_program(python_blocks("run"), project.child_env(sqlite_server.url), tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Lease acquired" in result.stdout
 
     def test_pytest_blocks_pass(self, tmp_path: Path) -> None:
         """The README's test examples pass under pytest with the volcano.testing fixtures."""
-        (tmp_path / "pyproject.toml").write_text(
-            '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n'
-        )
         examples = python_blocks("pytest")
-        for number, block in enumerate(examples):
-            (tmp_path / f"test_readme_{number}.py").write_text(block.code)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOLCANO_", "PYTEST_"))}
-        result = run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], env, tmp_path)
+        result = run_pytest(examples, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        tests = sum(block.code.count("\ndef test_") for block in examples)
-        assert f"{tests} passed" in result.stdout
+        assert f"{count_tests(examples)} passed" in result.stdout
+
+
+def private_network() -> list[str]:
+    """A command prefix running its command in a network namespace of its own, loopback up, so
+    that the quick start's fixed port (8787) is free whatever else runs on this machine."""
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    if unshare is not None and ip is not None:
+        prefix = [unshare, "--net", "--map-root-user"] if os.getuid() else [unshare, "--net"]
+        probe = subprocess.run(
+            [*prefix, ip, "link", "set", "lo", "up"], capture_output=True, check=False
+        )
+        if probe.returncode == 0:
+            return prefix
+    reason = "the quick start test needs unshare and ip for a network namespace of its own"
+    if os.environ.get("VOLCANO_REQUIRE_NETNS") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class TestQuickStart:
+    @pytest.fixture
+    def leftover(self, tmp_path: Path) -> Iterator[Path]:
+        """The quick start's pid file; a server still running afterwards is stopped."""
+        pid_file = tmp_path / "volcano-server.pid"
+        yield pid_file
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    def test_quick_start_pasted_in_order(self, tmp_path: Path, leftover: Path) -> None:
+        """The quick start's lines, pasted in order with no sleep into a new reader's shell
+        (install aside), make keys, start the server, run the Python against it and stop it:
+        the server never races the client, its log goes to the file, not the terminal, and
+        the keys file is private and names the server."""
+        quick = [b for b in blocks() if b.section == "Quick start" and b.mode == "run"]
+        assert [b.language for b in quick] == ["sh", "python", "sh"]
+        setup, program, stop = quick
+        lines = setup.code.splitlines()
+        # Installing is test_user_install.py's (from the built wheel, in fresh venvs): this
+        # venv holds the package already, first on PATH.
+        assert lines[0].startswith('pip install ".[server]"')
+        python = f"python3 - <<'QUICK_START'\n{program.code}QUICK_START"
+        script = "\n".join(["ip link set lo up", *lines[1:], python, stop.code])
+        result = run([*private_network(), "bash", "-euc", script], reader_env(), tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout == "Lease acquired 1\n", result.stdout + result.stderr
+        assert "volcano-server listening on http://127.0.0.1:8787" in result.stderr
+        deadline = time.monotonic() + WAIT
+        while leftover.exists():  # removed by the server once it has stopped
+            assert time.monotonic() < deadline, "the server did not stop"
+            time.sleep(0.05)
+        log = (tmp_path / "volcano-server.log").read_text()
+        assert "POST /v1/locks/daily-report/acquire 200" in log
+        assert "POST /v1/locks/daily-report/acquire" not in result.stderr
+        assert "volcano-server stopped" in log
+        keys_file = tmp_path / "volcano.env"
+        assert keys_file.stat().st_mode & 0o777 == 0o600
+        assert "VOLCANO_API_URL=http://127.0.0.1:8787\n" in keys_file.read_text()
+
+    def test_quick_start_files_are_git_ignored(self) -> None:
+        """What the quick start writes into a checkout (keys, database, log, pid) is ignored."""
+        ignored = subprocess.run(
+            ["git", "check-ignore", "--no-index", "volcano.env", "volcano.db",
+             "volcano-server.log", "volcano-server.pid", "site/index.html"],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert ignored.stdout.split() == [
+            "volcano.env", "volcano.db", "volcano-server.log", "volcano-server.pid",
+            "site/index.html",
+        ]  # fmt: skip
 
 
 class TestShellRecipes:
-    def test_keys_into_the_environment(self, sqlite_server: LiveServer, tmp_path: Path) -> None:
-        """The quick start's one line puts working keys into the shell's environment."""
-        script = readme_lines("export $(volcano-server keys create --project demo)")
-        result = bash(f"{script}\n{USE_KEYS}", keyless_env(sqlite_server), tmp_path)
-        assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr
-
-    def test_keys_kept_in_a_private_file(self, sqlite_server: LiveServer, tmp_path: Path) -> None:
-        """The key file is readable by its owner only, and loading it exports both keys."""
-        script = readme_lines(
-            "(umask 077; volcano-server keys create --project demo > volcano.env)",
-            "set -a; . ./volcano.env; set +a",
-        )
-        result = bash(f"{script}\n{USE_KEYS}", keyless_env(sqlite_server), tmp_path)
-        assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr
-        assert (tmp_path / "volcano.env").stat().st_mode & 0o777 == 0o600
-
     @pytest.mark.parametrize("busy", [False, True])
     def test_cron_line_treats_busy_as_success(
         self, sqlite_server: LiveServer, project: Project, tmp_path: Path, busy: bool

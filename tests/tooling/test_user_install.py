@@ -185,7 +185,7 @@ class TestWithoutServerExtra:
         assert line.startswith("volcano.testing: could not start the reference server:")
         assert (
             'serving needs the server extra (uvicorn is missing): pip install "volcano[server]"'
-            in line
+            ' (from a checkout: pip install ".[server]")' in line
         )
         assert "During handling" not in result.stdout
         assert "Traceback" not in result.stdout

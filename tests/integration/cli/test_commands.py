@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -234,10 +237,16 @@ class TestHelp:
         assert "examples:" in result.stdout
         assert "VOLCANO_SERVICE_KEY" in result.stdout
 
-    def test_run_usage_names_its_options(self, shell: Shell) -> None:
-        """`locks run --help` starts with a usage line (written by hand) naming every option."""
-        usage = shell.run("locks", "run", "--help").stdout.split("\n\n")[0]
-        assert all(f"[{option} S]" in usage for option in ("--ttl", "--wait", "--grace"))
+    def test_run_usage_names_every_option(self, shell: Shell) -> None:
+        """`volcano locks run --help`'s usage line names each of run's options."""
+        result = shell.run("locks", "run", "--help")
+        usage = result.stdout.split("\n\n", 1)[0]
+        # Options taking seconds (`--ttl S`); -h and -v stand alone.
+        options = set(re.findall(r"^  (--[a-z-]+) S ", result.stdout, re.MULTILINE))
+        assert {"--ttl", "--wait", "--grace"} <= options
+        for option in options:
+            assert f"[{option} S]" in usage, option
+        assert "[-v]" in usage
 
     @pytest.mark.parametrize("command", ["renew", "release"])
     def test_token_help_warns_of_ps(self, shell: Shell, command: str) -> None:
@@ -269,3 +278,68 @@ class TestHelp:
         """--version prints the SDK's version."""
         result = shell.run("--version")
         assert result.stdout.strip() == f"volcano {volcano.__version__}"
+
+
+class Listener:
+    """A loopback TCP port that counts the connections made to it and closes each at once."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            connection.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+
+class TestLocalKeysStayHome:
+    @pytest.fixture
+    def hosted(self) -> Iterator[Listener]:
+        """Stands in for the hosted default: the CLI's HTTPS proxy, so every request meant
+        for https://api.volcano.dev reaches this listener instead."""
+        listener = Listener()
+        yield listener
+        listener.close()
+
+    def env_without_url(self, shell: Shell, hosted: Listener, **keys: str) -> dict[str, str]:
+        env = {k: v for k, v in shell.env.items() if k != "VOLCANO_API_URL"}
+        return {**env, **keys, "HTTPS_PROXY": hosted.url, "NO_PROXY": ""}
+
+    def test_local_keys_without_a_url_are_sent_nowhere(
+        self, shell: Shell, hosted: Listener
+    ) -> None:
+        """Keys of `keys create` with no VOLCANO_API_URL: exit 64 naming the fix, and not one
+        connection towards the hosted default."""
+        assert shell.env["VOLCANO_SERVICE_KEY"].startswith("vk_local_service_")
+        result = shell.run("locks", "get", "k", env=self.env_without_url(shell, hosted))
+        assert result.returncode == 64, result.stderr
+        line = one_line(result.stderr)
+        assert "set VOLCANO_API_URL to your server's URL" in line
+        assert shell.env["VOLCANO_SERVICE_KEY"] not in line
+        assert hosted.connections == 0
+
+    def test_unmarked_keys_still_go_to_the_default(self, shell: Shell, hosted: Listener) -> None:
+        """Keys without the local mark (the hosted service's, or older ones) go to the default,
+        as before: the listener above does see such a request."""
+        env = self.env_without_url(
+            shell, hosted, VOLCANO_ANON_KEY="vk_anon_x", VOLCANO_SERVICE_KEY="vk_service_y"
+        )
+        result = shell.run("locks", "get", "k", env=env)
+        assert result.returncode == 69, result.stderr
+        assert "https://api.volcano.dev" in one_line(result.stderr)
+        assert hosted.connections >= 1

@@ -96,8 +96,11 @@ class TestConfiguration:
         assert live_server.project.service_key not in str(raised.value)
 
     def test_api_url_defaults_to_the_hosted_service(self, env: pytest.MonkeyPatch) -> None:
-        """Without api_url or VOLCANO_API_URL the client aims at https://api.volcano.dev."""
+        """Without api_url or VOLCANO_API_URL the client aims at https://api.volcano.dev (with
+        keys of the hosted kind: a local server's are refused, tests/unit/sdk/test_client.py)."""
         env.delenv("VOLCANO_API_URL")
+        env.setenv("VOLCANO_ANON_KEY", "vk_anon_hosted")
+        env.setenv("VOLCANO_SERVICE_KEY", "vk_service_hosted")
         with volcano.Client() as client:
             assert client.api_url == "https://api.volcano.dev"
 

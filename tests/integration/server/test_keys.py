@@ -86,7 +86,7 @@ class TestKeyCommands:
         rotated = keys("rotate", "--project", project.name, db=database_url)
         assert rotated.returncode == 0, rotated.stderr
         (line,) = rotated.stdout.splitlines()
-        assert line.startswith("VOLCANO_SERVICE_KEY=vk_service_")
+        assert line.startswith("VOLCANO_SERVICE_KEY=vk_local_service_")
         renewed = with_service_key(project, line.split("=", 1)[1])
         assert status(live_server.url, project) == 200
         assert status(live_server.url, renewed) == 200

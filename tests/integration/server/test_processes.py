@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -36,6 +41,12 @@ def cli(
     )
 
 
+def one_line(stderr: str) -> str:
+    """The only line of `stderr`, which must hold exactly one."""
+    [line] = stderr.strip().splitlines()
+    return line
+
+
 def http(server: ServerProcess, project: Project) -> httpx.Client:
     return httpx.Client(
         base_url=server.url,
@@ -46,8 +57,9 @@ def http(server: ServerProcess, project: Project) -> httpx.Client:
 
 
 class TestCommandLine:
-    def test_keys_create_prints_two_variables(self, tmp_path: Path) -> None:
-        """keys create prints exactly VOLCANO_ANON_KEY=... and VOLCANO_SERVICE_KEY=..."""
+    def test_keys_create_prints_the_keys_and_the_url(self, tmp_path: Path) -> None:
+        """keys create prints VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY (marked vk_local_) and
+        VOLCANO_API_URL, the default server's URL."""
         result = cli(
             "keys", "create", "--project", "demo", "--db", f"sqlite:///{tmp_path / 'k.db'}"
         )
@@ -56,12 +68,58 @@ class TestCommandLine:
         assert [line.split("=", 1)[0] for line in lines] == [
             "VOLCANO_ANON_KEY",
             "VOLCANO_SERVICE_KEY",
+            "VOLCANO_API_URL",
         ]
-        anon, service = (line.split("=", 1)[1] for line in lines)
-        assert anon.startswith("vk_anon_")
-        assert service.startswith("vk_service_")
+        anon, service, url = (line.split("=", 1)[1] for line in lines)
+        assert anon.startswith("vk_local_anon_")
+        assert service.startswith("vk_local_service_")
+        assert url == "http://127.0.0.1:8787"
         assert anon not in result.stderr
         assert service not in result.stderr
+
+    def test_keys_create_output_is_a_private_file_with_the_url(self, tmp_path: Path) -> None:
+        """--output writes the three lines to a file of mode 0600, replacing one that was
+        readable by others, with --api-url as VOLCANO_API_URL; no key on stdout or stderr."""
+        keys_file = tmp_path / "volcano.env"
+        keys_file.write_text("old\n")
+        keys_file.chmod(0o644)
+        db = f"sqlite:///{tmp_path / 'k.db'}"
+        url = "https://locks.example.test:8443"
+        result = cli(
+            "keys", "create", "--project", "demo", "--db", db,
+            "--api-url", url + "/", "--output", str(keys_file),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert keys_file.stat().st_mode & 0o777 == 0o600
+        written = dict(line.split("=", 1) for line in keys_file.read_text().splitlines())
+        assert sorted(written) == ["VOLCANO_ANON_KEY", "VOLCANO_API_URL", "VOLCANO_SERVICE_KEY"]
+        assert written["VOLCANO_API_URL"] == url
+        assert result.stdout == ""
+        for key in (written["VOLCANO_ANON_KEY"], written["VOLCANO_SERVICE_KEY"]):
+            assert key not in result.stderr
+        assert f"set -a; . {keys_file}; set +a" in result.stderr
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    def test_keys_create_into_an_unwritable_place_makes_no_keys(self, tmp_path: Path) -> None:
+        """An --output that cannot be written fails in one line before any key is made."""
+        db = f"sqlite:///{tmp_path / 'k.db'}"
+        result = cli(
+            "keys", "create", "--project", "demo", "--db", db,
+            "--output", str(tmp_path / "missing" / "volcano.env"),
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert "cannot write" in one_line(result.stderr)
+        listed = cli("keys", "list", "--db", db)
+        assert listed.stdout.splitlines()[1:] == []
+
+    @pytest.mark.parametrize(
+        "url", ["ftp://x.test", "http://", "http://u:p@x.test", "http://x.test/?a=1", "http://x y"]
+    )
+    def test_keys_create_refuses_a_bad_api_url(self, tmp_path: Path, url: str) -> None:
+        """--api-url must be an http(s) URL with a host, no credentials, query or spaces."""
+        result = cli("keys", "create", "--project", "demo", "--api-url", url, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "--api-url" in one_line(result.stderr)
 
     def test_keys_are_stored_only_as_hashes(self, tmp_path: Path) -> None:
         """The database file never contains a key in plain text."""
@@ -69,6 +127,7 @@ class TestCommandLine:
         result = cli("keys", "create", "--project", "demo", "--db", f"sqlite:///{db}")
         assert result.returncode == 0, result.stderr
         keys = dict(line.split("=", 1) for line in result.stdout.splitlines())
+        del keys["VOLCANO_API_URL"]
         assert set(keys) == {"VOLCANO_ANON_KEY", "VOLCANO_SERVICE_KEY"}  # else nothing is checked
         data = b"".join(p.read_bytes() for p in tmp_path.iterdir())
         assert data
@@ -102,6 +161,14 @@ class TestCommandLine:
             (("serve", "--db", "sqlite:////nonexistent/dir/v.db"), 1, "cannot open the database"),
             (("serve", "--retention", "60"), 1, "at least 600"),
             (("serve", "--bogus"), 2, "unrecognized arguments"),
+            (("serve", "--daemon"), 1, "--daemon needs --log-file"),
+            (("serve", "--log-file", "v.log"), 1, "--log-file goes with --daemon"),
+            (
+                ("serve", "--daemon", "--log-file", "/nonexistent/dir/v.log"),
+                1,
+                "cannot open the log file",
+            ),
+            (("serve", "--pid-file", "/nonexistent/dir/v.pid"), 1, "cannot write the pid file"),
         ],
     )
     def test_bad_invocations_fail_in_one_clear_line(
@@ -146,6 +213,75 @@ class TestServeProcess:
         assert result.returncode != 0
         assert "address already in use" in result.stderr.lower()
         assert "Traceback" not in result.stderr
+
+
+class Daemon:
+    """What `serve --daemon` left running, found through its pid file; stopped afterwards."""
+
+    def __init__(self, pid_file: Path) -> None:
+        self.pid_file = pid_file
+
+    @property
+    def pid(self) -> int:
+        return int(self.pid_file.read_text())
+
+    def wait_stopped(self) -> None:
+        """Wait until the pid file is gone: the server removes it once it has stopped."""
+        deadline = time.monotonic() + 30
+        while self.pid_file.exists():
+            assert time.monotonic() < deadline, "the daemon did not stop"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            self.wait_stopped()
+
+
+class TestDaemon:
+    @pytest.fixture
+    def daemon(self, tmp_path: Path) -> Iterator[Daemon]:
+        daemon = Daemon(tmp_path / "volcano-server.pid")
+        yield daemon
+        daemon.stop()
+
+    def serve(self, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return cli(
+            "serve", "--daemon", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}",
+            "--log-file", "volcano-server.log", "--pid-file", "volcano-server.pid", *args,
+            cwd=tmp_path,
+        )  # fmt: skip
+
+    def test_returns_once_listening_and_stops_by_its_pid_file(
+        self, tmp_path: Path, daemon: Daemon
+    ) -> None:
+        """--daemon returns 0 only once the server answers (the very next request, no retry,
+        is served); the server runs in a session of its own, logs to the file, and
+        `kill $(cat PID_FILE)` stops it cleanly, removing the pid file."""
+        result = self.serve(tmp_path)
+        assert result.returncode == 0, result.stderr
+        [url] = re.findall(r"listening on (http://\S+) \(pid (\d+)\)", one_line(result.stderr))
+        assert httpx.get(f"{url[0]}/readyz").status_code == 200
+        assert daemon.pid == int(url[1])
+        assert os.getsid(daemon.pid) == daemon.pid  # no terminal: closing the shell spares it
+        log = tmp_path / "volcano-server.log"
+        assert f"listening on {url[0]}" in log.read_text()
+        os.kill(daemon.pid, signal.SIGTERM)
+        daemon.wait_stopped()
+        assert "volcano-server stopped" in log.read_text()
+        assert "Traceback" not in log.read_text()
+
+    def test_a_server_that_cannot_start_says_why(self, tmp_path: Path, daemon: Daemon) -> None:
+        """A daemon that fails to start (its port is taken) makes the command exit 1 with the
+        log's last line, and leaves no pid file."""
+        with socket.create_server(("127.0.0.1", 0)) as taken:
+            result = self.serve(tmp_path, "--port", str(taken.getsockname()[1]))
+        assert result.returncode == 1
+        line = one_line(result.stderr)
+        assert "volcano-server did not start (log: volcano-server.log)" in line
+        assert "address already in use" in line
+        assert not daemon.pid_file.exists()
 
 
 class TestSecrets:

@@ -84,6 +84,46 @@ class TestConfiguration:
             c.locks.get("k")
         assert str(api.requests[0].url) == "https://api.volcano.dev/v1/locks/k"
 
+    @pytest.mark.parametrize("local", ["anon_key", "service_key"])
+    @pytest.mark.parametrize("client_class", [volcano.Client, volcano.AsyncClient])
+    def test_local_keys_are_never_sent_to_the_default(
+        self, monkeypatch: pytest.MonkeyPatch, api: FakeApi, local: str, client_class: type
+    ) -> None:
+        """Keys made by volcano-server (vk_local_...) with no URL named are refused before any
+        request is sent, with a message naming the fix and not the key."""
+        monkeypatch.delenv("VOLCANO_API_URL", raising=False)
+        keys = {"anon_key": "vk_anon_hosted", "service_key": "vk_service_hosted"}
+        keys[local] = "vk_local_" + local + "_secret"
+        transport = httpx.MockTransport(api)
+        http = (httpx.Client if client_class is volcano.Client else httpx.AsyncClient)(
+            transport=transport
+        )
+        with pytest.raises(volcano.InvalidArgumentError) as caught:
+            client_class(**keys, http_client=http)
+        message = str(caught.value)
+        assert "VOLCANO_API_URL" in message
+        assert "https://api.volcano.dev" in message
+        assert "secret" not in message
+        assert api.requests == []
+
+    @pytest.mark.parametrize("named", ["argument", "environment"])
+    def test_local_keys_go_where_the_user_says(
+        self, monkeypatch: pytest.MonkeyPatch, api: FakeApi, named: str
+    ) -> None:
+        """A URL the user named, even the hosted one, is respected with local keys."""
+        keys = {"anon_key": "vk_local_anon_a", "service_key": "vk_local_service_s"}
+        url = "https://api.volcano.dev"
+        if named == "environment":
+            monkeypatch.setenv("VOLCANO_API_URL", url)
+        else:
+            monkeypatch.delenv("VOLCANO_API_URL", raising=False)
+            keys["api_url"] = url
+        with volcano.Client(
+            **keys, http_client=httpx.Client(transport=httpx.MockTransport(api))
+        ) as client:
+            client.locks.get("k")
+        assert str(api.requests[0].url) == "https://api.volcano.dev/v1/locks/k"
+
     def test_api_url_keeps_its_path_prefix(self, make_client, api: FakeApi) -> None:
         """A base URL with a path prefix keeps it in front of /v1/..."""
         make_client(api_url="https://gw.test/volcano/").locks.get("k")

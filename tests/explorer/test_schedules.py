@@ -9,8 +9,8 @@ piece of storage work runs (or fails before committing, or commits and loses its
 PostgreSQL transaction stopped at a clock read goes on, when time moves, and when a server is
 killed or restarted. `_checks` says what must hold.
 
-CI runs a bounded budget (the settings below); `--explore=N` runs N examples per backend, with
-schedules up to 80 steps (about N / 3 seconds on SQLite here).
+CI runs a bounded budget (`SQLITE_SCHEDULES`, `POSTGRES_SCHEDULES`, the same schedules each
+time); `--explore=N` runs N fresh schedules per backend, of up to 80 steps.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ KEY = "k"
 CLIENTS = ("a", "b", "c")
 SERVERS = ("s1", "s2")
 FAULTS = ("none", "none", "none", "fail", "lost")
+# CI's budget: schedules of up to 40 steps per backend (`--explore=N` for N of up to 80).
+SQLITE_SCHEDULES = 200
+POSTGRES_SCHEDULES = 25
 # Kinds of event a schedule may leave out (`Schedules.start`).
 SWARM = ("kills", "faults", "force", "new tokens", "retries", "closes", "stale", "long waits")
 
@@ -150,10 +154,16 @@ class Schedules(RuleBasedStateMachine):
     @precondition(
         lambda self: "closes" not in self.off and any(r.in_flight for r in self.world.requests)
     )
-    @rule(data=st.data())
-    def close(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), then_run=st.booleans())
+    def close(self, data: st.DataObject, then_run: bool) -> None:
+        """A client closes its connection; with `then_run`, just as a transaction commits: the
+        server hears of the close only after that transaction's effects."""
         open_ = [r for r in self.world.requests if r.in_flight]
         self.world.close(data.draw(st.sampled_from(open_)))
+        runnable = [p for p in self.world.pending if self.world.can_run(p)]
+        if then_run and runnable:
+            self.world.run(data.draw(st.sampled_from(runnable)), settle=False)
+            self.world.settle()
 
     # -- what the schedule does -------------------------------------------------------------
 
@@ -254,26 +264,34 @@ def _fast_tmp() -> str | None:
 
 
 @pytest.fixture
-def budget(request: pytest.FixtureRequest) -> settings:
-    explore = request.config.getoption("--explore")
-    return settings(
-        max_examples=explore or 60,
-        stateful_step_count=80 if explore else 40,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        derandomize=not explore,
-    )
+def budget(request: pytest.FixtureRequest) -> Callable[[int], settings]:
+    """The Hypothesis settings for a backend whose CI budget is `examples` schedules."""
+    explore: int = request.config.getoption("--explore")
+
+    def settings_for(examples: int) -> settings:
+        return settings(
+            max_examples=explore or examples,
+            stateful_step_count=80 if explore else 40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            # CI runs the same schedules each time; --explore draws new ones.
+            derandomize=not explore,
+            database=None,
+            print_blob=True,
+        )
+
+    return settings_for
 
 
 class TestSchedules:
-    def test_sqlite(self, budget: settings) -> None:
+    def test_sqlite(self, budget: Callable[[int], settings]) -> None:
         """The lease promise holds in every schedule tried, on SQLite."""
         Schedules.open_world = staticmethod(_sqlite_world)
-        run_state_machine_as_test(Schedules, settings=budget)
+        run_state_machine_as_test(Schedules, settings=budget(SQLITE_SCHEDULES))
 
     @pytest.mark.postgres
-    def test_postgres(self, budget: settings) -> None:
+    def test_postgres(self, budget: Callable[[int], settings]) -> None:
         """The lease promise holds in every schedule tried, on PostgreSQL, transactions stopped
         at their clock reads included."""
         Schedules.open_world = staticmethod(_postgres_world)
-        run_state_machine_as_test(Schedules, settings=budget)
+        run_state_machine_as_test(Schedules, settings=budget(POSTGRES_SCHEDULES))

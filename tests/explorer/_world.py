@@ -180,6 +180,8 @@ class SimServer:
         task = asyncio.current_task()
         where = task.get_name() if task is not None else "?"
         name = _name_of(work)
+        if not self.alive:  # its process is gone: nothing it asks for will ever run
+            raise asyncio.CancelledError
         if name == "authenticate":
             return work(True)  # a key lookup (cached afterwards): nothing to interleave
         pending = Pending(
@@ -411,7 +413,8 @@ class World:
         self.pending.remove(pending)
         self.steps.append(f"run {pending}" + ("" if fault == "none" else f" ({fault})"))
         if fault == "fail":
-            pending.future.set_exception(StorageUnavailable("explorer: the database is away"))
+            if not pending.future.done():
+                pending.future.set_exception(StorageUnavailable("explorer: the database is away"))
         elif self.gates is None:
             self._run_inline(pending, lose=fault == "lost")
         else:
@@ -430,9 +433,11 @@ class World:
             except WouldBlock:
                 result = pending.work(True)
         except BaseException as exc:
-            pending.future.set_exception(exc)
+            if not pending.future.done():  # its request may have been cancelled meanwhile
+                pending.future.set_exception(exc)
         else:
-            pending.future.set_result(result)
+            if not pending.future.done():
+                pending.future.set_result(result)
         finally:
             LOSING.reset(losing)
             self._committed(pending)

@@ -51,7 +51,7 @@ from ._exceptions import (
     UnprocessableEntityError,
 )
 from ._guard import AsyncLockGuard, LockGuard
-from ._models import ForceReleaseResult, LockLease, LockState
+from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 from ._ownership import GuardState
 from ._version import __version__
 
@@ -79,6 +79,7 @@ __all__ = [
     "LeaseNotHeldError",
     "LockGuard",
     "LockHeldError",
+    "LockHolder",
     "LockLease",
     "LockLostError",
     "LockState",

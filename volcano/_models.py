@@ -50,21 +50,44 @@ class LockLease:
 
 
 @attrs.frozen
+class LockHolder:
+    """One live lease of a key, as anyone may see it: never its owner token.
+
+    Attributes:
+        fencing_token: The lease's fencing token.
+        expires_at: When it ends by the server's clock (timezone-aware, UTC).
+        label: The holder's public label, or None.
+    """
+
+    fencing_token: int
+    expires_at: datetime = attrs.field(converter=_utc)
+    label: str | None = None
+
+
+@attrs.frozen
 class LockState:
-    """A key's availability, as reported by get. It never contains the owner token.
+    """A key's availability, as reported by get. It never contains an owner token.
 
     Attributes:
         key: The lock's name.
         held: Whether a live lease exists.
-        expires_at: When the live lease ends (timezone-aware, UTC); None when not held.
-        fencing_token: The live lease's fencing token when held, else the last one issued
-            for the key, else None.
+        expires_at: When the live lease ends (the soonest, with several; timezone-aware,
+            UTC); None when not held.
+        fencing_token: The live lease's fencing token when held (the highest, with several),
+            else the last one issued for the key, else None.
+        limit: The key's limit (1 for a lock, N for a semaphore) while it is in use; 1 when
+            it is free.
+        holders: The live leases, soonest expiry first.
+        waiters: How many callers wait in the key's line.
     """
 
     key: str
     held: bool
     expires_at: datetime | None = attrs.field(converter=_utc_or_none)
     fencing_token: int | None
+    limit: int = 1
+    holders: tuple[LockHolder, ...] = ()
+    waiters: int = 0
 
 
 @attrs.frozen
@@ -74,9 +97,12 @@ class ForceReleaseResult:
     Attributes:
         key: The lock's name.
         released: Whether a live lease was removed.
-        fencing_token: The removed lease's fencing token; None when nothing was released.
+        fencing_token: The removed lease's fencing token (the highest, with several); None
+            when nothing was released.
+        released_count: How many live leases were removed.
     """
 
     key: str
     released: bool
     fencing_token: int | None
+    released_count: int = 0

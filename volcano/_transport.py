@@ -36,7 +36,7 @@ from ._exceptions import (
     parse_retry_after,
     status_error,
 )
-from ._models import ForceReleaseResult, LockLease, LockState
+from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -532,6 +532,9 @@ def _state(parsed: object, *, key: str) -> LockState:
         held=_boolean(body.held, "held"),
         expires_at=None if body.expires_at is None else _timestamp(body.expires_at),
         fencing_token=None if body.fencing_token is None else _fencing_token(body.fencing_token),
+        limit=_count(body.limit, "limit"),
+        holders=tuple(_holder(holder) for holder in body.holders),
+        waiters=_count(body.waiters, "waiters"),
     )
     if state.key != key:
         raise _SpecMismatchError(f"key {state.key!r} is not the key {key!r} asked for")
@@ -544,6 +547,7 @@ def _force_release(parsed: object, *, key: str) -> ForceReleaseResult:
         key=_string(body.key, "key"),
         released=_boolean(body.released, "released"),
         fencing_token=None if body.fencing_token is None else _fencing_token(body.fencing_token),
+        released_count=_count(body.released_count, "released_count"),
     )
     if result.key != key:
         raise _SpecMismatchError(f"key {result.key!r} is not the key {key!r} asked for")
@@ -558,6 +562,25 @@ def _body(parsed: object, cls: type[_B], name: str) -> _B:
     if not isinstance(parsed, cls):
         raise _SpecMismatchError(f"it is not a {name} object")
     return parsed
+
+
+def _holder(holder: object) -> LockHolder:
+    body = _body(holder, _models().LockHolder, "LockHolder")
+    label = body.label
+    if label is not None and not isinstance(label, str):
+        raise _SpecMismatchError("a holder's label is not a string")
+    return _value(
+        LockHolder,
+        fencing_token=_fencing_token(body.fencing_token),
+        expires_at=_timestamp(body.expires_at),
+        label=label,
+    )
+
+
+def _count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _SpecMismatchError(f"{name} is not a count")
+    return value
 
 
 def _string(value: object, name: str) -> str:

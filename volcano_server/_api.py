@@ -60,6 +60,7 @@ _OPERATIONS: dict[str, _Run] = {
         p["key"],
         b["owner_token"],
         b["ttl_seconds"],
+        limit=b.get("limit", 1),
         wait_seconds=b.get("wait_seconds", 0.0),
         gone=gone,
     ),
@@ -70,6 +71,7 @@ _OPERATIONS: dict[str, _Run] = {
         c, p["key"], b["owner_token"], b["fencing_token"]
     ),
     "getLock": lambda s, c, p, _b, _gone: s.get(c, p["key"]),
+    "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
 HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
@@ -274,11 +276,31 @@ class Api:
         )
         if answer is None:
             raise _ClientGone
+        back = asyncio.get_running_loop().time()
         try:
             await service.synced(here=self._in_flight - service.parked == 1)
         except StorageUnavailable as exc:
             raise self._run.unavailable(exc) from exc
+        return _still_true(answer, back, caller.request_id)
+
+
+def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
+    """The answer, unless the lease it tells of has expired by the server's clock meanwhile.
+
+    The clock is the storage's once the answer's transaction committed, plus the time the
+    server has taken since (its fsync, its loop): a server that stalled longer than the ttl
+    answers 409 instead of a lease that has already ended.
+    """
+    if answer.lease_until_us is None or answer.clock_us is None:
         return answer
+    elapsed_us = round((asyncio.get_running_loop().time() - back) * 1_000_000)
+    if answer.clock_us + elapsed_us < answer.lease_until_us:
+        return answer
+    message = (
+        "the lease this request was granted expired before the answer could be sent (the"
+        " server or its database stalled for longer than the ttl); acquire again"
+    )
+    return ApiError.lease_not_held(message).answer(request_id)
 
 
 async def _disconnected(receive: Receive) -> None:

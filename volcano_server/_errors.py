@@ -86,6 +86,11 @@ class ApiError(Exception):
         return cls(409, "lease_not_held", message)
 
     @classmethod
+    def limit_mismatch(cls, message: str) -> ApiError:
+        """409: the key is in use with another limit."""
+        return cls(409, "limit_mismatch", message)
+
+    @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:
         """409: the request id was used before for a different request."""
         return cls(

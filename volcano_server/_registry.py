@@ -28,7 +28,7 @@ from ._errors import ApiError
 from ._wire import Answer
 
 if TYPE_CHECKING:
-    from .storage import LockRow
+    from .storage import Lease
 
 __all__ = ["MOVES", "Entry", "KeyRef", "Move", "Phase", "Registry"]
 
@@ -91,7 +91,7 @@ class Entry:
         self.seq: int | None = None
         self.phase = Phase.QUEUED
         self.answer: Answer | None = None  # set with GRANTED and SUPERSEDED
-        self.granted_row: LockRow | None = None  # the lease it was granted, once committed
+        self.granted: Lease | None = None  # the lease it was granted, once committed
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._woken = False

@@ -2,7 +2,13 @@
 
 Each function takes the key's row as loaded inside a transaction (or None for a key never
 acquired) and `now` in microseconds of the storage clock, and returns what to save and what to
-answer. `_service` runs them inside transactions; the tests run them with plain values.
+answer. `_transactions` runs them inside transactions; the tests run them with plain values.
+
+A key has a limit (1: a lock; N: a semaphore of N slots) and up to that many live leases, each
+with its own owner token and its own fencing token: every grant takes the key's next token. The
+limit belongs to the key while it has a live lease (or a waiter, whose join the same rule
+refuses); once the key is free, the next acquire sets it. A row the rules return holds only
+live leases: expired ones are dropped whenever the row is saved.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import attrs
 
 from ._errors import ApiError
 from ._wire import rfc3339_us
-from .storage import LockRow, Waiter
+from .storage import Lease, LockRow, Waiter
 
 __all__ = [
     "MAX_FENCING_TOKEN",
@@ -27,10 +33,12 @@ __all__ = [
     "decide_handoff",
     "decide_release",
     "decide_renew",
+    "lease_check",
     "lease_payload",
     "lock_held",
     "lock_state",
-    "vacated",
+    "replaced",
+    "without",
 ]
 
 MAX_FENCING_TOKEN = 2**53 - 1
@@ -44,6 +52,7 @@ class Decision:
     status: int
     payload: dict[str, Any] | None = None  # the 2xx body
     refusal: ApiError | None = None  # the 409, rendered like every other error
+    lease: Lease | None = None  # the lease a 200 tells of
 
     @property
     def held_by_another(self) -> bool:
@@ -52,27 +61,59 @@ class Decision:
 
 
 def decide_acquire(
-    row: LockRow | None, now: int, *, project_id: int, key: str, owner_token: str, ttl: float
+    row: LockRow | None,
+    now: int,
+    *,
+    project_id: int,
+    key: str,
+    owner_token: str,
+    ttl: float,
+    limit: int = 1,
 ) -> Decision:
-    """Decide an acquire, once any waiter in line has been handed a free key.
+    """Decide an acquire, once any waiter in line has been handed a free slot.
 
-    A free or expired key gets the next fencing token; the live holder's own token gets its
-    lease back with a new expiry; anyone else gets 409 lock_held.
+    The owner's own live lease is given back with a new expiry; a key in use with another limit
+    is 409 limit_mismatch; a free slot gets the key's next fencing token; with none free, 409
+    lock_held.
     """
-    if row is not None and row.live(now):
-        if row.owner_token != owner_token:
-            return lock_held(row, now, key)
-        kept = attrs.evolve(row, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
-        return Decision(kept, 200, payload=lease_payload(kept))
-    granted = _grant(row, now, project_id=project_id, key=key, owner_token=owner_token, ttl=ttl)
-    return Decision(granted, 200, payload=lease_payload(granted))
+    live = row.live_leases(now) if row is not None else ()
+    mine = row.lease_of(owner_token, now) if row is not None else None
+    if row is not None and mine is not None:
+        kept = attrs.evolve(mine, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
+        return Decision(
+            replaced(row, now, mine, kept), 200, payload=lease_payload(key, kept), lease=kept
+        )
+    if live and row is not None and row.limit != limit:
+        return limit_mismatch(row, key, limit)
+    if len(live) >= limit:
+        assert row is not None  # noqa: S101 - live leases come from a row
+        return lock_held(row, now, key)
+    granted, lease = _grant(row, now, project_id=project_id, key=key, owner=owner_token, ttl=ttl)
+    return Decision(
+        attrs.evolve(granted, limit=limit), 200, payload=lease_payload(key, lease), lease=lease
+    )
+
+
+def limit_mismatch(row: LockRow, key: str, limit: int) -> Decision:
+    """409 limit_mismatch: the key is in use with another limit."""
+    message = (
+        f"{key} is in use with limit {row.limit}; this acquire asks for limit {limit}"
+        f" (a key's limit can change only once it has no live lease and no waiter)"
+    )
+    return Decision(None, 409, refusal=ApiError.limit_mismatch(message))
 
 
 def lock_held(row: LockRow, now: int, key: str) -> Decision:
-    """409 lock_held, with Retry-After = whole seconds until the live lease ends (at least 1)."""
-    assert row.expires_at_us is not None  # noqa: S101 - only live rows are held
-    wait = max(1, math.ceil((row.expires_at_us - now) / 1_000_000))
-    message = f"{key} is held by another owner for up to {wait} more seconds"
+    """409 lock_held, Retry-After = whole seconds until the soonest live lease ends (>= 1)."""
+    soonest = row.soonest_expiry(now)
+    wait = 1 if soonest is None else max(1, math.ceil((soonest - now) / 1_000_000))
+    if row.limit == 1:
+        message = f"{key} is held by another owner for up to {wait} more seconds"
+    else:
+        message = (
+            f"all {row.limit} slots of {key} are held by other owners; the first frees in up"
+            f" to {wait} more seconds"
+        )
     return Decision(None, 409, refusal=ApiError.lock_held(message, wait))
 
 
@@ -80,34 +121,40 @@ def decide_renew(
     row: LockRow | None, now: int, *, key: str, owner_token: str, fencing_token: int, ttl: float
 ) -> Decision:
     """The matching live lease gets a new expiry and keeps its fencing token."""
-    refusal = _refusal(row, now, key, owner_token, fencing_token)
-    if refusal is not None:
-        return refusal
-    assert row is not None  # noqa: S101 - _refusal checked it
-    renewed = attrs.evolve(row, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
-    return Decision(renewed, 200, payload=lease_payload(renewed))
+    lease = _matching(row, now, owner_token, fencing_token)
+    if lease is None:
+        return _not_held(row, now, key, owner_token, fencing_token)
+    assert row is not None  # noqa: S101 - a lease comes from a row
+    renewed = attrs.evolve(lease, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
+    return Decision(
+        replaced(row, now, lease, renewed), 200, payload=lease_payload(key, renewed), lease=renewed
+    )
 
 
 def decide_release(
     row: LockRow | None, now: int, *, key: str, owner_token: str, fencing_token: int
 ) -> Decision:
     """The matching live lease ends; the key keeps its last fencing token."""
-    refusal = _refusal(row, now, key, owner_token, fencing_token)
-    if refusal is not None:
-        return refusal
-    assert row is not None  # noqa: S101 - _refusal checked it
-    return Decision(vacated(row), 204)
+    lease = _matching(row, now, owner_token, fencing_token)
+    if lease is None:
+        return _not_held(row, now, key, owner_token, fencing_token)
+    assert row is not None  # noqa: S101 - a lease comes from a row
+    return Decision(without(row, now, lease), 204)
 
 
 def decide_force_release(row: LockRow | None, now: int, *, key: str) -> Decision:
-    """The live lease, if any, ends whatever its owner."""
-    if row is None or not row.live(now):
-        return Decision(None, 200, payload={"key": key, "released": False, "fencing_token": None})
-    return Decision(
-        vacated(row),
-        200,
-        payload={"key": key, "released": True, "fencing_token": row.fencing_token},
-    )
+    """Every live lease ends, whatever its owner: how many, and the highest token removed."""
+    live = row.live_leases(now) if row is not None else ()
+    if row is None or not live:
+        payload = {"key": key, "released": False, "fencing_token": None, "released_count": 0}
+        return Decision(None, 200, payload=payload)
+    payload = {
+        "key": key,
+        "released": True,
+        "fencing_token": max(lease.fencing_token for lease in live),
+        "released_count": len(live),
+    }
+    return Decision(attrs.evolve(row, leases=()), 200, payload=payload)
 
 
 class Reach(enum.Enum):
@@ -120,15 +167,16 @@ class Reach(enum.Enum):
 
 @attrs.frozen
 class Handoff:
-    """What a free key does for the first waiter in line."""
+    """What a free slot does for the first waiter in line."""
 
     row: LockRow | None  # the key's row after it (None: unchanged)
     waiter_state: Literal["granted", "reserved", "away"]  # granted: its row is deleted
     until_us: int | None  # when a reservation lapses or an away waiter's place is given up
+    lease: Lease | None = None  # the lease granted or reserved
 
 
 def decide_handoff(
-    row: LockRow | None,
+    row: LockRow,
     now: int,
     waiter: Waiter,
     reach: Reach,
@@ -136,96 +184,156 @@ def decide_handoff(
     reserve_us: int,
     rejoin_us: int,
 ) -> Handoff:
-    """Hand a free key to `waiter`, first in line, as far as its `reach` allows.
+    """Hand a free slot of `row` to `waiter`, first in line, as far as its `reach` allows.
 
-    HERE: it gets the lease at once, its ttl counted from now. THERE: the key is reserved for it
-    (a lease in its name that lapses after `reserve_us`) until its own server turns that into
-    the full lease, so a server that died holding waiters blocks the key only briefly. GONE: it
+    HERE: it gets the lease at once, its ttl counted from now. THERE: the slot is reserved for
+    it (a lease in its name that lapses after `reserve_us`) until its own server turns that into
+    the full lease, so a server that died holding waiters blocks the slot only briefly. GONE: it
     steps out of line, keeping its place for `rejoin_us` should it come back with its token.
     """
     if reach is Reach.GONE:
         return Handoff(None, "away", now + rejoin_us)
-    granted = _grant(
+    until = None
+    if reach is Reach.THERE:
+        until = now + min(reserve_us, _micros(waiter.ttl_seconds))
+    granted, lease = _grant(
         row,
         now,
         project_id=waiter.project_id,
         key=waiter.key,
-        owner_token=waiter.owner_token,
+        owner=waiter.owner_token,
         ttl=waiter.ttl_seconds,
+        until=until,
     )
     if reach is Reach.HERE:
-        return Handoff(granted, "granted", None)
-    until = now + min(reserve_us, _micros(waiter.ttl_seconds))
-    return Handoff(attrs.evolve(granted, expires_at_us=until), "reserved", until)
+        return Handoff(granted, "granted", None, lease)
+    return Handoff(granted, "reserved", until, lease)
 
 
-def lock_state(row: LockRow | None, now: int, key: str) -> dict[str, Any]:
-    """The public view of a key: never the owner token."""
-    if row is not None and row.live(now):
-        assert row.expires_at_us is not None  # noqa: S101 - live() checked it
-        return {
-            "key": key,
-            "held": True,
-            "expires_at": rfc3339_us(row.expires_at_us),
-            "fencing_token": row.fencing_token,
-        }
+def lock_state(row: LockRow | None, now: int, key: str, waiters: int) -> dict[str, Any]:
+    """The public view of a key: never an owner token."""
+    live = sorted(row.live_leases(now), key=_by_expiry) if row is not None else []
+    last = row.fencing_token if row is not None else None
     return {
         "key": key,
-        "held": False,
-        "expires_at": None,
-        "fencing_token": row.fencing_token if row else None,
+        "held": bool(live),
+        "expires_at": rfc3339_us(live[0].expires_at_us) if live else None,
+        "fencing_token": max(lease.fencing_token for lease in live) if live else last,
+        "limit": row.limit if row is not None and (live or waiters) else 1,
+        "holders": [
+            {
+                "fencing_token": lease.fencing_token,
+                "expires_at": rfc3339_us(lease.expires_at_us),
+                "label": lease.label,
+            }
+            for lease in live
+        ],
+        "waiters": waiters,
     }
 
 
-def vacated(row: LockRow) -> LockRow:
-    """The row with its lease ended; the fencing token stays as the key's last one issued."""
-    return attrs.evolve(row, owner_token=None, expires_at_us=None, ttl_seconds=None)
-
-
-def lease_payload(row: LockRow) -> dict[str, Any]:
-    """The LockLease body for a live row."""
-    assert row.expires_at_us is not None  # noqa: S101 - only live rows become leases
+def lease_check(row: LockRow | None, now: int, key: str, fencing_token: int) -> dict[str, Any]:
+    """Whether `fencing_token` names a live lease of the key (the fence check)."""
+    lease = (
+        next((x for x in row.live_leases(now) if x.fencing_token == fencing_token), None)
+        if row is not None
+        else None
+    )
     return {
-        "key": row.key,
-        "owner_token": row.owner_token,
-        "fencing_token": row.fencing_token,
-        "expires_at": rfc3339_us(row.expires_at_us),
-        "ttl_seconds": row.ttl_seconds,
+        "key": key,
+        "fencing_token": fencing_token,
+        "live": lease is not None,
+        "expires_at": rfc3339_us(lease.expires_at_us) if lease is not None else None,
+    }
+
+
+def without(row: LockRow, now: int, ended: Lease) -> LockRow:
+    """The row with `ended` gone (and expired leases dropped); the key keeps its last token."""
+    return attrs.evolve(
+        row, leases=tuple(x for x in row.live_leases(now) if x.fencing_token != ended.fencing_token)
+    )
+
+
+def lease_payload(key: str, lease: Lease) -> dict[str, Any]:
+    """The LockLease body for a live lease."""
+    return {
+        "key": key,
+        "owner_token": lease.owner_token,
+        "fencing_token": lease.fencing_token,
+        "expires_at": rfc3339_us(lease.expires_at_us),
+        "ttl_seconds": lease.ttl_seconds,
     }
 
 
 def _grant(
-    row: LockRow | None, now: int, *, project_id: int, key: str, owner_token: str, ttl: float
-) -> LockRow:
-    """A new lease for `owner_token` with the key's next fencing token."""
+    row: LockRow | None,
+    now: int,
+    *,
+    project_id: int,
+    key: str,
+    owner: str,
+    ttl: float,
+    until: int | None = None,
+) -> tuple[LockRow, Lease]:
+    """A new lease for `owner` with the key's next fencing token (ending at `until`, if given)."""
     last = row.fencing_token if row is not None else 0
     if last >= MAX_FENCING_TOKEN:  # 2^53 acquisitions of one key: unreachable in practice
         raise RuntimeError(f"fencing tokens of {key!r} in project {project_id} are exhausted")
-    return LockRow(project_id, key, last + 1, owner_token, now + _micros(ttl), ttl)
+    lease = Lease(last + 1, owner, now + _micros(ttl) if until is None else until, ttl)
+    if row is None:
+        return LockRow(project_id, key, last + 1, 1, (lease,)), lease
+    return attrs.evolve(row, fencing_token=last + 1, leases=(*row.live_leases(now), lease)), lease
 
 
-def _refusal(
-    row: LockRow | None, now: int, key: str, owner_token: str, fencing_token: int
-) -> Decision | None:
-    if (
-        row is not None
-        and row.live(now)
-        and row.owner_token == owner_token
-        and row.fencing_token == fencing_token
-    ):
+def replaced(row: LockRow, now: int, old: Lease, new: Lease) -> LockRow:
+    """The row with `old` replaced by `new` (and expired leases dropped)."""
+    return attrs.evolve(
+        row,
+        leases=tuple(
+            new if x.fencing_token == old.fencing_token else x for x in row.live_leases(now)
+        ),
+    )
+
+
+def _matching(row: LockRow | None, now: int, owner_token: str, fencing_token: int) -> Lease | None:
+    if row is None:
         return None
+    return next(
+        (
+            x
+            for x in row.live_leases(now)
+            if x.owner_token == owner_token and x.fencing_token == fencing_token
+        ),
+        None,
+    )
+
+
+def _not_held(
+    row: LockRow | None, now: int, key: str, owner_token: str, fencing_token: int
+) -> Decision:
+    mine = row.lease_of(owner_token, now) if row is not None else None
     if row is None:
         why = "it has never been acquired"
-    elif row.live(now) and row.fencing_token != fencing_token:
-        why = f"it is held under fencing token {row.fencing_token}"
-    elif row.live(now):
-        why = "the owner token does not match the live lease"
+    elif mine is not None:
+        why = f"this owner token holds fencing token {mine.fencing_token}"
+    elif row.held(now) and row.limit == 1:
+        live = row.live_leases(now)[0]
+        if live.fencing_token != fencing_token:
+            why = f"it is held under fencing token {live.fencing_token}"
+        else:
+            why = "the owner token does not match the live lease"
+    elif row.held(now):
+        why = "no live lease of this key has this owner token and fencing token"
     else:
         why = "no lease is live (it expired or was released)"
     message = (
         f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
     )
     return Decision(None, 409, refusal=ApiError.lease_not_held(message))
+
+
+def _by_expiry(lease: Lease) -> tuple[int, int]:
+    return (lease.expires_at_us, lease.fencing_token)
 
 
 def _micros(seconds: float) -> int:

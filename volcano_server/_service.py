@@ -39,10 +39,11 @@ class LockService:
         owner_token: str,
         ttl_seconds: float,
         *,
+        limit: int,
         wait_seconds: float,
         gone: Callable[[], asyncio.Future[None]],
     ) -> Answer | None:
-        """Take a free or expired key, extend the caller's own lease, or wait in line for it.
+        """Take a free slot of the key, extend the caller's own lease, or wait in line for one.
 
         `gone()` gives a future done when the client disconnects (asked for only when the
         request waits). None: the client left before its answer.
@@ -55,6 +56,7 @@ class LockService:
                     key,
                     owner_token,
                     ttl_seconds,
+                    limit=limit,
                     wait_seconds=wait_seconds,
                     gone=disconnected,
                 )
@@ -62,7 +64,9 @@ class LockService:
                 disconnected.cancel()
         tx = self._tx
         answer = await self._run(
-            lambda may_block: tx.acquire(caller, key, owner_token, ttl_seconds, may_block=may_block)
+            lambda may_block: tx.acquire(
+                caller, key, owner_token, ttl_seconds, limit=limit, may_block=may_block
+            )
         )
         assert isinstance(answer, Answer)  # noqa: S101 - only a waiting acquire queues
         return answer
@@ -98,6 +102,13 @@ class LockService:
         """Report the key's state without changing it."""
         tx = self._tx
         return await self._run(lambda may_block: tx.get(caller, key, may_block=may_block))
+
+    async def check(self, caller: Caller, key: str, fencing_token: int) -> Answer:
+        """Whether `fencing_token` names a live lease of the key."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block)
+        )
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every transaction committed so far is on disk: answer only then."""

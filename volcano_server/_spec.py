@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import yaml
 
-from ._schema import SchemaError, Validator, compile_schema
+from ._schema import SchemaError, ValidationFailure, Validator, compile_schema
 
 __all__ = ["Operation", "Spec", "load_spec"]
 
@@ -112,7 +112,7 @@ def _operations(
                     method=method.upper(),
                     path=path,
                     path_params={
-                        name: compile_schema(p["schema"], resolve)
+                        name: _from_path(deref(p["schema"]), compile_schema(p["schema"], resolve))
                         for (where, name), p in params.items()
                         if where == "path"
                     },
@@ -129,3 +129,29 @@ def _operations(
             if unsupported:
                 raise SchemaError(f"{op['operationId']}: unsupported parameters in {unsupported}")
     return operations
+
+
+# A path segment is text; an integer parameter (a fencing token) is at most this many digits.
+_MAX_PATH_DIGITS = 20
+
+
+def _from_path(schema: Mapping[str, Any], validate: Validator) -> Validator:
+    """`validate` for a path parameter: an integer one is parsed from its segment first.
+
+    Only plain ASCII digits are an integer here (no sign, spaces, underscores or other
+    digits `int()` would take), so each number has one spelling.
+    """
+    if schema.get("type") != "integer":
+        return validate
+
+    def parse(text: Any, name: str) -> Any:
+        if not (
+            isinstance(text, str)
+            and text.isascii()
+            and text.isdigit()
+            and len(text) <= _MAX_PATH_DIGITS
+        ):
+            raise ValidationFailure(name, f"must be a whole number in digits, got {text!r}")
+        return validate(int(text), name)
+
+    return parse

@@ -39,13 +39,15 @@ from ._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    lease_check,
     lease_payload,
     lock_held,
     lock_state,
-    vacated,
+    replaced,
+    without,
 )
-from ._wire import Answer, dumps
-from .storage import LockRow, Storage, StoredOutcome, Waiter, WriteTx
+from ._wire import Answer, dumps, parse_rfc3339_us
+from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WriteTx
 
 __all__ = ["Caller", "Queued", "Transactions", "shutting_down"]
 
@@ -87,14 +89,16 @@ class _Effects:
 
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
-        self.granted: list[tuple[Entry, LockRow, Answer]] = []
+        self.granted: list[tuple[Entry, Lease, Answer]] = []
         self.joined: list[Entry] = []
         self.watched: list[tuple[KeyRef, float | None]] = []
 
-    def committed(self, watch: Callable[[KeyRef, float | None], None]) -> None:
-        for entry, row, answer in self.granted:
-            entry.granted_row = row
-            self._registry.move(entry, Move.COMMIT, answer)
+    def committed(
+        self, watch: Callable[[KeyRef, float | None], None], clock_us: int | None
+    ) -> None:
+        for entry, lease, answer in self.granted:
+            entry.granted = lease
+            self._registry.move(entry, Move.COMMIT, attrs.evolve(answer, clock_us=clock_us))
         for key_ref, seconds in self.watched:
             watch(key_ref, seconds)
 
@@ -140,13 +144,14 @@ class Transactions:
         owner_token: str,
         ttl_seconds: float,
         *,
+        limit: int = 1,
         entry: Entry | None = None,
         may_block: bool = True,
     ) -> Answer | Queued:
-        """Take a free or expired key, or extend the caller's own live lease.
+        """Take a free slot of the key, or extend the caller's own live lease.
 
-        With `entry` (a waiting acquire), a key held by another owner puts the caller in line
-        (or back at its old place) and returns `Queued`.
+        With `entry` (a waiting acquire), a key whose slots are all held by others puts the
+        caller in line (or back at its old place) and returns `Queued`.
         """
         project_id = caller.project_id
         registry = self._registry
@@ -154,7 +159,13 @@ class Transactions:
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             row = self._hand_off(tx, row, now, effects)
             decision = decide_acquire(
-                row, now, project_id=project_id, key=key, owner_token=owner_token, ttl=ttl_seconds
+                row,
+                now,
+                project_id=project_id,
+                key=key,
+                owner_token=owner_token,
+                ttl=ttl_seconds,
+                limit=limit,
             )
             if decision.status == 200:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
@@ -213,7 +224,7 @@ class Transactions:
         return _answer(self._mutate(caller, key, run, may_block=may_block))
 
     def force_release(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
-        """End the live lease, whoever holds it, and hand the key to the next in line."""
+        """End every live lease, whoever holds it, and hand the slots to the next in line."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_force_release(row, now, key=key)
@@ -226,7 +237,17 @@ class Transactions:
         with self._storage.read(may_block=may_block) as tx:
             now = tx.now_us()
             row = tx.load_lock(caller.project_id, key)
-        return Answer(200, dumps(lock_state(row, now, key)))
+            waiting = tx.waiting_count(caller.project_id, key) if row is not None else 0
+        return Answer(200, dumps(lock_state(row, now, key, waiting)))
+
+    def check(
+        self, caller: Caller, key: str, fencing_token: int, *, may_block: bool = True
+    ) -> Answer:
+        """Whether `fencing_token` names a live lease of the key (the fence check)."""
+        with self._storage.read(may_block=may_block) as tx:
+            now = tx.now_us()
+            row = tx.load_lock(caller.project_id, key)
+        return Answer(200, dumps(lease_check(row, now, key, fencing_token)))
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every transaction committed so far is on disk: answer only then."""
@@ -244,7 +265,7 @@ class Transactions:
         project_id, key = key_ref
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
-            if row is not None and row.live(now):
+            if row is not None and row.held(now):
                 row = self._take_reserved(tx, effects, row, now)
             return self._hand_off(tx, row, now, effects), None
 
@@ -289,11 +310,11 @@ class Transactions:
         outcome is still undelivered, and the outcome becomes a 409 in the same transaction: a
         repeat of the request id that came first had the lease replayed, and keeps it.
         """
-        granted = entry.granted_row
+        granted = entry.granted
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
-            if granted is not None and row == granted and row.live(now):
-                row = vacated(row)
+            if granted is not None and row is not None and granted in row.live_leases(now):
+                row = without(row, now, granted)
             return self._hand_off(tx, row, now, effects), None
 
         if entry.fingerprint is None:
@@ -325,29 +346,40 @@ class Transactions:
     def _hand_off(
         self, tx: WriteTx, row: LockRow | None, now: int, effects: _Effects
     ) -> LockRow | None:
-        """Give a free key to the first waiter in line that can take it; return the new row."""
-        if row is None or row.live(now):
-            return row  # held, or never acquired (so nobody can be waiting)
-        while True:
-            line = tx.queued(row.project_id, row.key, 16)
-            if not line:
+        """Give each free slot of the key to the first waiter in line that can take it."""
+        if row is None:
+            return row  # never acquired, so nobody can be waiting
+        while len(row.live_leases(now)) < row.limit:
+            line = tx.queued(row.project_id, row.key, row.limit + 16)
+            waiting = [waiter for waiter in line if waiter.state == "waiting"]
+            if not waiting:
                 return row
-            for waiter in line:
+            stepped_out = False
+            for waiter in waiting:
+                if row.lease_of(waiter.owner_token, now) is not None:
+                    continue  # it holds a slot already (a reservation, or a lease it took)
                 reach, entry = self._reach(waiter)
                 handoff = decide_handoff(
                     row, now, waiter, reach, reserve_us=self._reserve_us, rejoin_us=self._rejoin_us
                 )
                 if handoff.waiter_state == "away":
                     self._update(tx, waiter, "away", handoff.until_us)
+                    stepped_out = True
                     continue
                 assert handoff.row is not None  # noqa: S101 - granted or reserved
+                assert handoff.lease is not None  # noqa: S101 - granted or reserved
+                row = handoff.row
                 if entry is not None:
                     tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
-                    self._granted(tx, effects, entry, handoff.row, now)
+                    self._granted(tx, effects, entry, handoff.lease, now)
                 else:
                     self._update(tx, waiter, "reserved", handoff.until_us)
                     tx.announce(waiter.server_id, waiter.seq)
-                return handoff.row
+                break  # the line changed: look at it again for the next free slot
+            else:
+                if not stepped_out:
+                    return row  # everyone in line holds a slot already
+        return row
 
     def _reach(self, waiter: Waiter) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
@@ -358,34 +390,41 @@ class Transactions:
     def _take_reserved(
         self, tx: WriteTx, effects: _Effects, row: LockRow, now: int
     ) -> LockRow | None:
-        """A live lease reserved for a waiter of ours becomes its full lease (ttl from now)."""
-        assert row.owner_token is not None  # noqa: S101 - live rows have an owner
-        waiter = tx.find_waiter(row.project_id, row.key, row.owner_token)
+        """Each live slot reserved for a waiter of ours becomes its full lease (ttl from now)."""
         registry = self._registry
-        if waiter is None or waiter.state != "reserved" or waiter.server_id != registry.server_id:
-            return row
-        entry = registry.claim(waiter.seq)
-        if entry is None:  # its request left: give the reservation back
-            self._update(tx, waiter, "away", now + self._rejoin_us)
-            return vacated(row)
-        tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
-        taken = attrs.evolve(
-            row,
-            expires_at_us=now + round(entry.ttl_seconds * 1_000_000),
-            ttl_seconds=entry.ttl_seconds,
-        )
-        self._granted(tx, effects, entry, taken, now)
-        return taken
+        line = tx.queued(row.project_id, row.key, row.limit + 16)
+        for waiter in line:
+            if waiter.state != "reserved" or waiter.server_id != registry.server_id:
+                continue
+            reservation = row.lease_of(waiter.owner_token, now)
+            if reservation is None:
+                continue  # it lapsed: the slot is free again
+            entry = registry.claim(waiter.seq)
+            if entry is None:  # its request left: give the reservation back
+                self._update(tx, waiter, "away", now + self._rejoin_us)
+                row = without(row, now, reservation)
+                continue
+            tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
+            taken = attrs.evolve(
+                reservation,
+                expires_at_us=now + round(entry.ttl_seconds * 1_000_000),
+                ttl_seconds=entry.ttl_seconds,
+            )
+            row = replaced(row, now, reservation, taken)
+            self._granted(tx, effects, entry, taken, now)
+        return row
 
     def _granted(
-        self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow, now: int
+        self, tx: WriteTx, effects: _Effects, entry: Entry, lease: Lease, now: int
     ) -> None:
         """The entry's lease and its stored outcome, undelivered until its client has it."""
-        answer = Answer(200, dumps(lease_payload(row)))
+        answer = Answer(
+            200, dumps(lease_payload(entry.key, lease)), lease_until_us=lease.expires_at_us
+        )
         if entry.fingerprint is not None:
             stored = attrs.evolve(self._stored(entry.fingerprint, answer, now), undelivered=True)
             tx.save_outcome(entry.project_id, entry.request_id, stored)
-        effects.granted.append((entry, row, answer))
+        effects.granted.append((entry, lease, answer))
 
     def _join(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
@@ -419,13 +458,10 @@ class Transactions:
         waiter = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
         if waiter is None or waiter.seq != entry.seq:
             return row  # already granted, or a newer request holds this place
-        if (
-            waiter.state == "reserved"
-            and row is not None
-            and row.live(now)
-            and row.owner_token == entry.owner_token
-        ):
-            row = vacated(row)
+        if waiter.state == "reserved" and row is not None:
+            reservation = row.lease_of(entry.owner_token, now)
+            if reservation is not None:
+                row = without(row, now, reservation)
         self._update(tx, waiter, "away", now + self._rejoin_us)
         return row
 
@@ -500,7 +536,7 @@ class Transactions:
         if prior.undelivered:  # this repeat delivers it: the server must not end it now
             delivered = attrs.evolve(prior, undelivered=False)
             tx.save_outcome(caller.project_id, caller.request_id, delivered)
-        return replayed
+        return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(lease["expires_at"]))
 
     def _on_key(
         self,
@@ -528,13 +564,11 @@ class Transactions:
         if row is None:
             return
         if row != loaded:
-            tx.save_lock(row)
+            tx.save_lock(row, loaded)
         key_ref = (row.project_id, row.key)
         if self._registry.entries_of(key_ref):
-            left = None
-            if row.live(now):
-                assert row.expires_at_us is not None  # noqa: S101 - live() checked it
-                left = (row.expires_at_us - now) / 1_000_000
+            soonest = row.soonest_expiry(now)
+            left = None if soonest is None else (soonest - now) / 1_000_000
             effects.watched.append((key_ref, left))
 
     def _in_transaction(
@@ -552,7 +586,10 @@ class Transactions:
         except BaseException:
             effects.rolled_back()
             raise
-        effects.committed(self._watch)
+        committed = tx.committed_us
+        effects.committed(self._watch, committed)
+        if isinstance(result, Answer) and result.lease_until_us is not None:
+            return attrs.evolve(result, clock_us=committed)
         return result
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
@@ -573,12 +610,10 @@ def _answer(result: Answer | Queued) -> Answer:
 
 
 def _is_live(row: LockRow | None, now: int, lease: dict[str, Any]) -> bool:
-    """Whether the lease of a stored LockLease body is still the key's live lease."""
-    return (
-        row is not None
-        and row.live(now)
-        and row.owner_token == lease["owner_token"]
-        and row.fencing_token == lease["fencing_token"]
+    """Whether the lease of a stored LockLease body is still a live lease of the key."""
+    return row is not None and any(
+        live.owner_token == lease["owner_token"] and live.fencing_token == lease["fencing_token"]
+        for live in row.live_leases(now)
     )
 
 
@@ -590,7 +625,7 @@ def _ended(lease: dict[str, Any], request_id: str) -> Answer:
     return ApiError.lease_not_held(message).answer(request_id)
 
 
-def _undelivered(entry: Entry, granted: LockRow | None) -> Answer:
+def _undelivered(entry: Entry, granted: Lease | None) -> Answer:
     token = granted.fencing_token if granted is not None else "?"
     message = (
         f"the lease granted to this request (fencing token {token} on {entry.key}) was"
@@ -602,7 +637,7 @@ def _undelivered(entry: Entry, granted: LockRow | None) -> Answer:
 def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
     message = f"the wait for {entry.key} ran out"
     retry_after = 1
-    if row is not None and row.live(now):
+    if row is not None and row.held(now):
         held = lock_held(row, now, entry.key).refusal
         assert held is not None  # noqa: S101 - lock_held is a refusal
         message += f"; {held.message}"
@@ -613,4 +648,6 @@ def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
 def _render(decision: Decision, request_id: str) -> Answer:
     if decision.refusal is not None:
         return decision.refusal.answer(request_id)
-    return Answer(decision.status, dumps(decision.payload) if decision.payload is not None else b"")
+    body = dumps(decision.payload) if decision.payload is not None else b""
+    until = decision.lease.expires_at_us if decision.lease is not None else None
+    return Answer(decision.status, body, lease_until_us=until)

@@ -119,6 +119,7 @@ class Waits:
         owner_token: str,
         ttl_seconds: float,
         *,
+        limit: int,
         wait_seconds: float,
         gone: asyncio.Future[None],
     ) -> Answer | None:
@@ -134,7 +135,13 @@ class Waits:
         tx = self.transactions
         result = await self._run(
             lambda may_block: tx.acquire(
-                caller, key, owner_token, ttl_seconds, entry=entry, may_block=may_block
+                caller,
+                key,
+                owner_token,
+                ttl_seconds,
+                limit=limit,
+                entry=entry,
+                may_block=may_block,
             )
         )
         if isinstance(result, Answer):

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from typing import Any
 
 import attrs
 
-__all__ = ["Answer", "dumps", "rfc3339_us"]
+__all__ = ["Answer", "dumps", "parse_rfc3339_us", "rfc3339_us"]
 
 
 @attrs.frozen
 class Answer:
-    """An HTTP answer: status, JSON body (or empty), and the headers an answer may carry."""
+    """An HTTP answer: status, JSON body (or empty), and the headers an answer may carry.
+
+    An answer that tells of a lease also carries that lease's expiry and the server's clock
+    after the transaction behind it committed, so that it is never sent once the lease has
+    expired (`_api`): a server that stalls longer than a ttl must not tell a client it holds
+    what has already ended.
+    """
 
     status: int
     body: bytes
     retry_after: int | None = None
     replayed: bool = False
+    lease_until_us: int | None = None  # the expiry of the lease it tells of
+    clock_us: int | None = None  # the storage clock once its transaction committed
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -37,3 +46,13 @@ def rfc3339_us(us: int) -> str:
         f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
         f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{micros:06d}Z"
     )
+
+
+def parse_rfc3339_us(text: str) -> int:
+    """Microseconds since the epoch of a timestamp written by `rfc3339_us`."""
+    date, _, rest = text.partition("T")
+    clock, _, fraction = rest.rstrip("Z").partition(".")
+    year, month, day = (int(part) for part in date.split("-"))
+    hour, minute, second = (int(part) for part in clock.split(":"))
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    return seconds * 1_000_000 + int(fraction.ljust(6, "0")[:6] or 0)

@@ -69,11 +69,19 @@ class LeaseNobodyHeard(Violation):
     """A lease handed to a waiter that left was never taken back."""
 
 
+LeaseRow = tuple[int, str, int]
+"""(fencing token, owner token, expires_at_us) of one stored lease."""
+
+
 class Reader:
     """Reads of the database outside every server (committed state only)."""
 
-    def lock(self, key: str) -> tuple[int, str | None, int | None] | None:
-        """(fencing token, owner, expires_at_us) of the key's row, or None."""
+    def key(self, key: str) -> tuple[int, int] | None:
+        """(last fencing token, limit) of the key's row, or None for a key never acquired."""
+        raise NotImplementedError
+
+    def leases(self, key: str) -> list[LeaseRow]:
+        """The key's stored leases (live or not), by fencing token."""
         raise NotImplementedError
 
     def waiters(self, key: str) -> list[tuple[int, str, str, str]]:
@@ -113,7 +121,7 @@ class Checks:
         self._beliefs: list[_Belief] = []
         self._granted: dict[tuple[str, str], int] = {}  # (owner, key) -> latest token told
         self._line: dict[str, list[tuple[int, str, str, str]]] = {}
-        self._holder: dict[str, tuple[int, str | None, int | None] | None] = {}
+        self._seen: dict[str, int] = {}  # key -> highest token seen held after a transaction
         self._queued: set[tuple[str, str]] = set()  # (key, owner) seen in line since it last sent
         world.answer_hooks.append(self._heard)
         world.send_hooks.append(self._sent)
@@ -161,11 +169,12 @@ class Checks:
                     belief.deposed_us = now
         alive = self.reader.alive_servers(now)
         for key in self.keys:
-            row, line = self.reader.lock(key), self.reader.waiters(key)
-            before = self._holder.get(key)
-            if row is not None and row[1] is not None and (before is None or before[0] != row[0]):
-                self._passed_over(key, row, self._line.get(key, []), line, alive)
-            self._holder[key] = row
+            line = self.reader.waiters(key)
+            seen = self._seen.get(key, 0)
+            for token, owner, _until in self._live(key, now):
+                if token > seen:  # granted by this transaction
+                    self._passed_over(key, token, owner, self._line.get(key, []), line, alive)
+                    self._seen[key] = max(token, self._seen.get(key, 0))
             self._line[key] = line
             self._queued.update((key, owner) for _seq, owner, _state, _srv in line)
 
@@ -176,9 +185,9 @@ class Checks:
         expires = micros(lease["expires_at"])
         ttl_us = round(lease["ttl_seconds"] * 1_000_000)
         told = f"{request.describe()} was told it holds token {token}"
-        row = self.reader.lock(key)
-        if row is None or row[1] != owner or row[0] != token or (row[2] or 0) <= now:
-            self.problem(UntrueAnswer, f"{told}, but the database has {row} at {now}")
+        live = self._live(key, now)
+        if not any((t, o) == (token, owner) for t, o, _until in live):
+            self.problem(UntrueAnswer, f"{told}, but the live leases are {live} at {now}")
         if expires < request.first_sent_us + ttl_us:
             early = (request.first_sent_us + ttl_us - expires) / 1000
             self.problem(
@@ -188,13 +197,15 @@ class Checks:
         if first != owner:
             self.problem(TokenReissued, f"{told}, a token already granted to another owner")
         self._granted[owner, key] = max(token, self._granted.get((owner, key), 0))
-        for other in self._beliefs:
-            if other.key == key and other.token != token and other.holds_at(now):
-                self.problem(
-                    TwoHolders,
-                    f"{told} while {other.client} still holds token {other.token} until"
-                    f" {other.until_us} by its own reckoning",
-                )
+        others = [b for b in self._beliefs if b.key == key and b.token != token and b.holds_at(now)]
+        stored = self.reader.key(key)
+        limit = stored[1] if stored is not None else 1
+        if len(others) + 1 > limit:
+            holding = ", ".join(f"{b.client} token {b.token} until {b.until_us}" for b in others)
+            self.problem(
+                TwoHolders,
+                f"{told} while {holding} still hold it by their own reckoning (limit {limit})",
+            )
         # A client has one request out at a time, so its latest answer is the server's latest
         # word on its lease: a shorter ttl shortens it (renew, or acquire by the holder).
         deadline = request.first_sent_us + ttl_us
@@ -209,24 +220,35 @@ class Checks:
 
     # -- the database, after each step ------------------------------------------------------
 
+    def _live(self, key: str, now: int) -> list[LeaseRow]:
+        return [lease for lease in self.reader.leases(key) if lease[2] > now]
+
     def after_step(self) -> None:
         """Judge the database as it stands after a step."""
+        now = self.world.now_us()
         for key in self.keys:
-            row = self.reader.lock(key)
-            if row is not None:
-                if row[0] < self._highest.get(key, 0):
-                    self.problem(TokenWentBack, f"{key}'s last fencing token went back to {row[0]}")
-                self._highest[key] = max(row[0], self._highest.get(key, 0))
+            stored = self.reader.key(key)
+            if stored is not None:
+                if stored[0] < self._highest.get(key, 0):
+                    self.problem(
+                        TokenWentBack, f"{key}'s last fencing token went back to {stored[0]}"
+                    )
+                self._highest[key] = max(stored[0], self._highest.get(key, 0))
+                live = self._live(key, now)
+                if len(live) > stored[1]:
+                    self.problem(
+                        TwoHolders, f"{key} has {len(live)} live leases, limit {stored[1]}"
+                    )
 
     def _passed_over(
         self,
         key: str,
-        row: tuple[int, str | None, int | None],
+        token: int,
+        new_owner: str,
         before: list[tuple[int, str, str, str]],
         after: list[tuple[int, str, str, str]],
         alive: set[str],
     ) -> None:
-        new_owner = row[1]
         theirs = next((seq for seq, owner, _s, _srv in before if owner == new_owner), None)
         still_waiting = {owner for _seq, owner, state, _srv in after if state == "waiting"}
         for seq, owner, state, server_id in before:
@@ -240,7 +262,7 @@ class Checks:
             ):
                 taker = "a waiter behind it" if theirs is not None else "a newcomer (barging)"
                 self.problem(
-                    PassedOver, f"token {row[0]} went to {taker} while {owner[:8]} waited in line"
+                    PassedOver, f"token {token} went to {taker} while {owner[:8]} waited in line"
                 )
 
     def _open_wait(self, owner: str, key: str) -> bool:
@@ -257,15 +279,14 @@ class Checks:
         """Once all work is done: no live lease that its owner never heard of."""
         now = self.world.now_us()
         for key in self.keys:
-            row = self.reader.lock(key)
-            if row is None or row[1] is None or (row[2] or 0) <= now:
-                continue
-            owner, token = row[1], row[0]
-            reserved = any(
-                o == owner and st == "reserved" for _q, o, st, _s in self.reader.waiters(key)
-            )
-            if reserved:
-                continue  # set aside for a waiter of another server: it lapses on its own
+            for token, owner, _until in self._live(key, now):
+                self._nobody_heard(key, token, owner)
+
+    def _nobody_heard(self, key: str, token: int, owner: str) -> None:
+        reserved = any(
+            o == owner and st == "reserved" for _q, o, st, _s in self.reader.waiters(key)
+        )
+        if not reserved:  # a slot set aside for a waiter of another server lapses on its own
             told = (key, token) in self._owner_of
             asking = any(
                 r.in_flight and r.key == key and (r.body or {}).get("owner_token") == owner

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from tests.explorer._checks import Reader
+from tests.explorer._checks import LeaseRow, Reader
 from tests.explorer._loop import VirtualLoop
 from tests.explorer._world import LOSING, Pending, World, clock_of
 from volcano_server.storage import Storage
@@ -212,13 +212,20 @@ class PostgresReader(Reader):
     def __init__(self, url: str) -> None:
         self._conn = psycopg.connect(url, autocommit=True)
 
-    def lock(self, key: str) -> tuple[int, str | None, int | None] | None:
+    def key(self, key: str) -> tuple[int, int] | None:
         row = self._conn.execute(
-            "SELECT fencing_token, owner_token, expires_at_us FROM locks"
-            " WHERE key = %s AND fencing_token > 0",
+            "SELECT fencing_token, limit_count FROM locks WHERE key = %s AND fencing_token > 0",
             (key,),
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else (row[0], row[1])
+
+    def leases(self, key: str) -> list[LeaseRow]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, owner_token, expires_at_us FROM leases WHERE key = %s"
+            " ORDER BY fencing_token",
+            (key,),
+        ).fetchall()
+        return [(row[0], row[1], row[2]) for row in rows]
 
     def waiters(self, key: str) -> list[tuple[int, str, str, str]]:
         rows = self._conn.execute(

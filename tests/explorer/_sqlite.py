@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tests.explorer._checks import Reader
+from tests.explorer._checks import LeaseRow, Reader
 
 __all__ = ["SQLiteReader"]
 
@@ -16,11 +16,19 @@ class SQLiteReader(Reader):
     def __init__(self, path: Path) -> None:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
-    def lock(self, key: str) -> tuple[int, str | None, int | None] | None:
+    def key(self, key: str) -> tuple[int, int] | None:
         row = self._conn.execute(
-            "SELECT fencing_token, owner_token, expires_at_us FROM locks WHERE key = ?", (key,)
+            "SELECT fencing_token, limit_count FROM locks WHERE key = ?", (key,)
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else (row[0], row[1])
+
+    def leases(self, key: str) -> list[LeaseRow]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, owner_token, expires_at_us FROM leases WHERE key = ?"
+            " ORDER BY fencing_token",
+            (key,),
+        ).fetchall()
+        return [(row[0], row[1], row[2]) for row in rows]
 
     def waiters(self, key: str) -> list[tuple[int, str, str, str]]:
         rows = self._conn.execute(

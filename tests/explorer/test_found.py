@@ -154,3 +154,18 @@ class TestUndelivered:
         run_through(world, rival)
         assert rival.status == 200
         assert verdict(world) == []
+
+
+class TestStalled:
+    def test_a_lease_that_expired_in_a_stall_is_not_answered(self, world: World) -> None:
+        """A transaction reads the clock under the key's lock, then stalls longer than the ttl:
+        its answer must not tell of a lease that has already ended (on PostgreSQL it is 409;
+        SQLite cannot stall between its clock read and its commit here)."""
+        holder = acquire(world, 1, ttl_seconds=1.0)
+        world.run(world.work_of(holder))  # PostgreSQL: stops at its clock read
+        world.advance(1.5)
+        while world.paused():
+            world.resume(world.paused()[0])
+        world.settle()
+        assert holder.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []

@@ -47,7 +47,18 @@ FAULTS = ("none", "none", "none", "fail", "lost")
 SQLITE_SCHEDULES = 200
 POSTGRES_SCHEDULES = 25
 # Kinds of event a schedule may leave out (`Schedules.start`).
-SWARM = ("kills", "faults", "force", "new tokens", "retries", "closes", "stale", "long waits")
+SWARM = (
+    "kills",
+    "faults",
+    "force",
+    "new tokens",
+    "retries",
+    "closes",
+    "stale",
+    "long waits",
+    "limits",  # leave `limit` out of the body when it is 1 (the default)
+    "semaphores",  # locks only: every acquire has limit 1
+)
 
 
 class Schedules(RuleBasedStateMachine):
@@ -95,13 +106,21 @@ class Schedules(RuleBasedStateMachine):
         ttl=st.sampled_from([1.0, 2.5]),
         wait=st.sampled_from([0, 0, 1.5, 4.0]),
         with_id=st.booleans(),
+        limit=st.sampled_from([1, 1, 2]),
     )
-    def acquire(self, client: str, server: str, ttl: float, wait: float, with_id: bool) -> None:
+    def acquire(
+        self, client: str, server: str, ttl: float, wait: float, with_id: bool, limit: int
+    ) -> None:
+        """Acquire (or wait in line for) the key, as a lock or a semaphore of 2 slots."""
         if not self._idle(client):
             return
         body: dict[str, object] = {"owner_token": self.tokens[client], "ttl_seconds": ttl}
         if wait:
             body["wait_seconds"] = wait
+        if "semaphores" in self.off:
+            limit = 1
+        if limit != 1 or "limits" not in self.off:
+            body["limit"] = limit
         rid = self._new_id() if with_id else None
         self.world.send(client, server, "acquire", KEY, body, request_id=rid)
 

@@ -8,6 +8,7 @@ from urllib.parse import unquote
 from ._base import (
     KeyKind,
     KeyRecord,
+    Lease,
     LockRow,
     ProjectKeys,
     ReadTx,
@@ -29,6 +30,7 @@ __all__ = [
     "KeyInfo",
     "KeyKind",
     "KeyRecord",
+    "Lease",
     "LockRow",
     "ProjectKeys",
     "ReadTx",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KeyKind",
     "KeyRecord",
+    "Lease",
     "LockRow",
     "ProjectKeys",
     "ReadTx",
@@ -93,27 +94,52 @@ class ProjectKeys:
 
 
 @attrs.frozen
-class LockRow:
-    """A key's row.
+class Lease:
+    """One lease of a key: live while `expires_at_us` is after the storage clock's now."""
 
-    `fencing_token` is the last one issued; the lease is live while the owner is set and
-    `expires_at_us` is after the storage clock's now.
+    fencing_token: int
+    owner_token: str
+    expires_at_us: int
+    ttl_seconds: float
+    label: str | None = None
+
+    def live(self, now_us: int) -> bool:
+        """Whether this lease has not expired at `now_us`."""
+        return now_us < self.expires_at_us
+
+
+@attrs.frozen
+class LockRow:
+    """A key: the last fencing token issued, its limit, and its leases as stored.
+
+    With limit 1 the key is a lock; with N, a semaphore of N slots. `leases` may hold leases
+    that have expired since they were stored (by fencing token, oldest first); only the live
+    ones count (`live_leases`).
     """
 
     project_id: int
     key: str
     fencing_token: int
-    owner_token: str | None
-    expires_at_us: int | None
-    ttl_seconds: float | None
+    limit: int = 1
+    leases: tuple[Lease, ...] = ()
 
-    def live(self, now_us: int) -> bool:
-        """Whether this row holds a lease that has not expired at `now_us`."""
-        return (
-            self.owner_token is not None
-            and self.expires_at_us is not None
-            and now_us < self.expires_at_us
+    def live_leases(self, now_us: int) -> tuple[Lease, ...]:
+        """The leases live at `now_us`, oldest first."""
+        return tuple(lease for lease in self.leases if lease.live(now_us))
+
+    def held(self, now_us: int) -> bool:
+        """Whether any lease is live at `now_us`."""
+        return any(lease.live(now_us) for lease in self.leases)
+
+    def lease_of(self, owner_token: str, now_us: int) -> Lease | None:
+        """The live lease of `owner_token`, if it has one."""
+        return next(
+            (x for x in self.leases if x.owner_token == owner_token and x.live(now_us)), None
         )
+
+    def soonest_expiry(self, now_us: int) -> int | None:
+        """When the first live lease ends, or None when none is live."""
+        return min((x.expires_at_us for x in self.leases if x.live(now_us)), default=None)
 
 
 @attrs.frozen
@@ -167,7 +193,11 @@ class ReadTx(Protocol):
         ...
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
-        """The key's row, if the key was ever acquired."""
+        """The key's row and leases, if the key was ever acquired."""
+        ...
+
+    def waiting_count(self, project_id: int, key: str) -> int:
+        """How many callers wait in the key's line (not counting those reserved a slot)."""
         ...
 
 
@@ -175,11 +205,17 @@ class WriteTx(ReadTx, Protocol):
     """A read-write transaction.
 
     `load_lock` also locks the key's row until commit, and `claim_request` serialises
-    concurrent requests with the same request id.
+    concurrent requests with the same request id. Once it has committed, `committed_us` is the
+    storage clock read after the commit (None before).
     """
 
-    def save_lock(self, row: LockRow) -> None:
-        """Insert or update the key's row."""
+    committed_us: int | None
+
+    def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
+        """Write the key's row and leases as `row` says, `loaded` being what was read.
+
+        Leases only in `loaded` (or expired) are deleted; new or changed ones are written.
+        """
         ...
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:

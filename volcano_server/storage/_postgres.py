@@ -44,7 +44,7 @@ import asyncio
 import logging
 import select
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -62,7 +62,15 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
-from ._sql import SAVE_LOCK, TOUCH_SERVER, for_postgres, lock_params, unavailable_when
+from ._sql import (
+    LEASES,
+    TOUCH_SERVER,
+    WAITING_COUNT,
+    for_postgres,
+    leases_of,
+    lock_writes,
+    unavailable_when,
+)
 from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = ["PostgresStorage"]
@@ -84,8 +92,7 @@ CREATE OR REPLACE FUNCTION volcano_open(
 ) RETURNS TABLE (
     claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
     claimed_until bigint, claimed_undelivered boolean, clock_us bigint, lock_token bigint,
-    lock_owner text,
-    lock_until bigint, lock_ttl double precision, line jsonb
+    lock_limit integer, leases jsonb, line jsonb
 ) LANGUAGE plpgsql AS $$
 BEGIN
     IF p_request IS NOT NULL THEN
@@ -98,16 +105,18 @@ BEGIN
             INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
                 claimed_undelivered;
     END IF;
-    SELECT l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
-        INTO lock_token, lock_owner, lock_until, lock_ttl
+    SELECT l.fencing_token, l.limit_count INTO lock_token, lock_limit
         FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
             ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
-            RETURNING l.fencing_token, l.owner_token, l.expires_at_us, l.ttl_seconds
-            INTO lock_token, lock_owner, lock_until, lock_ttl;
+            RETURNING l.fencing_token, l.limit_count INTO lock_token, lock_limit;
     END IF;
     clock_us := volcano_clock_us();
+    SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
+            x.expires_at_us, x.ttl_seconds, x.label) ORDER BY x.fencing_token), '[]')
+        INTO leases
+        FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
             w.ttl_seconds, w.server_id, w.state, w.until_us, s.alive_until_us)
             ORDER BY w.seq), '[]')
@@ -210,8 +219,32 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: (),
     # Issue 19: the clock read through one function, and read after the key's row is locked;
     # a lease handed to a waiting request is "undelivered" until its client has it.
+    # Issue 21: a key has a limit and any number of leases up to it (semaphores), in a table
+    # of their own; a key's live lease moves there.
     5: (
         "ALTER TABLE request_outcomes ADD COLUMN undelivered boolean NOT NULL DEFAULT false",
+        "ALTER TABLE locks ADD COLUMN limit_count integer NOT NULL DEFAULT 1",
+        """CREATE TABLE leases (
+            project_id bigint NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            fencing_token bigint NOT NULL,
+            owner_token text COLLATE "C" NOT NULL,
+            expires_at_us bigint NOT NULL,
+            ttl_seconds double precision NOT NULL,
+            label text,
+            PRIMARY KEY (project_id, key, fencing_token)
+        )""",
+        (
+            "INSERT INTO leases"
+            " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
+            " SELECT project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds"
+            " FROM locks WHERE owner_token IS NOT NULL AND expires_at_us IS NOT NULL"
+            " AND ttl_seconds IS NOT NULL"
+        ),
+        (
+            "ALTER TABLE locks DROP COLUMN owner_token, DROP COLUMN expires_at_us,"
+            " DROP COLUMN ttl_seconds"
+        ),
         _CLOCK_FUNCTION,
         # The function's result columns change: it must be dropped, not replaced.
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
@@ -248,7 +281,8 @@ _SAVE_OUTCOME = (
     " status = excluded.status, body = excluded.body, retry_after = excluded.retry_after,"
     " expires_at_us = excluded.expires_at_us, undelivered = excluded.undelivered"
 )
-_SAVE_LOCK = for_postgres(SAVE_LOCK)
+_LEASES = for_postgres(LEASES)
+_WAITING_COUNT = for_postgres(WAITING_COUNT)
 _TOUCH_SERVER = for_postgres(TOUCH_SERVER)
 # SKIP LOCKED: servers purging at once take disjoint batches, and a row a request is
 # re-claiming right now is left to it.
@@ -329,16 +363,13 @@ class _LockedKey:
     """
 
     # A reader outside any transaction never meets a placeholder: none is ever committed.
-    READ = (
-        "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
-        " WHERE project_id = %s AND key = %s"
-    )
+    READ = "SELECT fencing_token, limit_count FROM locks WHERE project_id = %s AND key = %s"
     _UNPLACE = "DELETE FROM locks WHERE project_id = %s AND key = %s AND fencing_token = 0"
 
-    def __init__(self, project_id: int, key: str, fields: tuple[Any, ...]) -> None:
+    def __init__(self, row: LockRow | None, project_id: int, key: str) -> None:
         self._ref = (project_id, key)
-        self.row = _lease(project_id, key, fields)
-        self._placed = self.row is None  # by this transaction, and not replaced yet
+        self.row = row
+        self._placed = row is None  # by this transaction, and not replaced yet
 
     def replaced(self) -> None:
         """The transaction saved a real row for the key."""
@@ -349,11 +380,17 @@ class _LockedKey:
         return (self._UNPLACE, self._ref) if self._placed else None
 
 
-def _lease(project_id: int, key: str, fields: tuple[Any, ...] | None) -> LockRow | None:
-    """The lease a fetched row holds; fencing token 0 is a placeholder (see `_LockedKey`)."""
+def _row(
+    project_id: int, key: str, fields: Sequence[Any] | None, leases: Iterable[Sequence[Any]]
+) -> LockRow | None:
+    """The key a fetched (fencing token, limit) holds; token 0 is a placeholder (`_LockedKey`).
+
+    (A `volcano_open` lease list comes through JSON: a ttl of 30.0 comes back as 30.)
+    """
     if fields is None or fields[0] == 0:
         return None
-    return LockRow(project_id, key, *fields)
+    token, limit = fields
+    return LockRow(project_id, key, token, limit, leases_of(leases))
 
 
 def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
@@ -387,7 +424,12 @@ class _ReadTx:
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
         row = self._conn.execute(_LockedKey.READ, (project_id, key)).fetchone()
-        return _lease(project_id, key, row)
+        if row is None:
+            return None
+        return _row(project_id, key, row, self._conn.execute(_LEASES, (project_id, key)))
+
+    def waiting_count(self, project_id: int, key: str) -> int:
+        return int(_fetch(self._conn, _WAITING_COUNT, (project_id, key))[0])
 
 
 class _WriteTx:
@@ -425,6 +467,7 @@ class _WriteTx:
         # Heads of lines read right after their key was locked, until a waiter row changes.
         self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
         self.durable = False  # set by writes a client may be told about: leases, outcomes
+        self.committed_us: int | None = None
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
         self._send(_BEGIN, ())
@@ -442,7 +485,11 @@ class _WriteTx:
                 self._send(*leftover)
         if not self.durable:
             self._send("SET LOCAL synchronous_commit TO off", ())
-        self._ask("COMMIT", ())
+        self._send("COMMIT", ())
+        # The clock once the commit is done, in the same round trip (its own implicit
+        # transaction): what an answer telling of a lease is judged by before it is sent.
+        (clock_us,) = _one(self._ask(_CLOCK, ()))
+        self.committed_us = clock_us + self._offset()
 
     def now_us(self) -> int:
         if self._now is None:
@@ -456,11 +503,12 @@ class _WriteTx:
     def _open(self, project_id: int, key: str, request_id: str | None) -> StoredOutcome | None:
         """One round trip: claim `request_id` (or read the clock), lock the key, read its line."""
         self._first_key = None
-        *claimed, clock_us, token, owner, until, ttl, line = _one(
+        *claimed, clock_us, token, limit, leases, line = _one(
             self._ask(_OPEN, (project_id, key, request_id, _LINE_AHEAD))
         )
         self._set_now(clock_us)
-        self._locked[project_id, key] = _LockedKey(project_id, key, (token, owner, until, ttl))
+        row = _row(project_id, key, (token, limit), leases)
+        self._locked[project_id, key] = _LockedKey(row, project_id, key)
         self._lines[project_id, key] = line
         return None if request_id is None else StoredOutcome(*claimed)
 
@@ -473,12 +521,16 @@ class _WriteTx:
             self._open(project_id, key, None)
         return self._locked[project_id, key].row
 
-    def save_lock(self, row: LockRow) -> None:
+    def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
-        self._send(_SAVE_LOCK, lock_params(row))
+        for statement, params in lock_writes(row, loaded):
+            self._send(for_postgres(statement), params)
         locked = self._locked.get((row.project_id, row.key))
         if locked is not None:
             locked.replaced()
+
+    def waiting_count(self, project_id: int, key: str) -> int:
+        return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         if self._first_key is not None and self._first_key[0] == project_id:

@@ -6,27 +6,48 @@ them into psycopg's `%s` (none of them holds a literal `?`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from ._base import LockRow, StorageUnavailable
+from ._base import Lease, LockRow, StorageUnavailable
 
 __all__ = [
     "FIND_WAITER",
+    "LEASES",
     "QUEUED",
-    "SAVE_LOCK",
     "TOUCH_SERVER",
+    "WAITING_COUNT",
     "for_postgres",
-    "lock_params",
+    "leases_of",
+    "lock_writes",
     "unavailable_when",
 ]
 
-# Insert or update a key's row (`lock_params` gives its parameters).
+# Insert or update a key's row: (project_id, key, fencing_token, limit).
 SAVE_LOCK = (
-    "INSERT INTO locks (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
-    " fencing_token = excluded.fencing_token, owner_token = excluded.owner_token,"
-    " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds"
+    "INSERT INTO locks (project_id, key, fencing_token, limit_count) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (project_id, key) DO UPDATE SET"
+    " fencing_token = excluded.fencing_token, limit_count = excluded.limit_count"
+)
+# Insert or update one lease of a key (`lease_params`).
+SAVE_LEASE = (
+    "INSERT INTO leases"
+    " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds, label)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key, fencing_token) DO UPDATE SET"
+    " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds,"
+    " label = excluded.label"
+)
+# (project_id, key, fencing_token): one lease of a key ends.
+DELETE_LEASE = "DELETE FROM leases WHERE project_id = ? AND key = ? AND fencing_token = ?"
+# (project_id, key): a key's leases, by fencing token.
+LEASES = (
+    "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds, label FROM leases"
+    " WHERE project_id = ? AND key = ? ORDER BY fencing_token"
+)
+# (project_id, key): how many wait in the key's line.
+WAITING_COUNT = (
+    "SELECT count(*) FROM lock_waiters WHERE project_id = ? AND key = ? AND state = 'waiting'"
 )
 
 # A waiter's fields in `Waiter.from_row` order; the first parameter is now (is its server alive).
@@ -54,15 +75,44 @@ def for_postgres(statement: str) -> str:
     return statement.replace("?", "%s")
 
 
-def lock_params(row: LockRow) -> tuple[object, ...]:
-    """The parameters of `SAVE_LOCK` for `row`."""
+def lock_writes(row: LockRow, loaded: LockRow | None) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that make storage hold `row`, `loaded` being what it held.
+
+    The key's row only when its token or limit changed; a lease deleted when it is gone from
+    `row` (released, force-released, or expired and dropped); written when new or changed.
+    """
+    writes: list[tuple[str, tuple[object, ...]]] = []
+    ref = (row.project_id, row.key)
+    if loaded is None or (loaded.fencing_token, loaded.limit) != (row.fencing_token, row.limit):
+        writes.append((SAVE_LOCK, (*ref, row.fencing_token, row.limit)))
+    before = {lease.fencing_token: lease for lease in (loaded.leases if loaded else ())}
+    after = {lease.fencing_token: lease for lease in row.leases}
+    writes += [(DELETE_LEASE, (*ref, token)) for token in before if token not in after]
+    writes += [
+        (SAVE_LEASE, lease_params(row, lease))
+        for token, lease in after.items()
+        if before.get(token) != lease
+    ]
+    return writes
+
+
+def lease_params(row: LockRow, lease: Lease) -> tuple[object, ...]:
+    """The parameters of `SAVE_LEASE`."""
     return (
         row.project_id,
         row.key,
-        row.fencing_token,
-        row.owner_token,
-        row.expires_at_us,
-        row.ttl_seconds,
+        lease.fencing_token,
+        lease.owner_token,
+        lease.expires_at_us,
+        lease.ttl_seconds,
+        lease.label,
+    )
+
+
+def leases_of(rows: Iterable[Sequence[Any]]) -> tuple[Lease, ...]:
+    """Leases from `LEASES` rows (or a `volcano_open` list of them)."""
+    return tuple(
+        Lease(token, owner, until, float(ttl), label) for token, owner, until, ttl, label in rows
     )
 
 

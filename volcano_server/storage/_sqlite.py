@@ -52,7 +52,16 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
-from ._sql import FIND_WAITER, QUEUED, SAVE_LOCK, TOUCH_SERVER, lock_params, unavailable_when
+from ._sql import (
+    FIND_WAITER,
+    LEASES,
+    QUEUED,
+    TOUCH_SERVER,
+    WAITING_COUNT,
+    leases_of,
+    lock_writes,
+    unavailable_when,
+)
 from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
@@ -133,8 +142,27 @@ CREATE TABLE servers (
 ) WITHOUT ROWID;
 """,
     # Issue 19: a lease handed to a waiting request is "undelivered" until its client has it.
+    # Issue 21: a key has a limit and any number of leases up to it (semaphores), in a table
+    # of their own; a key's live lease moves there.
     4: """
 ALTER TABLE request_outcomes ADD COLUMN undelivered INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE locks ADD COLUMN limit_count INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE leases (
+    project_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    owner_token TEXT NOT NULL,
+    expires_at_us INTEGER NOT NULL,
+    ttl_seconds REAL NOT NULL,
+    label TEXT,
+    PRIMARY KEY (project_id, key, fencing_token)
+) WITHOUT ROWID;
+INSERT INTO leases (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds)
+    SELECT project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks
+    WHERE owner_token IS NOT NULL AND expires_at_us IS NOT NULL AND ttl_seconds IS NOT NULL;
+ALTER TABLE locks DROP COLUMN owner_token;
+ALTER TABLE locks DROP COLUMN expires_at_us;
+ALTER TABLE locks DROP COLUMN ttl_seconds;
 """,
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
@@ -167,6 +195,7 @@ class _Tx:
         # told about (a lease, a stored outcome, keys). Queue and heartbeat rows need not be:
         # their requests die with a crash anyway.
         self.durable = False
+        self.committed_us: int | None = None
 
     def now_us(self) -> int:
         return self._now
@@ -177,15 +206,22 @@ class _Tx:
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
         row = self._conn.execute(
-            "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds FROM locks"
-            " WHERE project_id = ? AND key = ?",
+            "SELECT fencing_token, limit_count FROM locks WHERE project_id = ? AND key = ?",
             (project_id, key),
         ).fetchone()
-        return None if row is None else LockRow(project_id, key, *row)
+        if row is None:
+            return None
+        leases = leases_of(self._conn.execute(LEASES, (project_id, key)))
+        return LockRow(project_id, key, row[0], row[1], leases)
 
-    def save_lock(self, row: LockRow) -> None:
+    def waiting_count(self, project_id: int, key: str) -> int:
+        (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()
+        return int(count)
+
+    def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
-        self._conn.execute(SAVE_LOCK, lock_params(row))
+        for statement, params in lock_writes(row, loaded):
+            self._conn.execute(statement, params)
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.
@@ -344,6 +380,7 @@ class SQLiteStorage(KeyAdmin):
                     tx = _Tx(conn, self._clock)
                     yield tx
                     conn.execute("COMMIT")
+                    tx.committed_us = self._clock()
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")

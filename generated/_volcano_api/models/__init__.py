@@ -6,6 +6,8 @@ from .error_detail import ErrorDetail
 from .force_release_result import ForceReleaseResult
 from .health import Health
 from .health_status import HealthStatus
+from .lease_check import LeaseCheck
+from .lock_holder import LockHolder
 from .lock_lease import LockLease
 from .lock_state import LockState
 from .release_request import ReleaseRequest
@@ -18,6 +20,8 @@ __all__ = (
     "ForceReleaseResult",
     "Health",
     "HealthStatus",
+    "LeaseCheck",
+    "LockHolder",
     "LockLease",
     "LockState",
     "ReleaseRequest",

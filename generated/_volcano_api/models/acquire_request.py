@@ -24,11 +24,14 @@ class AcquireRequest:
             below their load balancer's idle timeout): the answer is then the same `409 lock_held`.
             Wait longer by acquiring again with the same `owner_token` as soon as a wait runs out:
             the queue keeps the caller's place for a few seconds.
+        limit (int | Unset): How many live leases the key may have at once: 1 (the default) for a lock, N for a
+            semaphore of N slots. It belongs to the key while the key has a live lease or a waiter.
     """
 
     owner_token: str
     ttl_seconds: float
     wait_seconds: float | Unset = UNSET
+    limit: int | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         owner_token = self.owner_token
@@ -36,6 +39,8 @@ class AcquireRequest:
         ttl_seconds = self.ttl_seconds
 
         wait_seconds = self.wait_seconds
+
+        limit = self.limit
 
         field_dict: dict[str, Any] = {}
 
@@ -47,6 +52,8 @@ class AcquireRequest:
         )
         if wait_seconds is not UNSET:
             field_dict["wait_seconds"] = wait_seconds
+        if limit is not UNSET:
+            field_dict["limit"] = limit
 
         return field_dict
 
@@ -59,10 +66,13 @@ class AcquireRequest:
 
         wait_seconds = d.pop("wait_seconds", UNSET)
 
+        limit = d.pop("limit", UNSET)
+
         acquire_request = cls(
             owner_token=owner_token,
             ttl_seconds=ttl_seconds,
             wait_seconds=wait_seconds,
+            limit=limit,
         )
 
         return acquire_request

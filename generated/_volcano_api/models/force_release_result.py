@@ -15,12 +15,15 @@ class ForceReleaseResult:
     Attributes:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
         released (bool): Whether a live lease was removed.
-        fencing_token (int | None): The removed lease's fencing token; null when nothing was released.
+        fencing_token (int | None): The removed lease's fencing token (the highest of them, with several); null when
+            nothing was released.
+        released_count (int): How many live leases were removed.
     """
 
     key: str
     released: bool
     fencing_token: int | None
+    released_count: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -31,6 +34,8 @@ class ForceReleaseResult:
         fencing_token: int | None
         fencing_token = self.fencing_token
 
+        released_count = self.released_count
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -38,6 +43,7 @@ class ForceReleaseResult:
                 "key": key,
                 "released": released,
                 "fencing_token": fencing_token,
+                "released_count": released_count,
             }
         )
 
@@ -57,10 +63,13 @@ class ForceReleaseResult:
 
         fencing_token = _parse_fencing_token(d.pop("fencing_token"))
 
+        released_count = d.pop("released_count")
+
         force_release_result = cls(
             key=key,
             released=released,
             fencing_token=fencing_token,
+            released_count=released_count,
         )
 
         force_release_result.additional_properties = d

@@ -2,30 +2,43 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from typing import Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
+
+if TYPE_CHECKING:
+    from ..models.lock_holder import LockHolder
+
 
 T = TypeVar("T", bound="LockState")
 
 
 @_attrs_define
 class LockState:
-    """A key's availability. It never contains the owner token.
+    """A key's availability. It never contains an owner token.
 
     Attributes:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
         held (bool): Whether a live lease exists.
-        expires_at (datetime.datetime | None): When the live lease ends (UTC, RFC 3339); null when not held.
-        fencing_token (int | None): The live lease's fencing token when held, else the last one issued for the key,
-            else null.
+        expires_at (datetime.datetime | None): When the live lease ends (the soonest of them, with several), UTC, RFC
+            3339; null
+            when not held.
+        fencing_token (int | None): The live lease's fencing token when held (the highest of them, with several), else
+            the last one issued for the key, else null.
+        limit (int): The key's limit while it has a live lease or a waiter; else 1 (the next acquire
+            sets it).
+        holders (list[LockHolder]): The live leases, soonest expiry first.
+        waiters (int): How many callers wait in the key's queue.
     """
 
     key: str
     held: bool
     expires_at: datetime.datetime | None
     fencing_token: int | None
+    limit: int
+    holders: list[LockHolder]
+    waiters: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -42,6 +55,15 @@ class LockState:
         fencing_token: int | None
         fencing_token = self.fencing_token
 
+        limit = self.limit
+
+        holders = []
+        for holders_item_data in self.holders:
+            holders_item = holders_item_data.to_dict()
+            holders.append(holders_item)
+
+        waiters = self.waiters
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -50,6 +72,9 @@ class LockState:
                 "held": held,
                 "expires_at": expires_at,
                 "fencing_token": fencing_token,
+                "limit": limit,
+                "holders": holders,
+                "waiters": waiters,
             }
         )
 
@@ -57,6 +82,8 @@ class LockState:
 
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        from ..models.lock_holder import LockHolder
+
         d = dict(src_dict)
         key = d.pop("key")
 
@@ -84,11 +111,25 @@ class LockState:
 
         fencing_token = _parse_fencing_token(d.pop("fencing_token"))
 
+        limit = d.pop("limit")
+
+        holders = []
+        _holders = d.pop("holders")
+        for holders_item_data in _holders:
+            holders_item = LockHolder.from_dict(holders_item_data)
+
+            holders.append(holders_item)
+
+        waiters = d.pop("waiters")
+
         lock_state = cls(
             key=key,
             held=held,
             expires_at=expires_at,
             fencing_token=fencing_token,
+            limit=limit,
+            holders=holders,
+            waiters=waiters,
         )
 
         lock_state.additional_properties = d

@@ -143,12 +143,16 @@ class TestRows:
             "key": "ghost",
             "released": False,
             "fencing_token": None,
+            "released_count": 0,
         }
         assert json.loads(locks.get(caller(project_id, new_id()), "ghost").body) == {
             "key": "ghost",
             "held": False,
             "expires_at": None,
             "fencing_token": None,
+            "limit": 1,
+            "holders": [],
+            "waiters": 0,
         }
         rows = scalar(pg_url, "SELECT count(*) FROM locks WHERE project_id = ?", (project_id,))
         assert rows == 0

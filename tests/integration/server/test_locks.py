@@ -180,6 +180,9 @@ class TestRelease:
             "held": False,
             "expires_at": None,
             "fencing_token": lease["fencing_token"],
+            "limit": 1,
+            "holders": [],
+            "waiters": 0,
         }
 
     def test_second_release_is_refused(self, locks: Locks, key: str) -> None:
@@ -235,6 +238,9 @@ class TestGet:
             "held": False,
             "expires_at": None,
             "fencing_token": None,
+            "limit": 1,
+            "holders": [],
+            "waiters": 0,
         }
 
     def test_held_key_never_reveals_owner(self, locks: Locks, key: str) -> None:
@@ -247,6 +253,15 @@ class TestGet:
             "held": True,
             "expires_at": lease["expires_at"],
             "fencing_token": lease["fencing_token"],
+            "limit": 1,
+            "holders": [
+                {
+                    "fencing_token": lease["fencing_token"],
+                    "expires_at": lease["expires_at"],
+                    "label": None,
+                }
+            ],
+            "waiters": 0,
         }
         assert owner not in response.text
 
@@ -259,6 +274,9 @@ class TestGet:
             "held": False,
             "expires_at": None,
             "fencing_token": 1,
+            "limit": 1,
+            "holders": [],
+            "waiters": 0,
         }
 
 
@@ -272,6 +290,7 @@ class TestForceRelease:
             "key": key,
             "released": True,
             "fencing_token": lease["fencing_token"],
+            "released_count": 1,
         }
         assert locks.get(key).json()["held"] is False
         assert locks.renew(key, owner, lease["fencing_token"]).status_code == 409
@@ -282,6 +301,7 @@ class TestForceRelease:
             "key": key,
             "released": False,
             "fencing_token": None,
+            "released_count": 0,
         }
 
     def test_expired_lease_is_not_reported_released(self, locks: Locks, key: str) -> None:

@@ -20,10 +20,15 @@ from tests.support.server import create_project, serve_in_thread
 from volcano_server import ServerConfig, _api, create_app
 from volcano_server._auth import Authenticator
 from volcano_server._transactions import Transactions
-from volcano_server.storage import LockRow, StoredOutcome
+from volcano_server.storage import Lease, LockRow, StoredOutcome
 from volcano_server.storage._sqlite import SQLiteStorage
 
 from .conftest import Locks, new_id
+
+
+def granted(now_us: int) -> LockRow:
+    """A key with one lease, a second long, as an acquire would save it."""
+    return LockRow(1, "k", 1, 1, (Lease(1, new_id(), now_us + 10**6, 1.0),))
 
 
 class TestWriteLockHeldElsewhere:
@@ -139,7 +144,7 @@ class TestDurability:
         try:
             calls = self.syncs(monkeypatch)
             with storage.write() as tx:
-                tx.save_lock(LockRow(1, "k", 1, new_id(), tx.now_us() + 10**6, 1.0))
+                tx.save_lock(granted(tx.now_us()), None)
             assert len(calls) == 1
             with storage.write() as tx:
                 tx.save_outcome(1, new_id(), StoredOutcome(b"", 409, b"{}", 1, tx.now_us()))
@@ -169,7 +174,7 @@ class TestDurability:
         try:
             calls = self.syncs(monkeypatch)
             with storage.write() as tx:
-                tx.save_lock(LockRow(1, "k", 1, new_id(), tx.now_us() + 10**6, 1.0))
+                tx.save_lock(granted(tx.now_us()), None)
             assert calls == []
         finally:
             storage.close()

@@ -84,14 +84,24 @@ class FakeApi:
         if operation == "release":
             return httpx.Response(204, headers=echo(request))
         if operation == "get":
+            expires = "2026-11-29T21:15:30.250000Z"
+            holder = {"fencing_token": self.fencing_token, "expires_at": expires, "label": None}
             state = {
                 "key": key,
                 "held": True,
-                "expires_at": "2026-11-29T21:15:30.250000Z",
+                "expires_at": expires,
                 "fencing_token": self.fencing_token,
+                "limit": 1,
+                "holders": [holder],
+                "waiters": 0,
             }
             return httpx.Response(200, json=state, headers=echo(request))
-        result = {"key": key, "released": True, "fencing_token": self.fencing_token}
+        result = {
+            "key": key,
+            "released": True,
+            "fencing_token": self.fencing_token,
+            "released_count": 1,
+        }
         return httpx.Response(200, json=result, headers=echo(request))
 
     def lease_response(

@@ -28,6 +28,16 @@ from tests.unit.sdk.support import (
 
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
+# A free key's LockState body, without its key.
+FREE = {
+    "held": False,
+    "expires_at": None,
+    "fencing_token": None,
+    "limit": 1,
+    "holders": [],
+    "waiters": 0,
+}
+
 
 def lease_for(
     key: str = "daily-report", token: str = TOKEN, ttl: float = 30.0
@@ -370,12 +380,16 @@ class TestGet:
         assert_credentials(request)
         assert request.headers["X-Request-Id"] == REQUEST_ID
         assert state == volcano.LockState(
-            key="daily-report", held=True, expires_at=EXPIRES, fencing_token=7
+            key="daily-report",
+            held=True,
+            expires_at=EXPIRES,
+            fencing_token=7,
+            holders=(volcano.LockHolder(fencing_token=7, expires_at=EXPIRES),),
         )
 
     def test_free_key(self, client: volcano.Client, api: FakeApi) -> None:
         """A free key has expires_at None and may have no fencing token yet."""
-        api.then(body(200, {"key": "k", "held": False, "expires_at": None, "fencing_token": None}))
+        api.then(body(200, {"key": "k", **FREE}))
         assert client.locks.get("k") == volcano.LockState(
             key="k", held=False, expires_at=None, fencing_token=None
         )
@@ -391,12 +405,14 @@ class TestForceRelease:
         assert_credentials(request)
         assert request.headers["X-Request-Id"] == REQUEST_ID
         assert result == volcano.ForceReleaseResult(
-            key="daily-report", released=True, fencing_token=7
+            key="daily-report", released=True, fencing_token=7, released_count=1
         )
 
     def test_nothing_released(self, client: volcano.Client, api: FakeApi) -> None:
         """Removing nothing is a result, not an error."""
-        api.then(body(200, {"key": "k", "released": False, "fencing_token": None}))
+        api.then(
+            body(200, {"key": "k", "released": False, "fencing_token": None, "released_count": 0})
+        )
         assert client.locks.force_release("k") == volcano.ForceReleaseResult(
             key="k", released=False, fencing_token=None
         )

@@ -87,4 +87,6 @@ class TestForceReleaseResult:
         result = volcano.ForceReleaseResult(key="k", released=True, fencing_token=3)
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             result.released = False  # type: ignore[misc]
-        assert repr(result) == "ForceReleaseResult(key='k', released=True, fencing_token=3)"
+        assert repr(result) == (
+            "ForceReleaseResult(key='k', released=True, fencing_token=3, released_count=0)"
+        )

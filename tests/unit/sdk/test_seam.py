@@ -71,7 +71,15 @@ OPERATIONS: dict[ModuleType, tuple[str, str, Any, int, Any, type | None]] = {
         "/v1/locks/k",
         None,
         200,
-        {"key": "k", "held": True, "expires_at": LEASE["expires_at"], "fencing_token": 7},
+        {
+            "key": "k",
+            "held": True,
+            "expires_at": LEASE["expires_at"],
+            "fencing_token": 7,
+            "limit": 1,
+            "holders": [{"fencing_token": 7, "expires_at": LEASE["expires_at"], "label": None}],
+            "waiters": 0,
+        },
         models.LockState,
     ),
     force_release_lock: (
@@ -79,7 +87,7 @@ OPERATIONS: dict[ModuleType, tuple[str, str, Any, int, Any, type | None]] = {
         "/v1/locks/k",
         None,
         200,
-        {"key": "k", "released": True, "fencing_token": 7},
+        {"key": "k", "released": True, "fencing_token": 7, "released_count": 1},
         models.ForceReleaseResult,
     ),
 }

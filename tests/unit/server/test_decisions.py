@@ -6,25 +6,38 @@ import pytest
 
 from volcano_server._rules import (
     Decision,
+    Reach,
     decide_acquire,
     decide_force_release,
+    decide_handoff,
     decide_release,
     decide_renew,
+    lease_check,
     lock_state,
 )
-from volcano_server._wire import rfc3339_us
-from volcano_server.storage import LockRow
+from volcano_server._wire import parse_rfc3339_us, rfc3339_us
+from volcano_server.storage import Lease, LockRow, Waiter
 
 NOW = 1_780_000_000_000_000
+SECOND = 1_000_000
 A, B = "0F8FAD5B-D9CB-469F-A165-70867728950E", "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+C, D = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
 
 
-def held(owner: str = A, fence: int = 7, left_us: int = 10_000_000) -> LockRow:
-    return LockRow(1, "k", fence, owner, NOW + left_us, 30.0)
+def lease(owner: str = A, fence: int = 7, left_us: int = 10 * SECOND) -> Lease:
+    return Lease(fence, owner, NOW + left_us, 30.0)
 
 
-def acquire(row: LockRow | None, ttl: float = 1, owner: str = A) -> Decision:
-    return decide_acquire(row, NOW, project_id=1, key="k", owner_token=owner, ttl=ttl)
+def held(owner: str = A, fence: int = 7, left_us: int = 10 * SECOND) -> LockRow:
+    return LockRow(1, "k", fence, 1, (lease(owner, fence, left_us),))
+
+
+def semaphore(*leases: Lease, limit: int = 3) -> LockRow:
+    return LockRow(1, "k", max(x.fencing_token for x in leases), limit, leases)
+
+
+def acquire(row: LockRow | None, ttl: float = 1, owner: str = A, limit: int = 1) -> Decision:
+    return decide_acquire(row, NOW, project_id=1, key="k", owner_token=owner, ttl=ttl, limit=limit)
 
 
 def renew(row: LockRow | None, owner: str, fence: int, ttl: float = 5) -> Decision:
@@ -39,7 +52,7 @@ class TestAcquire:
     def test_new_key(self) -> None:
         """A never-acquired key gets token 1 expiring at now + ttl."""
         decision = acquire(None, 2.5)
-        assert decision.row == LockRow(1, "k", 1, A, NOW + 2_500_000, 2.5)
+        assert decision.row == LockRow(1, "k", 1, 1, (Lease(1, A, NOW + 2_500_000, 2.5),))
         assert decision.status == 200
 
     def test_expiry_instant_is_already_expired(self) -> None:
@@ -48,6 +61,7 @@ class TestAcquire:
         assert decision.status == 200
         assert decision.row is not None
         assert decision.row.fencing_token == 8
+        assert [x.owner_token for x in decision.row.leases] == [A]  # the expired one dropped
 
     def test_live_other_owner(self) -> None:
         """One microsecond left is still held, with Retry-After 1."""
@@ -68,17 +82,79 @@ class TestAcquire:
     def test_own_live_lease_is_extended_not_reissued(self) -> None:
         """The holder's own token keeps the fencing token and gets a new expiry."""
         decision = acquire(held(A), 60)
-        assert decision.row == LockRow(1, "k", 7, A, NOW + 60_000_000, 60)
+        assert decision.row == LockRow(1, "k", 7, 1, (Lease(7, A, NOW + 60_000_000, 60),))
 
     def test_released_key_continues_tokens(self) -> None:
-        """A vacated row keeps counting from its last token."""
-        row = LockRow(1, "k", 41, None, None, None)
+        """A key with no lease keeps counting from its last token."""
+        row = LockRow(1, "k", 41)
         assert acquire(row, 1).row.fencing_token == 42  # type: ignore[union-attr]
 
     def test_exhausted_tokens_never_wrap(self) -> None:
         """At 2^53-1 no further token is issued (an error, never a reused or oversized token)."""
         with pytest.raises(RuntimeError):
-            acquire(LockRow(1, "k", 2**53 - 1, None, None, None), 1)
+            acquire(LockRow(1, "k", 2**53 - 1), 1)
+
+
+class TestSemaphore:
+    def test_up_to_the_limit_each_with_the_next_token(self) -> None:
+        """With limit 3, three owners hold at once, tokens 1, 2, 3; the fourth is refused."""
+        row = None
+        for owner in (A, B, C):
+            decision = acquire(row, 10, owner, limit=3)
+            assert decision.status == 200
+            row = decision.row
+        assert row is not None
+        assert [(x.owner_token, x.fencing_token) for x in row.leases] == [(A, 1), (B, 2), (C, 3)]
+        refused = acquire(row, 10, D, limit=3)
+        assert refused.refusal is not None
+        assert (refused.refusal.code, refused.refusal.retry_after) == ("lock_held", 10)
+        assert "all 3 slots" in refused.refusal.message
+
+    def test_retry_after_is_the_soonest_slot(self) -> None:
+        """Retry-After counts to the first lease that ends."""
+        row = semaphore(lease(A, 1, 9 * SECOND), lease(B, 2, 2 * SECOND), limit=2)
+        refusal = acquire(row, 1, C, limit=2).refusal
+        assert refusal is not None
+        assert refusal.retry_after == 2
+
+    def test_another_limit_while_in_use_is_a_mismatch(self) -> None:
+        """A key in use with limit 3 refuses an acquire asking for 2, naming both."""
+        refusal = acquire(semaphore(lease(A, 1)), 1, B, limit=2).refusal
+        assert refusal is not None
+        assert refusal.code == "limit_mismatch"
+        assert "limit 3" in refusal.message
+        assert "limit 2" in refusal.message
+
+    def test_a_free_key_takes_a_new_limit(self) -> None:
+        """Once every lease has ended, the next acquire sets the key's limit."""
+        row = semaphore(lease(A, 5, left_us=0), limit=3)
+        decision = acquire(row, 1, B, limit=1)
+        assert decision.row is not None
+        assert (decision.row.limit, decision.row.fencing_token) == (1, 6)
+
+    def test_renew_and_release_act_on_the_callers_own_slot(self) -> None:
+        """B's renew and release touch B's lease only."""
+        row = semaphore(lease(A, 1), lease(B, 2))
+        renewed = renew(row, B, 2, ttl=50).row
+        assert renewed is not None
+        assert [x.expires_at_us for x in renewed.leases] == [NOW + 10 * SECOND, NOW + 50 * SECOND]
+        released = release(row, B, 2).row
+        assert released is not None
+        assert [x.owner_token for x in released.leases] == [A]
+        assert released.fencing_token == 2
+
+    def test_force_release_ends_every_slot(self) -> None:
+        """Force release removes every live lease, with the count and the highest token."""
+        row = semaphore(lease(A, 4), lease(B, 6), lease(C, 5, left_us=-1))
+        decision = decide_force_release(row, NOW, key="k")
+        assert decision.payload == {
+            "key": "k",
+            "released": True,
+            "fencing_token": 6,
+            "released_count": 2,
+        }
+        assert decision.row is not None
+        assert (decision.row.leases, decision.row.fencing_token) == ((), 6)
 
 
 class TestRenewRelease:
@@ -86,8 +162,9 @@ class TestRenewRelease:
         ("row", "owner", "fence", "why"),
         [
             (None, A, 7, "never been acquired"),
-            (held(A, 8), A, 7, "held under fencing token 8"),
-            (held(B, 7), A, 7, "owner token does not match"),
+            (held(A, 8), A, 7, "this owner token holds fencing token 8"),
+            (held(B, 8), A, 8, "owner token does not match"),
+            (held(B, 7), A, 6, "held under fencing token 7"),
             (held(A, 7, left_us=0), A, 7, "no lease is live"),
         ],
     )
@@ -109,38 +186,141 @@ class TestRenewRelease:
 
     def test_renew_keeps_token(self) -> None:
         """Renew moves expiry to now + ttl, even shorter than before."""
-        assert renew(held(A), A, 7, ttl=1).row == LockRow(1, "k", 7, A, NOW + 1_000_000, 1)
+        assert renew(held(A), A, 7, ttl=1).row == LockRow(
+            1, "k", 7, 1, (Lease(7, A, NOW + 1_000_000, 1),)
+        )
 
-    def test_release_vacates_but_remembers_token(self) -> None:
-        """Release clears the owner and expiry and keeps the fencing token."""
+    def test_release_ends_the_lease_but_remembers_token(self) -> None:
+        """Release removes the lease and keeps the key's last fencing token."""
         decision = release(held(A), A, 7)
-        assert (decision.status, decision.row) == (204, LockRow(1, "k", 7, None, None, None))
+        assert (decision.status, decision.row) == (204, LockRow(1, "k", 7, 1, ()))
+
+
+class TestHandoff:
+    FREED = LockRow(1, "k", 41)
+
+    @staticmethod
+    def waiter(ttl: float = 30.0) -> Waiter:
+        return Waiter(9, 1, "k", A, ttl, "server-b", "waiting", None, True)
+
+    def test_here_gets_the_full_lease_at_once(self) -> None:
+        """A waiter held by this server gets the next token and a ttl counted from now."""
+        handoff = decide_handoff(
+            self.FREED, NOW, self.waiter(), Reach.HERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert handoff.waiter_state == "granted"
+        assert handoff.lease == Lease(42, A, NOW + 30 * SECOND, 30.0)
+        assert handoff.row == LockRow(1, "k", 42, 1, (handoff.lease,))
+
+    def test_there_gets_a_short_reservation(self) -> None:
+        """A waiter held by another server gets the slot reserved for 2 s, in its own name."""
+        handoff = decide_handoff(
+            self.FREED, NOW, self.waiter(), Reach.THERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert (handoff.waiter_state, handoff.until_us) == ("reserved", NOW + 2 * SECOND)
+        assert handoff.lease == Lease(42, A, NOW + 2 * SECOND, 30.0)
+
+    def test_a_reservation_never_outlasts_the_ttl(self) -> None:
+        """A 0.5 s lease is reserved for 0.5 s at most."""
+        handoff = decide_handoff(
+            self.FREED,
+            NOW,
+            self.waiter(ttl=0.5),
+            Reach.THERE,
+            reserve_us=2 * SECOND,
+            rejoin_us=5 * SECOND,
+        )
+        assert handoff.until_us == NOW + SECOND // 2
+
+    def test_gone_steps_out_and_keeps_its_place_a_while(self) -> None:
+        """A waiter whose request left changes nothing but its own state."""
+        handoff = decide_handoff(
+            self.FREED, NOW, self.waiter(), Reach.GONE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert (handoff.row, handoff.waiter_state) == (None, "away")
+        assert handoff.until_us == NOW + 5 * SECOND
+
+    def test_a_slot_of_a_semaphore_keeps_the_other_leases(self) -> None:
+        """A freed slot of a limit-2 key goes to the waiter beside the other holder."""
+        row = semaphore(lease(B, 41), limit=2)
+        handoff = decide_handoff(
+            row, NOW, self.waiter(), Reach.HERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
+        )
+        assert handoff.row is not None
+        assert [(x.owner_token, x.fencing_token) for x in handoff.row.leases] == [(B, 41), (A, 42)]
 
 
 class TestForceReleaseAndState:
     def test_force_release_live(self) -> None:
         """A live lease is removed and its token reported."""
         decision = decide_force_release(held(B), NOW, key="k")
-        assert decision.payload == {"key": "k", "released": True, "fencing_token": 7}
+        assert decision.payload == {
+            "key": "k",
+            "released": True,
+            "fencing_token": 7,
+            "released_count": 1,
+        }
 
     def test_force_release_expired(self) -> None:
         """An expired lease is not live: nothing is released, nothing written."""
         decision = decide_force_release(held(B, left_us=-1), NOW, key="k")
         assert (decision.payload, decision.row) == (
-            {"key": "k", "released": False, "fencing_token": None},
+            {"key": "k", "released": False, "fencing_token": None, "released_count": 0},
             None,
         )
 
     def test_state_never_has_owner(self) -> None:
         """get reports held, expiry and token, never the owner token."""
-        state = lock_state(held(A), NOW, "k")
+        state = lock_state(held(A), NOW, "k", 2)
         assert state == {
             "key": "k",
             "held": True,
             "expires_at": rfc3339_us(NOW + 10_000_000),
             "fencing_token": 7,
+            "limit": 1,
+            "holders": [
+                {"fencing_token": 7, "expires_at": rfc3339_us(NOW + 10_000_000), "label": None}
+            ],
+            "waiters": 2,
         }
         assert A not in str(state)
+
+    def test_state_of_a_semaphore(self) -> None:
+        """Holders soonest expiry first; expires_at the soonest; fencing_token the highest."""
+        row = semaphore(lease(A, 3, 9 * SECOND), lease(B, 4, 2 * SECOND), lease(C, 2, -1))
+        state = lock_state(row, NOW, "k", 0)
+        assert [h["fencing_token"] for h in state["holders"]] == [4, 3]
+        assert (state["expires_at"], state["fencing_token"], state["limit"]) == (
+            rfc3339_us(NOW + 2 * SECOND),
+            4,
+            3,
+        )
+
+    def test_a_free_key_reports_limit_one(self) -> None:
+        """A key with no live lease and nobody waiting has no limit of its own (1)."""
+        state = lock_state(semaphore(lease(A, 3, -1)), NOW, "k", 0)
+        assert (state["held"], state["limit"], state["holders"], state["fencing_token"]) == (
+            False,
+            1,
+            [],
+            3,
+        )
+
+
+class TestLeaseCheck:
+    @pytest.mark.parametrize(
+        ("token", "live"), [(3, True), (4, True), (2, False), (5, False), (99, False)]
+    )
+    def test_live_only_for_a_live_lease(self, token: int, live: bool) -> None:
+        """Live for a live lease's token; not for an expired, ended or never-issued one."""
+        row = semaphore(lease(A, 3), lease(B, 4), lease(C, 2, -1))
+        check = lease_check(row, NOW, "k", token)
+        assert (check["live"], check["fencing_token"]) == (live, token)
+        assert (check["expires_at"] is not None) is live
+
+    def test_never_acquired(self) -> None:
+        """A key never acquired: no token is live."""
+        assert lease_check(None, NOW, "k", 1)["live"] is False
 
 
 class TestTimestamps:
@@ -155,3 +335,10 @@ class TestTimestamps:
     def test_rfc3339_exact(self, us: int, text: str) -> None:
         """Microsecond timestamps are written exactly, in UTC with Z."""
         assert rfc3339_us(us) == text
+
+
+class TestParse:
+    @pytest.mark.parametrize("us", [0, 1, 1_780_000_000_123_456, 4_102_444_800_000_000])
+    def test_round_trip(self, us: int) -> None:
+        """What rfc3339_us writes, parse_rfc3339_us reads back to the microsecond."""
+        assert parse_rfc3339_us(rfc3339_us(us)) == us

@@ -197,6 +197,23 @@ class TestCompilerRefusesWhatItCannotEnforce:
             "releaseLock",
             "getLock",
             "forceReleaseLock",
+            "checkLease",
             "getHealth",
         }
         assert all("x-request-id" in op.headers for op in SPEC.operations if op.authenticated)
+
+    @pytest.mark.parametrize("text", ["42", "1", "9007199254740991"])
+    def test_an_integer_path_parameter_is_parsed(self, text: str) -> None:
+        """A fencing token in the path is digits, parsed to an int and checked by its schema."""
+        check = SPEC.operation("checkLease").path_params["fencing_token"]
+        assert check(text, "fencing_token") == int(text)
+
+    @pytest.mark.parametrize(
+        "text", ["", "0", "-1", "+1", " 1", "1.0", "\uff11", "1_000", "9007199254740992", "9" * 30]
+    )
+    def test_an_integer_path_parameter_refuses_other_spellings(self, text: str) -> None:
+        """Only plain ASCII digits in the schema's range: no sign, space, separator or other
+        digit that int() would take."""
+        check = SPEC.operation("checkLease").path_params["fencing_token"]
+        with pytest.raises(ValidationFailure, match="fencing_token"):
+            check(text, "fencing_token")

@@ -11,10 +11,9 @@ import pytest
 
 from volcano_server._config import WaitingSettings
 from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
-from volcano_server._rules import Reach, decide_handoff
 from volcano_server._waiting import Turn, Waits, next_turn
 from volcano_server._wire import Answer
-from volcano_server.storage import LockRow, StorageUnavailable, Waiter
+from volcano_server.storage import StorageUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -135,49 +134,3 @@ class TestWaitTurn:
         assert made.phase is Phase.LEAVING
         assert len(room) == 0
         assert room.claim(7) is None
-
-
-def waiter(*, server_alive: bool = True, ttl: float = 30.0) -> Waiter:
-    return Waiter(9, 1, "k", "owner", ttl, "server-b", "waiting", None, server_alive)
-
-
-class TestHandoffDecision:
-    FREED = LockRow(1, "k", 41, None, None, None)
-
-    def test_here_gets_the_full_lease_at_once(self) -> None:
-        """A waiter held by this server gets the next token and a ttl counted from now."""
-        handoff = decide_handoff(
-            self.FREED, NOW, waiter(), Reach.HERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
-        )
-        assert handoff.waiter_state == "granted"
-        assert handoff.row == LockRow(1, "k", 42, "owner", NOW + 30 * SECOND, 30.0)
-
-    def test_there_gets_a_short_reservation(self) -> None:
-        """A waiter held by another server gets the key reserved for 2 s, in its own name."""
-        handoff = decide_handoff(
-            self.FREED, NOW, waiter(), Reach.THERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
-        )
-        assert handoff.waiter_state == "reserved"
-        assert handoff.until_us == NOW + 2 * SECOND
-        assert handoff.row == LockRow(1, "k", 42, "owner", NOW + 2 * SECOND, 30.0)
-
-    def test_a_reservation_never_outlasts_the_ttl(self) -> None:
-        """A 0.5 s lease is reserved for 0.5 s at most."""
-        handoff = decide_handoff(
-            self.FREED,
-            NOW,
-            waiter(ttl=0.5),
-            Reach.THERE,
-            reserve_us=2 * SECOND,
-            rejoin_us=5 * SECOND,
-        )
-        assert handoff.until_us == NOW + SECOND // 2
-
-    def test_gone_steps_out_and_keeps_its_place_a_while(self) -> None:
-        """A waiter whose request left changes nothing but its own state."""
-        handoff = decide_handoff(
-            self.FREED, NOW, waiter(), Reach.GONE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
-        )
-        assert handoff.row is None
-        assert handoff.waiter_state == "away"
-        assert handoff.until_us == NOW + 5 * SECOND

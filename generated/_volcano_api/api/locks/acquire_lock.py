@@ -141,14 +141,16 @@ def sync_detailed(
 ) -> Response[Error | LockLease]:
     """Acquire a lease on a key.
 
-     Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
-    live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
-    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
-    the whole seconds until the live lease expires (at least 1).
+     Acquires a free or expired key with a new, greater fencing token; with `limit` N, one of
+    the key's N slots. Acquiring a key on which this same `owner_token` has a live lease
+    returns that lease (same fencing token) with its expiry moved to now + `ttl_seconds`.
+    While all the key's slots are held by other owners, or other callers are queued for the
+    key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
+    soonest live lease expires (at least 1). A `limit` other than the key's own while it has
+    a live lease or a waiter is `409 limit_mismatch`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
-    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
     served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
     release, a force release or an expiry hands the lock to the first waiter at once. A waiter
@@ -197,14 +199,16 @@ def sync(
 ) -> Error | LockLease | None:
     """Acquire a lease on a key.
 
-     Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
-    live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
-    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
-    the whole seconds until the live lease expires (at least 1).
+     Acquires a free or expired key with a new, greater fencing token; with `limit` N, one of
+    the key's N slots. Acquiring a key on which this same `owner_token` has a live lease
+    returns that lease (same fencing token) with its expiry moved to now + `ttl_seconds`.
+    While all the key's slots are held by other owners, or other callers are queued for the
+    key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
+    soonest live lease expires (at least 1). A `limit` other than the key's own while it has
+    a live lease or a waiter is `409 limit_mismatch`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
-    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
     served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
     release, a force release or an expiry hands the lock to the first waiter at once. A waiter
@@ -248,14 +252,16 @@ async def asyncio_detailed(
 ) -> Response[Error | LockLease]:
     """Acquire a lease on a key.
 
-     Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
-    live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
-    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
-    the whole seconds until the live lease expires (at least 1).
+     Acquires a free or expired key with a new, greater fencing token; with `limit` N, one of
+    the key's N slots. Acquiring a key on which this same `owner_token` has a live lease
+    returns that lease (same fencing token) with its expiry moved to now + `ttl_seconds`.
+    While all the key's slots are held by other owners, or other callers are queued for the
+    key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
+    soonest live lease expires (at least 1). A `limit` other than the key's own while it has
+    a live lease or a waiter is `409 limit_mismatch`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
-    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
     served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
     release, a force release or an expiry hands the lock to the first waiter at once. A waiter
@@ -302,14 +308,16 @@ async def asyncio(
 ) -> Error | LockLease | None:
     """Acquire a lease on a key.
 
-     Acquires a free or expired key with a new, greater fencing token. Acquiring a key whose
-    live lease has this same `owner_token` returns that lease (same fencing token) with its
-    expiry moved to now + `ttl_seconds`. While another owner holds a live lease, or other
-    callers are queued for the key, the answer is `409 lock_held` with `Retry-After` set to
-    the whole seconds until the live lease expires (at least 1).
+     Acquires a free or expired key with a new, greater fencing token; with `limit` N, one of
+    the key's N slots. Acquiring a key on which this same `owner_token` has a live lease
+    returns that lease (same fencing token) with its expiry moved to now + `ttl_seconds`.
+    While all the key's slots are held by other owners, or other callers are queued for the
+    key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
+    soonest live lease expires (at least 1). A `limit` other than the key's own while it has
+    a live lease or a waiter is `409 limit_mismatch`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
-    open until it is first in line and the lock is free (`200`, a lease whose ttl counts from
+    open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
     served in order of arrival, and no caller gets the lock ahead of a queued waiter. A
     release, a force release or an expiry hands the lock to the first waiter at once. A waiter

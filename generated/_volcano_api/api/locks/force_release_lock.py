@@ -124,10 +124,11 @@ def sync_detailed(
 ) -> Response[Error | ForceReleaseResult]:
     """Remove the current lease without its owner token.
 
-     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
-    its owner. Use it only where the protected resource enforces fencing tokens, because the
-    former holder may still be running. Removing nothing is not an error: `released` is
-    false and `fencing_token` null.
+     Administrative recovery of an abandoned lock: removes every live lease of the key, whatever
+    its owner, and says how many and the highest fencing token removed; the next in line
+    get the freed slots. Use it only where the protected resource enforces fencing tokens,
+    because the former holders may still be running. Removing nothing is not an error:
+    `released` is false, `released_count` 0 and `fencing_token` null.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -165,10 +166,11 @@ def sync(
 ) -> Error | ForceReleaseResult | None:
     """Remove the current lease without its owner token.
 
-     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
-    its owner. Use it only where the protected resource enforces fencing tokens, because the
-    former holder may still be running. Removing nothing is not an error: `released` is
-    false and `fencing_token` null.
+     Administrative recovery of an abandoned lock: removes every live lease of the key, whatever
+    its owner, and says how many and the highest fencing token removed; the next in line
+    get the freed slots. Use it only where the protected resource enforces fencing tokens,
+    because the former holders may still be running. Removing nothing is not an error:
+    `released` is false, `released_count` 0 and `fencing_token` null.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -201,10 +203,11 @@ async def asyncio_detailed(
 ) -> Response[Error | ForceReleaseResult]:
     """Remove the current lease without its owner token.
 
-     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
-    its owner. Use it only where the protected resource enforces fencing tokens, because the
-    former holder may still be running. Removing nothing is not an error: `released` is
-    false and `fencing_token` null.
+     Administrative recovery of an abandoned lock: removes every live lease of the key, whatever
+    its owner, and says how many and the highest fencing token removed; the next in line
+    get the freed slots. Use it only where the protected resource enforces fencing tokens,
+    because the former holders may still be running. Removing nothing is not an error:
+    `released` is false, `released_count` 0 and `fencing_token` null.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -240,10 +243,11 @@ async def asyncio(
 ) -> Error | ForceReleaseResult | None:
     """Remove the current lease without its owner token.
 
-     Administrative recovery of an abandoned lock: removes the live lease, if any, whatever
-    its owner. Use it only where the protected resource enforces fencing tokens, because the
-    former holder may still be running. Removing nothing is not an error: `released` is
-    false and `fencing_token` null.
+     Administrative recovery of an abandoned lock: removes every live lease of the key, whatever
+    its owner, and says how many and the highest fencing token removed; the next in line
+    get the freed slots. Use it only where the protected resource enforces fencing tokens,
+    because the former holders may still be running. Removing nothing is not an error:
+    `released` is false, `released_count` 0 and `fencing_token` null.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or

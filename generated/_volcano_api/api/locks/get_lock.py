@@ -120,7 +120,8 @@ def sync_detailed(
     """Inspect a key without acquiring it.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null. It never reveals the owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`,
+    soonest expiry first) and how many wait in line. It never reveals an owner token.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -159,7 +160,8 @@ def sync(
     """Inspect a key without acquiring it.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null. It never reveals the owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`,
+    soonest expiry first) and how many wait in line. It never reveals an owner token.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -193,7 +195,8 @@ async def asyncio_detailed(
     """Inspect a key without acquiring it.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null. It never reveals the owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`,
+    soonest expiry first) and how many wait in line. It never reveals an owner token.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -230,7 +233,8 @@ async def asyncio(
     """Inspect a key without acquiring it.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null. It never reveals the owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`,
+    soonest expiry first) and how many wait in line. It never reveals an owner token.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or

@@ -1,0 +1,291 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error import Error
+from ...models.lease_check import LeaseCheck
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    key: str,
+    fencing_token: int,
+    *,
+    x_request_id: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(x_request_id, Unset):
+        headers["X-Request-Id"] = x_request_id
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/locks/{key}/leases/{fencing_token}".format(
+            key=quote(str(key), safe=""),
+            fencing_token=quote(str(fencing_token), safe=""),
+        ),
+    }
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Error | LeaseCheck | None:
+    if response.status_code == 200:
+        response_200 = LeaseCheck.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 405:
+        response_405 = Error.from_dict(response.json())
+
+        return response_405
+
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+        return response_408
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
+    if response.status_code == 431:
+        response_431 = Error.from_dict(response.json())
+
+        return response_431
+
+    if response.status_code == 500:
+        response_500 = Error.from_dict(response.json())
+
+        return response_500
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Error | LeaseCheck]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    key: str,
+    fencing_token: int,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | LeaseCheck]:
+    """Whether a fencing token names a live lease.
+
+     For the protected resource: before it accepts work fenced with a token, it may ask
+    whether that token's lease is still live (Chubby's sequencer check). Any limit. A token
+    that ended or was never issued is `live: false`, not an error. The answer is true when
+    it is sent; the lease may end a moment later, so a resource that needs more keeps the
+    highest token it has accepted and refuses lower ones too.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1
+            so that every JSON
+            implementation holds it exactly.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | LeaseCheck]
+    """
+
+    kwargs = _get_kwargs(
+        key=key,
+        fencing_token=fencing_token,
+        x_request_id=x_request_id,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    key: str,
+    fencing_token: int,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Error | LeaseCheck | None:
+    """Whether a fencing token names a live lease.
+
+     For the protected resource: before it accepts work fenced with a token, it may ask
+    whether that token's lease is still live (Chubby's sequencer check). Any limit. A token
+    that ended or was never issued is `live: false`, not an error. The answer is true when
+    it is sent; the lease may end a moment later, so a resource that needs more keeps the
+    highest token it has accepted and refuses lower ones too.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1
+            so that every JSON
+            implementation holds it exactly.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | LeaseCheck
+    """
+
+    return sync_detailed(
+        key=key,
+        fencing_token=fencing_token,
+        client=client,
+        x_request_id=x_request_id,
+    ).parsed
+
+
+async def asyncio_detailed(
+    key: str,
+    fencing_token: int,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | LeaseCheck]:
+    """Whether a fencing token names a live lease.
+
+     For the protected resource: before it accepts work fenced with a token, it may ask
+    whether that token's lease is still live (Chubby's sequencer check). Any limit. A token
+    that ended or was never issued is `live: false`, not an error. The answer is true when
+    it is sent; the lease may end a moment later, so a resource that needs more keeps the
+    highest token it has accepted and refuses lower ones too.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1
+            so that every JSON
+            implementation holds it exactly.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | LeaseCheck]
+    """
+
+    kwargs = _get_kwargs(
+        key=key,
+        fencing_token=fencing_token,
+        x_request_id=x_request_id,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    key: str,
+    fencing_token: int,
+    *,
+    client: AuthenticatedClient | Client,
+    x_request_id: str | Unset = UNSET,
+) -> Error | LeaseCheck | None:
+    """Whether a fencing token names a live lease.
+
+     For the protected resource: before it accepts work fenced with a token, it may ask
+    whether that token's lease is still live (Chubby's sequencer check). Any limit. A token
+    that ended or was never issued is `live: false`, not an error. The answer is true when
+    it is sent; the lease may end a moment later, so a resource that needs more keeps the
+    highest token it has accepted and refuses lower ones too.
+
+    Args:
+        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
+            `-`.
+        fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1
+            so that every JSON
+            implementation holds it exactly.
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | LeaseCheck
+    """
+
+    return (
+        await asyncio_detailed(
+            key=key,
+            fencing_token=fencing_token,
+            client=client,
+            x_request_id=x_request_id,
+        )
+    ).parsed

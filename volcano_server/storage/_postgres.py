@@ -32,6 +32,9 @@
   failures, a read-only standby) is `StorageUnavailable`: the API answers 503. A connection
   lost during COMMIT leaves the outcome unknown; the request's outcome row commits or not with
   it, so a retry with the same request id either replays it or runs it once.
+- A primary with standbys (`_replication`): with several hosts in the URL only the one that
+  takes writes is connected to, and a database whose commits a crash can lose is refused at
+  start.
 - Packets that just vanish are bounded on both sides: this side gives a silent connection up
   after about 5 s (`NETWORK_DEFAULTS`), and each transaction makes the database give up on a
   silent server after 2 s (`_SILENCE_SETTINGS`, idle in transaction), below the lock timeout,
@@ -62,6 +65,7 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._replication import check_durability, host_count, writer_only
 from ._sql import SAVE_LOCK, TOUCH_SERVER, for_postgres, lock_params, unavailable_when
 from ._urls import UnsupportedDatabaseURL, redact_url
 
@@ -269,7 +273,8 @@ HANDOFF_CHANNEL = "volcano_handoff"
 
 # SQLSTATEs outside OperationalError that still mean "not now": a read-only standby (after a
 # failover) and a transaction killed for idling too long.
-_UNAVAILABLE_SQLSTATES = frozenset({"25006", "25P03"})
+_READ_ONLY = "25006"
+_UNAVAILABLE_SQLSTATES = frozenset({_READ_ONLY, "25P03"})
 
 # How long a connection to the database may stay silent before it is given up, when packets
 # simply vanish (no RST, no FIN): found by cutting the link in tests/faults/network. Sent data
@@ -600,7 +605,9 @@ class PostgresStorage(KeyAdmin):
         self._pool_timeout = pool_timeout
         with _mapped_errors():
             _migrate(conninfo)
-            known = _known_settings(conninfo, _SILENCE_SETTINGS)
+            with psycopg.connect(conninfo, prepare_threshold=None) as conn:
+                check_durability(conn, hosts=host_count(conninfo_to_dict(conninfo)))
+                known = _known_settings(conn, _SILENCE_SETTINGS)
         self._limits = _limits_statement(
             {
                 "lock_timeout": _ms(lock_timeout),
@@ -746,6 +753,12 @@ class PostgresStorage(KeyAdmin):
         conn = self._checked_out()
         try:
             yield conn
+        except psycopg.Error as exc:
+            if exc.sqlstate == _READ_ONLY:
+                # A standby, or a primary being demoted: the pool's next connection finds the
+                # host that takes writes (see `_replication.writer_only`).
+                conn.close()
+            raise
         finally:
             self._pool.putconn(conn)
 
@@ -824,11 +837,10 @@ def _migrate(conninfo: str) -> None:
         # Leaving the block commits, which also releases the advisory lock.
 
 
-def _known_settings(conninfo: str, names: tuple[str, ...]) -> set[str]:
+def _known_settings(conn: psycopg.Connection[Any], names: tuple[str, ...]) -> set[str]:
     """Which of the settings `names` the database has."""
-    with psycopg.connect(conninfo, prepare_threshold=None) as conn:
-        rows = conn.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", (list(names),))
-        return {name for (name,) in rows}
+    rows = conn.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", (list(names),))
+    return {name for (name,) in rows}
 
 
 def _limits_statement(settings: dict[str, str], *, skip: set[str]) -> tuple[str, tuple[str, ...]]:
@@ -879,6 +891,7 @@ def _conninfo(url: str, connect_timeout: int) -> tuple[str, int | None]:
         raise UnsupportedDatabaseURL(
             f"invalid PostgreSQL URL {redact_url(url)}: {message}"
         ) from None
+    params = writer_only(params)
     # An unreachable database must fail a request within seconds, never hang it.
     params.setdefault("connect_timeout", connect_timeout)
     for setting, default in NETWORK_DEFAULTS.items():

@@ -33,8 +33,8 @@
   lost during COMMIT leaves the outcome unknown; the request's outcome row commits or not with
   it, so a retry with the same request id either replays it or runs it once.
 - A primary with standbys (`_replication`): with several hosts in the URL only the one that
-  takes writes is connected to, and a database whose commits a crash can lose is refused at
-  start.
+  takes writes is connected to, a commit the synchronous standby may not have is never
+  acknowledged, and a database whose commits a crash can lose is refused at start.
 - Packets that just vanish are bounded on both sides: this side gives a silent connection up
   after about 5 s (`NETWORK_DEFAULTS`), and each transaction makes the database give up on a
   silent server after 2 s (`_SILENCE_SETTINGS`, idle in transaction), below the lock timeout,
@@ -65,7 +65,7 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
-from ._replication import check_durability, host_count, writer_only
+from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import SAVE_LOCK, TOUCH_SERVER, for_postgres, lock_params, unavailable_when
 from ._urls import UnsupportedDatabaseURL, redact_url
 
@@ -401,8 +401,10 @@ class _WriteTx:
         conn: psycopg.Connection[Any],
         offset: Callable[[], int],
         first_key: tuple[int, str] | None,
+        commits: Commits,
     ) -> None:
         self._conn = conn
+        self._commits = commits
         self._cursor = psycopg.ClientCursor(conn)
         self._queued: list[str] = []  # bound statements for the next round trip
         self._offset = offset
@@ -429,7 +431,8 @@ class _WriteTx:
                 self._send(*leftover)
         if not self.durable:
             self._send("SET LOCAL synchronous_commit TO off", ())
-        self._ask("COMMIT", ())
+        with self._commits.bounded(self._conn):
+            self._ask("COMMIT", ())
 
     def now_us(self) -> int:
         if self._now is None:
@@ -475,7 +478,12 @@ class _WriteTx:
             self._set_now(clock_us)
             outcome = StoredOutcome(*stored)
         assert outcome is not None  # noqa: S101 - a request id was claimed
-        return outcome if outcome.expires_at_us > self.now_us() else None
+        if outcome.expires_at_us <= self.now_us():
+            return None
+        # A replay tells the client the outcome again: commit the claim's touch of it durably,
+        # which waits until the standby has that outcome too (see `_replication.Commits`).
+        self.durable = True
+        return outcome
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
@@ -603,6 +611,7 @@ class PostgresStorage(KeyAdmin):
         size = pool_size or url_pool_size or 10
         self._offset = clock_offset_us or _offset_none
         self._pool_timeout = pool_timeout
+        self._commits = Commits(statement_timeout)
         with _mapped_errors():
             _migrate(conninfo)
             with psycopg.connect(conninfo, prepare_threshold=None) as conn:
@@ -648,7 +657,7 @@ class PostgresStorage(KeyAdmin):
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                tx = _WriteTx(conn, self._offset, key)
+                tx = _WriteTx(conn, self._offset, key, self._commits)
                 tx.begin(self._limits)
                 yield tx
                 tx.commit()
@@ -747,6 +756,7 @@ class PostgresStorage(KeyAdmin):
     def close(self) -> None:
         """Close the pool and its connections."""
         self._pool.close()
+        self._commits.close()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -10,6 +10,9 @@ commit only once that standby has flushed it. This module keeps the server to th
   takes writes (`target_session_attrs=read-write`, the default added here): a standby before
   its promotion refuses the session, so the pool and the LISTEN connection keep trying the hosts
   until the new primary answers.
+- A COMMIT waiting for a synchronous standby that is away is cancelled after the statement
+  timeout (PostgreSQL runs none during that wait); it is then committed on the primary alone,
+  which PostgreSQL says only in a WARNING: `Commits` answers it as "outcome unknown" (503).
 - At start, `check_durability` refuses a database whose commits a crash can lose
   (`synchronous_commit = off`) and warns loudly where a failover could lose them but the server
   cannot know whether one will happen (see `judge`).
@@ -18,22 +21,30 @@ commit only once that standby has flushed it. This module keeps the server to th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
 import psycopg
 
-from ._base import UnsafeDatabase
+from ._base import StorageUnavailable, UnsafeDatabase
 from ._urls import UnsupportedDatabaseURL
 
-__all__ = ["Durability", "check_durability", "host_count", "judge", "writer_only"]
+__all__ = ["Commits", "Durability", "check_durability", "host_count", "judge", "writer_only"]
 
 log = logging.getLogger("volcano_server")
 
 # Sessions that take writes; anything else could land on a standby.
 _WRITABLE_TARGETS = frozenset({"read-write", "primary"})
 
+# The function of PostgreSQL (syncrep.c) that reports a wait for the standby cut short, with a
+# WARNING whose text is translated; its name is not.
+_SYNC_WAIT = "SyncRepWaitForLSN"
+# How long a cancel request may take to reach the database.
+_CANCEL_SECONDS = 2.0
 
 # What the database says about its durability, in one round trip. Walsenders of logical
 # replication (a subscriber is another database, never a failover target) are not counted; the
@@ -70,6 +81,117 @@ def writer_only(params: Mapping[str, Any]) -> dict[str, Any]:
             " use read-write (the default) or primary"
         )
     return dict(params)
+
+
+class Commits:
+    """Bounds each COMMIT to `seconds`, and never lets one the standby may lack be acknowledged.
+
+    A commit waits for the synchronous standby to flush it; with the standby away it would wait
+    forever, since PostgreSQL disarms the statement timeout before it commits. So one thread
+    cancels a COMMIT still running after `seconds`, and PostgreSQL then ends the wait, commits
+    the transaction on the primary alone, and says so only in a WARNING (from its wait for the
+    standby). `bounded` raises StorageUnavailable for that: whether the transaction survives
+    depends on which of the two serves next, so its outcome is unknown, as with a connection
+    lost during COMMIT; a retry with the same request id settles it once the standby has it.
+    A cancel may land after its COMMIT ended: that connection is closed, never reused.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._lock = threading.Condition()
+        self._running: dict[int, _Commit] = {}
+        self._thread: threading.Thread | None = None
+        self._idle = False  # the thread waits for a commit to watch, with no deadline
+        self._closed = False
+
+    @contextmanager
+    def bounded(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Around the round trip that COMMITs on `conn`."""
+        cut_short: list[str] = []
+
+        def heard(notice: psycopg.errors.Diagnostic) -> None:
+            if notice.severity_nonlocalized == "WARNING" and notice.source_function == _SYNC_WAIT:
+                cut_short.append(notice.message_primary or "")
+
+        commit = _Commit(conn, time.monotonic() + self._seconds)
+        self._start(commit)
+        conn.add_notice_handler(heard)
+        try:
+            yield
+        finally:
+            conn.remove_notice_handler(heard)
+            if self._end(commit):
+                conn.close()  # a cancel was sent: it must not reach this session's next query
+        if cut_short:
+            raise StorageUnavailable(
+                f"postgresql: committed without the synchronous standby: {cut_short[0]}"
+            )
+
+    def close(self) -> None:
+        """Stop the thread once no COMMIT is left to watch."""
+        with self._lock:
+            self._closed = True
+            self._idle = False
+            self._lock.notify()
+
+    def _start(self, commit: _Commit) -> None:
+        with self._lock:
+            self._running[id(commit)] = commit
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="volcano-commit-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif self._idle:
+                self._idle = False
+                self._lock.notify()
+
+    def _end(self, commit: _Commit) -> bool:
+        """Forget `commit`; whether a cancel was sent for it (waiting until it has been)."""
+        with self._lock:
+            del self._running[id(commit)]
+            cancelling = commit.cancelled
+        if cancelling is not None:
+            cancelling.wait()
+        return cancelling is not None
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                overdue = [c for c in self._running.values() if c.due(now)]
+                for commit in overdue:
+                    commit.cancelled = threading.Event()
+                if not overdue:
+                    if self._closed:
+                        return
+                    deadlines = [c.deadline for c in self._running.values() if c.cancelled is None]
+                    self._idle = not deadlines
+                    self._lock.wait(max(0.0, min(deadlines) - now) if deadlines else None)
+                    continue
+            for commit in overdue:
+                commit.cancel()
+
+
+class _Commit:
+    """A COMMIT in flight, for `Commits`."""
+
+    def __init__(self, conn: psycopg.Connection[Any], deadline: float) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.cancelled: threading.Event | None = None  # set once a cancel is on its way
+
+    def due(self, now: float) -> bool:
+        return self.cancelled is None and now >= self.deadline
+
+    def cancel(self) -> None:
+        assert self.cancelled is not None  # noqa: S101 - marked by the watcher
+        try:
+            self.conn.cancel_safe(timeout=_CANCEL_SECONDS)
+        except psycopg.Error as exc:  # the database is out of reach: the socket's timeouts end it
+            log.warning("cancelling a COMMIT past its deadline failed: %s", exc)
+        finally:
+            self.cancelled.set()
 
 
 @attrs.frozen

@@ -514,6 +514,7 @@ class _WriteTx:
     def add_waiter(
         self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
     ) -> int:
+        self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
         (seq,) = _one(
             self._ask(
@@ -535,6 +536,8 @@ class _WriteTx:
         ttl_seconds: float,
     ) -> None:
         self._lines.clear()
+        if state == "waiting":
+            self.durable = True  # back in line: as add_waiter
         self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
             " ttl_seconds = %s WHERE seq = %s",
@@ -728,7 +731,12 @@ class PostgresStorage(KeyAdmin):
     async def listen(
         self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
     ) -> None:
-        """LISTEN for reservations on a connection of its own, reconnecting when it drops."""
+        """LISTEN for reservations on a connection of its own, reconnecting when it drops.
+
+        Reconnection is tried every second at most: announcements made meanwhile are lost
+        (`on_connected` makes up for them), so after a failover or a restart every second
+        without it is a second the server's waiters may wait for nothing.
+        """
         pause = 0.2
         while True:
             try:
@@ -736,7 +744,7 @@ class PostgresStorage(KeyAdmin):
             except psycopg.Error as exc:
                 log.warning("listening for hand-offs: cannot connect, retrying: %s", _one_line(exc))
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                pause = min(pause * 2, 1.0)
                 continue
             try:
                 async with conn:

@@ -19,6 +19,7 @@ from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
 from ._metrics import Metrics
+from ._pulse import Pulse
 from ._ratelimit import RateLimiter
 from ._readiness import readiness_endpoint
 from ._routing import Endpoint, SpecRoute
@@ -66,7 +67,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_purge_forever, storage, config, metrics)
+            tasks.start_soon(_purge_forever, storage, config, metrics, room.pulse)
             tasks.start_soon(_record_key_uses_forever, storage, authenticator, config, metrics)
             tasks.start_soon(room.run, service, storage, api.run_storage)
             try:
@@ -115,10 +116,12 @@ def _routes(spec: Spec, api: Api) -> list[BaseRoute]:
     return routes
 
 
-async def _purge_forever(storage: Storage, config: ServerConfig, metrics: Metrics) -> None:
+async def _purge_forever(
+    storage: Storage, config: ServerConfig, metrics: Metrics, pulse: Pulse
+) -> None:
     """Delete expired request outcomes and departed waiters in bounded batches.
 
-    So both stay bounded under load.
+    So both stay bounded under load. Waiters only while `pulse` judges others' heartbeats.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     while True:
@@ -130,7 +133,10 @@ async def _purge_forever(storage: Storage, config: ServerConfig, metrics: Metric
             ):
                 await anyio.lowlevel.checkpoint()
             while (
-                await anyio.to_thread.run_sync(storage.purge_waiters, grace_us, config.purge_batch)
+                pulse.judges_others()
+                and await anyio.to_thread.run_sync(
+                    storage.purge_waiters, grace_us, config.purge_batch
+                )
                 >= config.purge_batch
             ):
                 await anyio.lowlevel.checkpoint()

@@ -312,7 +312,8 @@ class LockService:
         if waiter.server_id == self.room.server_id:
             entry = self.room.claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
-        return (Reach.THERE if waiter.server_alive else Reach.GONE), None
+        alive = waiter.server_alive or not self.room.pulse.judges_others()
+        return (Reach.THERE if alive else Reach.GONE), None
 
     def _take_reserved(
         self, tx: WriteTx, effects: _Effects, row: LockRow, now: int

@@ -34,6 +34,7 @@ import anyio
 import attrs
 
 from ._errors import ApiError
+from ._pulse import Pulse
 from ._wire import Answer
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ class WaitingRoom:
     def __init__(self, settings: WaitingSettings | None = None) -> None:
         self.settings = settings or WaitingSettings()
         self.server_id = uuid.uuid4().hex
+        self.pulse = Pulse(self.settings.heartbeat_lifetime)  # can others' heartbeats be judged
         self._lock = threading.Lock()
         self._by_seq: dict[int, Entry] = {}
         self._by_key: dict[_KeyRef, set[Entry]] = {}
@@ -381,7 +383,9 @@ class WaitingRoom:
                     others = await run_storage(
                         lambda wait: service.beat(self.server_id, lifetime_us, may_wait=wait)
                     )
+                    self.pulse.beat(written=True)
                 except Exception as exc:  # noqa: BLE001 - keep beating through outages
+                    self.pulse.beat(written=False)
                     log.warning("server heartbeat failed, will retry: %s", exc)
                 next_beat = loop_now + settings.heartbeat_seconds
             if others and not storage.pushes_handoffs:

@@ -282,8 +282,17 @@ def judge(facts: Durability, *, hosts: int) -> Verdict:
 
 
 def check_durability(conn: psycopg.Connection[Any], *, hosts: int) -> None:
-    """Judge the database `conn` is on: log the warnings, raise UnsafeDatabase if refused."""
-    row = conn.execute(_FACTS).fetchone()
+    """Judge the database `conn` is on: log the warnings, raise UnsafeDatabase if refused.
+
+    A database that lacks the views read here (one merely compatible with PostgreSQL) or hides
+    them from this role is served, with a warning that it could not be judged.
+    """
+    try:
+        with conn.transaction():
+            row = conn.execute(_FACTS).fetchone()
+    except (psycopg.ProgrammingError, psycopg.NotSupportedError) as exc:
+        log.warning("DURABILITY: cannot tell what keeps a commit here: %s", exc)
+        return
     assert row is not None  # noqa: S101 - an aggregate returns one row
     verdict = judge(Durability(*row), hosts=hosts)
     if verdict.refusal is not None:

@@ -356,9 +356,12 @@ class TestFailures:
 
 
 class TestSchema:
-    def test_servers_need_no_create_privilege_once_migrated(self) -> None:
+    def test_servers_need_no_create_privilege_once_migrated(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """After `migrate` as the owner, a server whose role may only read and write the
-        tables starts and serves: a current schema is only read."""
+        tables starts and serves: a current schema is only read. A role that cannot even read
+        the replication views is served too, warned that durability could not be judged."""
         role = f"volcano_app_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(admin_url(), autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
@@ -367,6 +370,7 @@ class TestSchema:
                 PostgresStorage(url).close()
                 with psycopg.connect(url, autocommit=True) as owner:
                     owner.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+                    owner.execute("REVOKE SELECT ON pg_catalog.pg_replication_slots FROM PUBLIC")
                     for grant in (
                         "GRANT USAGE ON SCHEMA public TO {}",
                         "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
@@ -384,6 +388,7 @@ class TestSchema:
                 finally:
                     storage.close()
                 assert answer.status == 200
+                assert "cannot tell what keeps a commit here" in caplog.text
         finally:
             with psycopg.connect(admin_url(), autocommit=True) as admin:
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -159,14 +159,13 @@ class PrivatePostgres:
                     os.kill(pid, signum)
         process.wait(30)
 
-    def restart(self, mode: Literal["fast", "immediate"]) -> None:
+    def stop(self, mode: Literal["fast", "immediate"]) -> None:
         """Shut down (fast: SIGINT, sessions ended and a checkpoint; immediate: SIGQUIT, crash
-        recovery at the next start), then start again on the same data."""
+        recovery at the next start); returns once postgres has exited. The data stays."""
         process = self._process
         assert process is not None
         process.send_signal(signal.SIGINT if mode == "fast" else signal.SIGQUIT)
         process.wait(60)
-        self.start()
 
     def _run(self, argv: list[str], *, timeout: float) -> str:
         """`argv` as the postgres user on the cluster's host; its output, or RuntimeError."""
@@ -201,7 +200,7 @@ class PrivatePostgres:
         return self
 
     def start(self) -> None:
-        """Start postgres on the cluster's data (made, or left by `kill` or a shutdown)."""
+        """Start postgres on the cluster's data (made, or left by `kill` or `stop`)."""
         folder = self._folder
         assert folder is not None
         with (folder / "log").open("ab") as log:  # the child keeps its own copy

@@ -76,17 +76,21 @@ class Outage:
         standby: PrivatePostgres | None,
         promote_after: float,
     ) -> float:
-        """Break the database and bring it back; return when the fault began (monotonic)."""
-        began = time.monotonic()
+        """Break the database and bring it back; return when the primary stopped serving
+        (monotonic): once every process is killed or every link cut, or at the shutdown
+        signal (PostgreSQL ends every session at once)."""
+        if self.name in ("fast-restart", "immediate-restart"):
+            began = time.monotonic()
+            primary.stop("fast" if self.name == "fast-restart" else "immediate")
+            primary.start()
+            return began
         if self.name == "kill-9":
             primary.kill()
-        elif self.name == "network-cut":
+        else:
             for host in HOSTS:
                 if host != primary.host:
                     lab.cut(primary.host, host)
-        else:
-            primary.restart("fast" if self.name == "fast-restart" else "immediate")
-            return began
+        began = time.monotonic()
         assert standby is not None
         time.sleep(max(0.0, began + promote_after - time.monotonic()))
         standby.promote()

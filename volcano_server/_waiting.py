@@ -380,12 +380,11 @@ class WaitingRoom:
             loop_now = asyncio.get_running_loop().time()
             if loop_now >= next_beat:
                 try:
-                    others = await run_storage(
-                        lambda wait: service.beat(self.server_id, lifetime_us, may_wait=wait)
-                    )
-                    self.pulse.beat(written=True)
+                    with self.pulse.beating():
+                        others = await run_storage(
+                            lambda wait: service.beat(self.server_id, lifetime_us, may_wait=wait)
+                        )
                 except Exception as exc:  # noqa: BLE001 - keep beating through outages
-                    self.pulse.beat(written=False)
                     log.warning("server heartbeat failed, will retry: %s", exc)
                 next_beat = loop_now + settings.heartbeat_seconds
             if others and not storage.pushes_handoffs:

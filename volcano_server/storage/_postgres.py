@@ -413,7 +413,9 @@ class _WriteTx:
         self._locked: dict[tuple[int, str], _LockedKey] = {}
         # Heads of lines read right after their key was locked, until a waiter row changes.
         self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
-        self.durable = False  # set by writes a client may be told about: leases, outcomes
+        # Set by writes that must outlast a crash or a failover: what a client may be told
+        # (leases, outcomes), places in line and heartbeats (their requests and servers live on).
+        self.durable = False
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
         self._send(_BEGIN, ())
@@ -422,8 +424,9 @@ class _WriteTx:
     def commit(self) -> None:
         """Send the queued writes with COMMIT, and wait for it.
 
-        A transaction that changed only queue or heartbeat rows does not wait for the WAL
-        flush: nothing in it must survive a crash (its requests die with the server anyway).
+        A transaction that wrote nothing durable (a waiter stepping out of line, a place given
+        up, a placeholder) does not wait for the WAL flush: losing it in a crash or a failover
+        changes no answer, the step is taken again.
         """
         for locked in self._locked.values():
             leftover = locked.leftover()
@@ -552,6 +555,9 @@ class _WriteTx:
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
+        # Durable, one flush per server a second: a heartbeat a restart or a failover lost
+        # after it was written would make others judge a live server dead (see `_pulse`).
+        self.durable = True
         self._lines.clear()  # a heartbeat read with a line may have moved
         self._send(_TOUCH_SERVER, (server_id, alive_until_us))
 

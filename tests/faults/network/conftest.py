@@ -14,7 +14,8 @@ database and servers of its own, and every link is clean again after it.
 
 These tests need root, network namespaces, TAP devices and the PostgreSQL binaries. Where the
 machine lacks one they skip with the reason, unless VOLCANO_REQUIRE_NETNS=1 (CI): then they fail.
-`--long-faults` runs them at the issue's full length (a 30 s black hole, 60 s of load).
+`--long-faults` runs them at the issues' full length (a 30 s black hole, 15 s before a standby
+is promoted, 60 s of load).
 """
 
 from __future__ import annotations

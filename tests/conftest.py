@@ -40,8 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--long-faults",
         action="store_true",
         default=False,
-        help="run tests/faults/network at the issue's full length (a 30 s black hole, 60 s of"
-        " load) instead of CI's shorter cut; prints the figures",
+        help="run tests/faults/network at the issues' full length (a 30 s black hole, 15 s"
+        " before a standby is promoted, 60 s of load) instead of CI's shorter runs; prints the"
+        " figures",
     )
 
 

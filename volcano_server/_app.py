@@ -21,6 +21,7 @@ from ._auth import Authenticator
 from ._config import ServerConfig
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
+from ._pulse import Pulse
 from ._ratelimit import RateLimiter
 from ._readiness import readiness_endpoint
 from ._registry import Registry
@@ -60,12 +61,14 @@ def create_app(
     access_log = AccessLog(metrics, enabled=config.access_log)
     authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
     run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics)
+    pulse = Pulse(round(config.waiting.heartbeat_lifetime * 1_000_000))
     waits = Waits(
         storage,
         Registry(uuid.uuid4().hex),
         settings=config.waiting,
         retention_seconds=config.retention_seconds,
         run=run,
+        pulse=pulse,
     )
     metrics.watch_waiters(waits)
     api = Api(
@@ -82,7 +85,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_purge_forever, storage, config, metrics)
+            tasks.start_soon(_purge_forever, storage, config, metrics, pulse)
             tasks.start_soon(_record_key_uses_forever, storage, authenticator, config, metrics)
             tasks.start_soon(waits.run)
             try:
@@ -131,10 +134,13 @@ def _routes(spec: Spec, api: Api) -> list[BaseRoute]:
     return routes
 
 
-async def _purge_forever(storage: Storage, config: ServerConfig, metrics: Metrics) -> None:
+async def _purge_forever(
+    storage: Storage, config: ServerConfig, metrics: Metrics, pulse: Pulse
+) -> None:
     """Delete expired request outcomes and departed waiters in bounded batches.
 
-    So both stay bounded under load.
+    So both stay bounded under load. Waiters only while this server's own heartbeat is steady
+    (`Pulse`): right after the database was away, every server's heartbeat had lapsed.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     while True:
@@ -146,7 +152,10 @@ async def _purge_forever(storage: Storage, config: ServerConfig, metrics: Metric
             ):
                 await anyio.lowlevel.checkpoint()
             while (
-                await anyio.to_thread.run_sync(storage.purge_waiters, grace_us, config.purge_batch)
+                pulse.steady()
+                and await anyio.to_thread.run_sync(
+                    storage.purge_waiters, grace_us, config.purge_batch
+                )
                 >= config.purge_batch
             ):
                 await anyio.lowlevel.checkpoint()

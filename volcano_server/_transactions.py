@@ -30,6 +30,7 @@ import attrs
 
 from ._config import WaitingSettings
 from ._errors import ApiError
+from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Registry
 from ._rules import (
     Decision,
@@ -125,11 +126,17 @@ class Transactions:
         retention_seconds: float,
         settings: WaitingSettings,
         watch: Callable[[KeyRef, float | None], None],
+        pulse: Pulse,
     ) -> None:
-        """`watch(key, seconds)` re-times a key's hand-off after a commit (None: not held)."""
+        """Built with what the transactions tell or ask of the waiting code.
+
+        `watch(key, seconds)` re-times a key's hand-off after a commit (None: not held);
+        `pulse` says whether other servers' heartbeats can be judged yet.
+        """
         self._storage = storage
         self._registry = registry
         self._watch = watch
+        self._pulse = pulse
         self._retention_us = round(retention_seconds * 1_000_000)
         self._reserve_us = round(settings.reserve_seconds * 1_000_000)
         self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
@@ -335,11 +342,12 @@ class Transactions:
 
         self._in_transaction(claimed, may_block=may_block, key=entry.key_ref)
 
-    def beat(self, server_id: str, lifetime_us: int, *, may_block: bool = True) -> bool:
-        """Record this server's heartbeat; return whether any other server is alive."""
+    def beat(self, server_id: str, lifetime_us: int, *, may_block: bool = True) -> tuple[bool, int]:
+        """Record this server's heartbeat: whether any other server is alive, and its clock."""
         with self._storage.write(may_block=may_block) as tx:
-            tx.touch_server(server_id, tx.now_us() + lifetime_us)
-            return tx.others_alive(server_id)
+            now = tx.now_us()
+            tx.touch_server(server_id, now + lifetime_us)
+            return tx.others_alive(server_id), now
 
     # -- hand-offs ------------------------------------------------------------------------
 
@@ -358,7 +366,7 @@ class Transactions:
             for waiter in waiting:
                 if row.lease_of(waiter.owner_token, now) is not None:
                     continue  # it holds a slot already (a reservation, or a lease it took)
-                reach, entry = self._reach(waiter)
+                reach, entry = self._reach(waiter, now)
                 handoff = decide_handoff(
                     row, now, waiter, reach, reserve_us=self._reserve_us, rejoin_us=self._rejoin_us
                 )
@@ -381,11 +389,13 @@ class Transactions:
                     return row  # everyone in line holds a slot already
         return row
 
-    def _reach(self, waiter: Waiter) -> tuple[Reach, Entry | None]:
+    def _reach(self, waiter: Waiter, now: int) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
             entry = self._registry.claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
-        return (Reach.THERE if waiter.server_alive else Reach.GONE), None
+        # Right after the database was away every heartbeat lapsed: judge none yet (`_pulse`).
+        alive = waiter.server_alive or not self._pulse.judges_others(now)
+        return (Reach.THERE if alive else Reach.GONE), None
 
     def _take_reserved(
         self, tx: WriteTx, effects: _Effects, row: LockRow, now: int

@@ -27,6 +27,7 @@ import anyio
 
 from ._config import WaitingSettings
 from ._offload import Runner
+from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
 from ._transactions import Caller, Transactions, shutting_down
 from ._wire import Answer
@@ -79,17 +80,20 @@ class Waits:
         settings: WaitingSettings,
         retention_seconds: float,
         run: Runner,
+        pulse: Pulse,
     ) -> None:
         self.settings = settings
         self._storage = storage
         self._registry = registry
         self._run = run
+        self._pulse = pulse
         self.transactions = Transactions(
             storage,
             registry,
             retention_seconds=retention_seconds,
             settings=settings,
             watch=self.watch,
+            pulse=pulse,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
@@ -280,7 +284,7 @@ class Waits:
         settings, tx, server_id = self.settings, self.transactions, self._registry.server_id
         lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
 
-        def beat(may_block: bool) -> bool:
+        def beat(may_block: bool) -> tuple[bool, int]:
             return tx.beat(server_id, lifetime_us, may_block=may_block)
 
         next_beat = 0.0
@@ -289,9 +293,12 @@ class Waits:
             loop_now = asyncio.get_running_loop().time()
             if loop_now >= next_beat:
                 try:
-                    others = await self._run(beat)
+                    others, dated = await self._run(beat)
                 except Exception as exc:  # noqa: BLE001 - keep beating through outages
+                    self._pulse.lapsed()
                     log.warning("server heartbeat failed, will retry: %s", exc)
+                else:
+                    self._pulse.beat(dated)
                 next_beat = loop_now + settings.heartbeat_seconds
             if others and not self._storage.pushes_handoffs:
                 for key_ref in self._registry.waited_keys():

@@ -32,6 +32,7 @@ from .storage import (
     Storage,
     StorageUnavailable,
     Synchronous,
+    UnsafeDatabase,
     UnsupportedDatabaseURL,
     open_storage,
     redact_url,
@@ -317,6 +318,8 @@ def _open(url: str, synchronous: Synchronous = "full") -> Storage:
         raise Fatal(str(exc)) from None
     except StorageUnavailable as exc:
         raise Fatal(f"cannot open the database {redact_url(url)}: {exc}") from None
+    except UnsafeDatabase as exc:
+        raise Fatal(f"refusing the database {redact_url(url)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any driver error at start-up is one line, not a traceback
         raise Fatal(
             f"cannot open the database {redact_url(url)}: {type(exc).__name__}: {exc}"

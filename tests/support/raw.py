@@ -53,11 +53,18 @@ class Locks:
         *,
         request_id: str | None = None,
         wait: float | None = None,
+        limit: int | None = None,
     ) -> httpx.Response:
         body: dict[str, Any] = {"owner_token": owner, "ttl_seconds": ttl}
         if wait is not None:
             body["wait_seconds"] = wait
+        if limit is not None:
+            body["limit"] = limit
         return self._post(key, "acquire", body, request_id)
+
+    def check(self, key: str, fence: int | str) -> httpx.Response:
+        """The fence check: is `fence` a live lease of `key`?"""
+        return self.http.get(f"/v1/locks/{key}/leases/{fence}")
 
     def renew(
         self, key: str, owner: str, fence: int, ttl: float = 30, *, request_id: str | None = None
@@ -107,6 +114,7 @@ class Waiter:
         ttl: float = 30,
         owner: str | None = None,
         request_id: str | None = None,
+        limit: int | None = None,
     ) -> None:
         self.owner = owner or new_id()
         self.request_id = request_id or new_id()
@@ -114,6 +122,7 @@ class Waiter:
         self.error: httpx.HTTPError | None = None
         self.answered_at: float | None = None
         self._http = http
+        self._limit = limit
         self._thread = threading.Thread(
             target=self._run, args=(key, wait, ttl), name=f"waiter-{key}", daemon=True
         )
@@ -122,7 +131,7 @@ class Waiter:
     def _run(self, key: str, wait: float, ttl: float) -> None:
         try:
             self.response = Locks(self._http).acquire(
-                key, self.owner, ttl, wait=wait, request_id=self.request_id
+                key, self.owner, ttl, wait=wait, request_id=self.request_id, limit=self._limit
             )
             self.answered_at = time.monotonic()
         except httpx.HTTPError as exc:

@@ -42,6 +42,7 @@ __all__ = [
     "StorageUnavailable",
     "StoredOutcome",
     "Synchronous",
+    "UnsafeDatabase",
     "Waiter",
     "WaiterState",
     "WouldBlock",
@@ -58,6 +59,10 @@ WaiterState = Literal["waiting", "reserved", "away"]
 
 class StorageUnavailable(Exception):
     """The database cannot be reached, or stayed locked past the busy timeout."""
+
+
+class UnsafeDatabase(Exception):
+    """The database is set up so that a crash loses acknowledged commits: the server refuses it."""
 
 
 class WouldBlock(Exception):

@@ -32,6 +32,9 @@
   failures, a read-only standby) is `StorageUnavailable`: the API answers 503. A connection
   lost during COMMIT leaves the outcome unknown; the request's outcome row commits or not with
   it, so a retry with the same request id either replays it or runs it once.
+- A primary with standbys (`_replication`): with several hosts in the URL only the one that
+  takes writes is connected to, a commit the synchronous standby may not have is never
+  acknowledged, and a database whose commits a crash can lose is refused at start.
 - Packets that just vanish are bounded on both sides: this side gives a silent connection up
   after about 5 s (`NETWORK_DEFAULTS`), and each transaction makes the database give up on a
   silent server after 2 s (`_SILENCE_SETTINGS`, idle in transaction), below the lock timeout,
@@ -62,6 +65,7 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import (
     LEASES,
     TOUCH_SERVER,
@@ -321,7 +325,8 @@ HANDOFF_CHANNEL = "volcano_handoff"
 
 # SQLSTATEs outside OperationalError that still mean "not now": a read-only standby (after a
 # failover) and a transaction killed for idling too long.
-_UNAVAILABLE_SQLSTATES = frozenset({"25006", "25P03"})
+_READ_ONLY = "25006"
+_UNAVAILABLE_SQLSTATES = frozenset({_READ_ONLY, "25P03"})
 
 # How long a connection to the database may stay silent before it is given up, when packets
 # simply vanish (no RST, no FIN): found by cutting the link in tests/faults/network. Sent data
@@ -456,8 +461,10 @@ class _WriteTx:
         conn: psycopg.Connection[Any],
         offset: Callable[[], int],
         first_key: tuple[int, str] | None,
+        commits: Commits,
     ) -> None:
         self._conn = conn
+        self._commits = commits
         self._cursor = psycopg.ClientCursor(conn)
         self._queued: list[str] = []  # bound statements for the next round trip
         self._offset = offset
@@ -466,7 +473,9 @@ class _WriteTx:
         self._locked: dict[tuple[int, str], _LockedKey] = {}
         # Heads of lines read right after their key was locked, until a waiter row changes.
         self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
-        self.durable = False  # set by writes a client may be told about: leases, outcomes
+        # Set by writes that must outlast a crash or a failover: what a client may be told
+        # (leases, outcomes), places in line and heartbeats (their requests and servers live on).
+        self.durable = False
         self.committed_us: int | None = None
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
@@ -476,8 +485,9 @@ class _WriteTx:
     def commit(self) -> None:
         """Send the queued writes with COMMIT, and wait for it.
 
-        A transaction that changed only queue or heartbeat rows does not wait for the WAL
-        flush: nothing in it must survive a crash (its requests die with the server anyway).
+        A transaction that wrote nothing durable (a waiter stepping out of line, a place given
+        up, a placeholder) does not wait for the WAL flush: losing it in a crash or a failover
+        changes no answer, the step is taken again.
         """
         for locked in self._locked.values():
             leftover = locked.leftover()
@@ -488,7 +498,8 @@ class _WriteTx:
         self._send("COMMIT", ())
         # The clock once the commit is done, in the same round trip (its own implicit
         # transaction): what an answer telling of a lease is judged by before it is sent.
-        (clock_us,) = _one(self._ask(_CLOCK, ()))
+        with self._commits.bounded(self._conn):
+            (clock_us,) = _one(self._ask(_CLOCK, ()))
         self.committed_us = clock_us + self._offset()
 
     def now_us(self) -> int:
@@ -538,7 +549,12 @@ class _WriteTx:
         else:
             outcome = StoredOutcome(*_one(self._ask(_CLAIM, (project_id, request_id))))
         assert outcome is not None  # noqa: S101 - a request id was claimed
-        return outcome if outcome.expires_at_us > self.now_us() else None
+        if outcome.expires_at_us <= self.now_us():
+            return None
+        # A replay tells the client the outcome again: commit the claim's touch of it durably,
+        # which waits until the standby has that outcome too (see `_replication.Commits`).
+        self.durable = True
+        return outcome
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
@@ -570,6 +586,7 @@ class _WriteTx:
     def add_waiter(
         self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
     ) -> int:
+        self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
         (seq,) = _one(
             self._ask(
@@ -591,6 +608,8 @@ class _WriteTx:
         ttl_seconds: float,
     ) -> None:
         self._lines.clear()
+        if state == "waiting":
+            self.durable = True  # back in line: as add_waiter
         self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
             " ttl_seconds = %s WHERE seq = %s",
@@ -605,6 +624,9 @@ class _WriteTx:
         )
 
     def touch_server(self, server_id: str, alive_until_us: int) -> None:
+        # Durable, one flush per server a second: a heartbeat a restart or a failover lost
+        # after it was written would make others judge a live server dead (see `_pulse`).
+        self.durable = True
         self._lines.clear()  # a heartbeat read with a line may have moved
         self._send(_TOUCH_SERVER, (server_id, alive_until_us))
 
@@ -667,9 +689,12 @@ class PostgresStorage(KeyAdmin):
         size = pool_size or url_pool_size or 10
         self._offset = clock_offset_us or _offset_none
         self._pool_timeout = pool_timeout
+        self._commits = Commits(statement_timeout)
         with _mapped_errors():
             _migrate(conninfo)
-            known = _known_settings(conninfo, _SILENCE_SETTINGS)
+            with psycopg.connect(conninfo, prepare_threshold=None) as conn:
+                check_durability(conn, hosts=host_count(conninfo_to_dict(conninfo)))
+                known = _known_settings(conn, _SILENCE_SETTINGS)
         self._limits = _limits_statement(
             {
                 "lock_timeout": _ms(lock_timeout),
@@ -712,7 +737,7 @@ class PostgresStorage(KeyAdmin):
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                tx = _WriteTx(conn, self._offset, key)
+                tx = _WriteTx(conn, self._offset, key, self._commits)
                 tx.begin(self._limits)
                 yield tx
                 tx.commit()
@@ -783,7 +808,12 @@ class PostgresStorage(KeyAdmin):
     async def listen(
         self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
     ) -> None:
-        """LISTEN for reservations on a connection of its own, reconnecting when it drops."""
+        """LISTEN for reservations on a connection of its own, reconnecting when it drops.
+
+        Reconnection is tried every second at most: announcements made meanwhile are lost
+        (`on_connected` makes up for them), so after a failover or a restart every second
+        without it is a second the server's waiters may wait for nothing.
+        """
         pause = 0.2
         while True:
             try:
@@ -791,7 +821,7 @@ class PostgresStorage(KeyAdmin):
             except psycopg.Error as exc:
                 log.warning("listening for hand-offs: cannot connect, retrying: %s", _one_line(exc))
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                pause = min(pause * 2, 1.0)
                 continue
             try:
                 async with conn:
@@ -811,12 +841,19 @@ class PostgresStorage(KeyAdmin):
     def close(self) -> None:
         """Close the pool and its connections."""
         self._pool.close()
+        self._commits.close()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         conn = self._checked_out()
         try:
             yield conn
+        except psycopg.Error as exc:
+            if exc.sqlstate == _READ_ONLY:
+                # A standby, or a primary being demoted: the pool's next connection finds the
+                # host that takes writes (see `_replication.writer_only`).
+                conn.close()
+            raise
         finally:
             self._pool.putconn(conn)
 
@@ -895,11 +932,10 @@ def _migrate(conninfo: str) -> None:
         # Leaving the block commits, which also releases the advisory lock.
 
 
-def _known_settings(conninfo: str, names: tuple[str, ...]) -> set[str]:
+def _known_settings(conn: psycopg.Connection[Any], names: tuple[str, ...]) -> set[str]:
     """Which of the settings `names` the database has."""
-    with psycopg.connect(conninfo, prepare_threshold=None) as conn:
-        rows = conn.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", (list(names),))
-        return {name for (name,) in rows}
+    rows = conn.execute("SELECT name FROM pg_settings WHERE name = ANY(%s)", (list(names),))
+    return {name for (name,) in rows}
 
 
 def _limits_statement(settings: dict[str, str], *, skip: set[str]) -> tuple[str, tuple[str, ...]]:
@@ -950,6 +986,7 @@ def _conninfo(url: str, connect_timeout: int) -> tuple[str, int | None]:
         raise UnsupportedDatabaseURL(
             f"invalid PostgreSQL URL {redact_url(url)}: {message}"
         ) from None
+    params = writer_only(params)
     # An unreachable database must fail a request within seconds, never hang it.
     params.setdefault("connect_timeout", connect_timeout)
     for setting, default in NETWORK_DEFAULTS.items():

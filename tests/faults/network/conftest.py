@@ -4,6 +4,8 @@
     a -----+-- the lab's switch        probes) and the contender processes it starts
     b -----+   (cut, delay, loss)   a, b: volcano-server processes, one PostgreSQL database
     db ----+                        db: a PostgreSQL cluster of the session's own
+    pg1 ---+                        pg1, pg2: clusters a failover or restart test makes (and
+    pg2 ---+                                  kills) for itself: a primary and its standby
 
 Every packet between two hosts crosses the switch (tests/support/netlab.py), so a test can cut
 the link between b and db, or between here and a, without RST or FIN: packets just vanish, as
@@ -12,7 +14,8 @@ database and servers of its own, and every link is clean again after it.
 
 These tests need root, network namespaces, TAP devices and the PostgreSQL binaries. Where the
 machine lacks one they skip with the reason, unless VOLCANO_REQUIRE_NETNS=1 (CI): then they fail.
-`--long-faults` runs them at the issue's full length (a 30 s black hole, 60 s of load).
+`--long-faults` runs them at the issues' full length (a 30 s black hole, 15 s before a standby
+is promoted, 60 s of load).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from tests.support.netlab import Lab
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.server import Project, ServerProcess, create_project
 
-HOSTS = ("here", "a", "b", "db")
+HOSTS = ("here", "a", "b", "db", "pg1", "pg2")
 METRICS_PORT = 9787
 
 
@@ -78,14 +81,14 @@ class Deployment:
 @pytest.fixture
 def deployment(lab: Lab, postgres: PrivatePostgres) -> Iterator[Deployment]:
     """volcano-server on hosts a and b (default settings), sharing a new database on db."""
-    with deployed(lab, postgres) as made:
+    with deployed(lab, postgres.create_database()) as made:
         yield made
 
 
 @contextlib.contextmanager
-def deployed(lab: Lab, postgres: PrivatePostgres) -> Iterator[Deployment]:
-    """Servers a and b on a new database; their last log lines are printed when they stop."""
-    database_url = postgres.create_database()
+def deployed(lab: Lab, database_url: str) -> Iterator[Deployment]:
+    """Servers a and b on `database_url` (a new database); their last log lines are printed
+    when they stop."""
     project = create_project(database_url, "network")
     with contextlib.ExitStack() as stack:
         servers = [

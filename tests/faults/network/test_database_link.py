@@ -58,12 +58,14 @@ def waiters_queued(deployment: Deployment, host: str) -> float:
 class Queue:
     """A key held through a, with a waiter through b first in line and one through a behind."""
 
-    def __init__(self, deployment: Deployment, key: str, *, b_wait: float) -> None:
+    def __init__(
+        self, deployment: Deployment, key: str, *, b_wait: float, held_for: float = 120
+    ) -> None:
         self.key = key
         self.holder = new_id()
         self._deployment = deployment
         a = self._client("a")
-        self.held = Locks(a).acquire(key, self.holder, 120).json()
+        self.held = Locks(a).acquire(key, self.holder, held_for).json()
         a.close()
         self.b_started = time.monotonic()
         self.b_wait = b_wait
@@ -190,7 +192,7 @@ def _answered(waiter: Waiter) -> float:
 @pytest.fixture(scope="module")
 def servers_for_commits(lab: Lab, postgres: PrivatePostgres) -> Iterator[Deployment]:
     """One pair of servers for every COMMIT case: each heals b's link before it ends."""
-    with deployed(lab, postgres) as made:
+    with deployed(lab, postgres.create_database()) as made:
         yield made
 
 

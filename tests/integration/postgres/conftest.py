@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.databases import fresh_postgres_database
 from volcano_server._config import WaitingSettings
+from volcano_server._pulse import Pulse
 from volcano_server._registry import Registry
 from volcano_server._transactions import Caller, Transactions
 from volcano_server.storage._postgres import PostgresStorage
@@ -56,4 +57,5 @@ def service(storage: PostgresStorage) -> Transactions:
         retention_seconds=600,
         settings=WaitingSettings(),
         watch=lambda _key, _seconds: None,
+        pulse=Pulse(3_000_000),
     )

@@ -1,4 +1,5 @@
-"""The command line on PostgreSQL: migrations from several processes, unreachable databases."""
+"""The command line on PostgreSQL: migrations from several processes, unreachable databases,
+databases whose commits a crash can lose, URLs naming several hosts."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.support.databases import fresh_postgres_database, scalar
+from tests.support.raw import Locks, new_id
+from tests.support.server import ServerProcess, create_project
 from volcano_server.storage._postgres import _SCHEMA_VERSION
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -105,3 +110,40 @@ class TestUnreachable:
         assert result.returncode == 1
         assert "pool_size must be 1 to 1000" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+class TestDurability:
+    def test_synchronous_commit_off_is_refused_in_one_line(self) -> None:
+        """A database whose sessions commit asynchronously (a crash loses acknowledged leases,
+        and their fencing tokens are issued again) is refused at start: exit 1, one line."""
+        with fresh_postgres_database("volcano_async") as url:
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                name = conn.execute("SELECT current_database()").fetchone()
+                assert name is not None
+                conn.execute(f"ALTER DATABASE {name[0]} SET synchronous_commit = off")
+            result = cli("serve", "--port", "0", "--db", url)
+        assert result.returncode == 1
+        assert "refusing the database" in result.stderr
+        assert "synchronous_commit is off" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+class TestSeveralHosts:
+    def test_the_host_that_takes_writes_is_found_and_the_missing_standby_warned(self) -> None:
+        """A URL naming a host that refuses connections before the real one: the server
+        serves through the second, and warns that no synchronous standby backs a failover."""
+        with fresh_postgres_database("volcano_hosts") as url:
+            parts = urlsplit(url)
+            user, _, where = parts.netloc.rpartition("@")
+            both = parts._replace(
+                netloc=f"{user}@127.0.0.1:1,{where}" if user else f"127.0.0.1:1,{where}"
+            )
+            project = create_project(both.geturl(), "hosts")
+            with ServerProcess(both.geturl(), "--no-access-log") as server:
+                with httpx.Client(base_url=server.url, headers=project.headers()) as http:
+                    acquired = Locks(http).acquire("k", new_id(), 30)
+                log = server.log
+        assert acquired.status_code == 200, acquired.text
+        assert "DURABILITY: the URL names 2 hosts" in log

@@ -24,6 +24,15 @@ pytestmark = pytest.mark.postgres
 
 Storages = Callable[..., PostgresStorage]
 
+# A COMMIT of the key "slow-commit" that takes 30 s: a deferred trigger runs in the COMMIT.
+SLOW_COMMIT = """
+CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT OR UPDATE ON locks
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.key = 'slow-commit')
+    EXECUTE FUNCTION slow_commit();
+"""
+
 
 def new_id() -> str:
     return str(uuid.uuid4())
@@ -319,6 +328,29 @@ class TestFailures:
         finally:
             storage.close()
 
+    def test_a_commit_is_bounded(self, project_id: int) -> None:
+        """A COMMIT that runs past the statement timeout (PostgreSQL disarms that timeout before
+        committing: here a deferred trigger sleeps, as a commit waits for a synchronous standby
+        that is away) is cancelled by the server itself, answered StorageUnavailable, and the
+        connection it ran on is replaced."""
+        with fresh_postgres_database("volcano_commit") as url:
+            storage = PostgresStorage(url, statement_timeout=1.0, pool_size=1)
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(SLOW_COMMIT)
+                locks = service(storage)
+                started = time.monotonic()
+                with pytest.raises(StorageUnavailable) as raised:
+                    locks.acquire(caller(project_id, new_id()), "slow-commit", "o", 30)
+                assert time.monotonic() - started < 5
+                cause = raised.value.__cause__
+                assert isinstance(cause, psycopg.errors.QueryCanceled)
+                assert "user request" in str(cause)  # our cancel, not a timeout of the database
+                answer = locks.acquire(caller(project_id, new_id()), "quick", "o", 30)
+                assert answer.status == 200
+            finally:
+                storage.close()
+
     def test_closed_storage_is_unavailable(self, storages: Storages) -> None:
         """After close (server shutdown), operations fail as StorageUnavailable, not a crash."""
         storage = storages()
@@ -328,9 +360,12 @@ class TestFailures:
 
 
 class TestSchema:
-    def test_servers_need_no_create_privilege_once_migrated(self) -> None:
+    def test_servers_need_no_create_privilege_once_migrated(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """After `migrate` as the owner, a server whose role may only read and write the
-        tables starts and serves: a current schema is only read."""
+        tables starts and serves: a current schema is only read. A role that cannot even read
+        the replication views is served too, warned that durability could not be judged."""
         role = f"volcano_app_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(admin_url(), autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
@@ -339,6 +374,7 @@ class TestSchema:
                 PostgresStorage(url).close()
                 with psycopg.connect(url, autocommit=True) as owner:
                     owner.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+                    owner.execute("REVOKE SELECT ON pg_catalog.pg_replication_slots FROM PUBLIC")
                     for grant in (
                         "GRANT USAGE ON SCHEMA public TO {}",
                         "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
@@ -356,6 +392,7 @@ class TestSchema:
                 finally:
                     storage.close()
                 assert answer.status == 200
+                assert "cannot tell what keeps a commit here" in caplog.text
         finally:
             with psycopg.connect(admin_url(), autocommit=True) as admin:
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -76,6 +76,26 @@ class TestAcrossServers:
             assert waiter.lease["fencing_token"] == expected
             assert a.release(key, waiter.owner, expected).status_code == 204
 
+    def test_a_slot_freed_through_one_server_goes_to_a_waiter_on_another(
+        self, pair: Pair, a: Locks, key: str
+    ) -> None:
+        """A limit-2 key, both slots held through A, one waiter through B: the slot released
+        through A is B's waiter's at once, and the other holder keeps its slot."""
+        holders = []
+        for _ in range(2):
+            owner = new_id()
+            response = a.acquire(key, owner, 60, limit=2)
+            assert response.status_code == 200, response.text
+            holders.append((owner, response.json()))
+        waiter = start_waiting(pair.b, key, wait=15, limit=2)
+        wait_for(lambda: in_line(pair.a, key) == 1)
+        owner, lease = holders[0]
+        assert a.release(key, owner, lease["fencing_token"]).status_code == 204
+        assert waiter.lease["fencing_token"] == 3
+        state = a.state(key)
+        assert sorted(h["fencing_token"] for h in state["holders"]) == [2, 3]
+        assert state["waiters"] == 0
+
     def test_no_newcomer_on_one_server_passes_a_waiter_on_another(
         self, pair: Pair, a: Locks, key: str
     ) -> None:

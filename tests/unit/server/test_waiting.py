@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from volcano_server._config import WaitingSettings
+from volcano_server._pulse import Pulse
 from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
 from volcano_server._waiting import Turn, Waits, next_turn
 from volcano_server._wire import Answer
@@ -127,6 +128,7 @@ class TestWaitTurn:
             settings=WaitingSettings(),
             retention_seconds=600,
             run=run,  # type: ignore[arg-type]
+            pulse=Pulse(3_000_000),
         )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with pytest.raises(StorageUnavailable):

@@ -1,0 +1,63 @@
+"""`Pulse`: a server judges others' heartbeats only while its own is alive and has run without
+a lapse for a lifetime, all by the storage clock."""
+
+from __future__ import annotations
+
+from volcano_server._pulse import Pulse
+
+SECOND = 1_000_000
+LIFETIME = 3 * SECOND
+
+
+def beats(pulse: Pulse, *seconds: float) -> None:
+    """Heartbeats written, dated at each of `seconds` (storage clock)."""
+    for at in seconds:
+        pulse.beat(round(at * SECOND))
+
+
+class TestPulse:
+    def test_not_before_its_first_beat(self) -> None:
+        """A server that has not written a heartbeat yet judges nobody's."""
+        assert not Pulse(LIFETIME).judges_others(160 * SECOND)
+
+    def test_after_a_lifetime_of_beats(self) -> None:
+        """Beats written for a whole lifetime without a lapse make others' judgeable."""
+        pulse = Pulse(LIFETIME)
+        beats(pulse, 100, 101, 102)
+        assert not pulse.judges_others(round(102.5 * SECOND))  # 2.5 s since the first
+        assert pulse.judges_others(103 * SECOND)
+
+    def test_a_failed_beat_ends_the_run(self) -> None:
+        """A beat that could not be written: nobody is judged until a new run has lasted."""
+        pulse = Pulse(LIFETIME)
+        beats(pulse, 100, 101, 102, 103)
+        pulse.lapsed()
+        assert not pulse.judges_others(round(103.5 * SECOND))
+        beats(pulse, 104, 105, 106)
+        assert not pulse.judges_others(round(106.5 * SECOND))
+        assert pulse.judges_others(107 * SECOND)
+
+    def test_an_old_last_beat_judges_nobody(self) -> None:
+        """Once the last written beat is a lifetime old (writes hang), others are not judged."""
+        pulse = Pulse(LIFETIME)
+        beats(pulse, 100, 101, 102, 103, 104)
+        assert pulse.judges_others(105 * SECOND)
+        assert not pulse.judges_others(107 * SECOND)
+
+    def test_after_a_gap_a_whole_lifetime_again(self) -> None:
+        """After its own heartbeat lapsed (every other one may have, for the same reason), a
+        server judges again only a lifetime after the first beat written since."""
+        pulse = Pulse(LIFETIME)
+        beats(pulse, 100, 101, 102, 103, 104, 110, 111, 112)
+        assert not pulse.judges_others(round(112.5 * SECOND))
+        assert pulse.judges_others(113 * SECOND)
+
+    def test_steady_after_a_lifetime(self) -> None:
+        """steady(): the last beat ended a run of a whole lifetime (the purge asks it)."""
+        pulse = Pulse(LIFETIME)
+        beats(pulse, 100, 101, 102)
+        assert not pulse.steady()
+        beats(pulse, 103)
+        assert pulse.steady()
+        pulse.lapsed()
+        assert not pulse.steady()

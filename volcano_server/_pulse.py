@@ -1,0 +1,66 @@
+"""This server's own heartbeat, and whether the others' can be judged by it.
+
+Another server counts as dead once its heartbeat row lapses: its waiters are stepped over and,
+later, purged. But when the database itself was away (a failover, a restart, a cut link), every
+server's heartbeat lapsed for that reason alone, and the first server back would step over the
+live waiters of the others before they had a chance to beat again. So a server judges others'
+heartbeats only while its own is alive and has been beating without a lapse for a whole
+heartbeat lifetime: by then every live server has had that same lifetime to beat on the
+database as it is now. Until then a waiter of a lapsed server is treated as alive (its key is
+reserved for it, which costs a dead server's waiter a reservation's length), and nobody's
+waiters are purged.
+
+Time here is the storage clock: each beat is dated by its own transaction's clock, and a
+question is asked at a transaction's clock too, so servers with skewed clocks, and the
+schedule explorer's virtual clock, agree. A beat that failed ends the run: only written beats
+count.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["Pulse"]
+
+
+class Pulse:
+    """Whether this server's heartbeat has run without a lapse for `lifetime_us`.
+
+    The beat loop reports each written beat (`beat`) and each failed one (`lapsed`); the
+    transactions ask `judges_others` from any thread, at their own clock.
+    """
+
+    def __init__(self, lifetime_us: int) -> None:
+        self._lifetime = lifetime_us
+        self._lock = threading.Lock()
+        # (when the last written beat was dated, when the current run without a lapse began)
+        self._run: tuple[int, int] | None = None
+
+    def beat(self, at_us: int) -> None:
+        """A heartbeat dated `at_us` (its transaction's clock) was written."""
+        with self._lock:
+            run = self._run
+            if run is None or at_us - run[0] > self._lifetime:  # the first, or after a gap
+                self._run = (at_us, at_us)
+            else:
+                self._run = (at_us, run[1])
+
+    def lapsed(self) -> None:
+        """A heartbeat could not be written: judge nobody until a new run has lasted."""
+        with self._lock:
+            self._run = None
+
+    def judges_others(self, now_us: int) -> bool:
+        """Whether, at `now_us`, another server's lapsed heartbeat means that server is gone."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return False
+        last, since = run
+        return now_us - last < self._lifetime and now_us - since >= self._lifetime
+
+    def steady(self) -> bool:
+        """Whether the last beat ended a run of a whole lifetime (for work with no clock)."""
+        with self._lock:
+            run = self._run
+        return run is not None and run[0] - run[1] >= self._lifetime

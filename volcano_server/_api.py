@@ -249,7 +249,7 @@ class Api:
                 request.operation.operation_id, checked_params, checked_body, principal.credential
             )
         return (
-            Caller(principal.project_id, request.request_id, print_),
+            Caller(principal.project_id, request.request_id, print_, principal.credential),
             checked_params,
             checked_body,
         )

@@ -69,6 +69,7 @@ def create_app(
         retention_seconds=config.retention_seconds,
         run=run,
         pulse=pulse,
+        revocations=authenticator,
     )
     metrics.watch_waiters(waits)
     api = Api(

@@ -17,13 +17,21 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 
 from ._errors import ApiError
 from .storage import KeyRecord, ProjectKeys, Storage
 
-__all__ = ["Authenticator", "Principal", "hash_key", "make_project_keys"]
+__all__ = [
+    "Authenticator",
+    "NoRevocations",
+    "Principal",
+    "Revocations",
+    "hash_key",
+    "make_project_keys",
+]
 
 # "local": made by a volcano-server of the user's own, not the hosted service. The SDK will not
 # send such a key to the hosted default URL unless the user names it (volcano/_config.py).
@@ -55,6 +63,30 @@ def make_project_keys(
 def new_service_key() -> str:
     """A fresh service key (store only its hash)."""
     return _SERVICE_PREFIX + secrets.token_urlsafe(32)
+
+
+class Revocations(Protocol):
+    """What the waiting code asks of the keys: has a waiter's service key been revoked?"""
+
+    def revoked(self, digest: bytes, *, may_block: bool = True) -> bool:
+        """Whether the key with this hash is revoked or gone (may read the database)."""
+        ...
+
+    def known_revoked(self, digest: bytes) -> bool:
+        """Whether it is already known revoked (no database read)."""
+        ...
+
+
+class NoRevocations:
+    """For transactions run without keys (storage tests): nothing is ever revoked."""
+
+    def revoked(self, digest: bytes, *, may_block: bool = True) -> bool:
+        """Never."""
+        return False
+
+    def known_revoked(self, digest: bytes) -> bool:
+        """Never."""
+        return False
 
 
 @attrs.frozen
@@ -132,8 +164,24 @@ class Authenticator:
             uses, self._uses = self._uses, {}
         return uses
 
+    def revoked(self, digest: bytes, *, may_block: bool = True) -> bool:
+        """Whether the service key with this hash is revoked (or gone), as of the cache.
+
+        Looked up again once its cached record is older than the cache's lifetime, so a
+        revocation is known here within `cache_seconds`.
+        """
+        record = self._record(digest, may_block)
+        return record is None or record.revoked
+
+    def known_revoked(self, digest: bytes) -> bool:
+        """Whether the cache already says this key is revoked (never a database read)."""
+        cached = self._cache.get(digest)
+        return cached is not None and cached[0].revoked
+
     def _lookup(self, key: str, may_block: bool) -> KeyRecord | None:
-        digest = hash_key(key)
+        return self._record(hash_key(key), may_block)
+
+    def _record(self, digest: bytes, may_block: bool) -> KeyRecord | None:
         now = self._clock()
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:

@@ -11,6 +11,7 @@ decides to leave:
               |                 --roll back--> QUEUED
               +--leave--> LEAVING                             wait ran out, client gone, shutdown
               +--supersede--> SUPERSEDED                      a newer request took its place
+              +--revoke--> REVOKED                            its service key was revoked: 401
 
 The registry does no I/O and knows no transaction: `Transactions` moves entries as its
 transactions commit, and `Waits` runs each entry's request until it is answered.
@@ -47,6 +48,7 @@ class Phase(enum.Enum):
     GRANTED = "granted"
     LEAVING = "leaving"
     SUPERSEDED = "superseded"
+    REVOKED = "revoked"
 
 
 class Move(enum.Enum):
@@ -57,6 +59,7 @@ class Move(enum.Enum):
     ROLL_BACK = "roll back"
     LEAVE = "leave"
     SUPERSEDE = "supersede"
+    REVOKE = "revoke"
 
 
 MOVES: dict[tuple[Phase, Move], Phase] = {
@@ -65,6 +68,7 @@ MOVES: dict[tuple[Phase, Move], Phase] = {
     (Phase.GRANTING, Move.ROLL_BACK): Phase.QUEUED,
     (Phase.QUEUED, Move.LEAVE): Phase.LEAVING,
     (Phase.QUEUED, Move.SUPERSEDE): Phase.SUPERSEDED,
+    (Phase.QUEUED, Move.REVOKE): Phase.REVOKED,
 }
 """Every move an entry can make: (phase, move) -> next phase."""
 
@@ -81,8 +85,10 @@ class Entry:
         ttl_seconds: float,
         request_id: str,
         fingerprint: bytes | None,
+        credential: bytes = b"",
     ) -> None:
         self.project_id = project_id
+        self.credential = credential  # the hash of the service key it came with
         self.key = key
         self.owner_token = owner_token
         self.ttl_seconds = ttl_seconds
@@ -90,7 +96,7 @@ class Entry:
         self.fingerprint = fingerprint  # the acquire's (None: not replayable)
         self.seq: int | None = None
         self.phase = Phase.QUEUED
-        self.answer: Answer | None = None  # set with GRANTED and SUPERSEDED
+        self.answer: Answer | None = None  # set with GRANTED, SUPERSEDED and REVOKED
         self.granted: Lease | None = None  # the lease it was granted, once committed
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -256,6 +262,13 @@ class Registry:
     def _supersede(self, older: Entry) -> None:
         message = "a newer acquire with the same owner token took this request's place"
         self.move(older, Move.SUPERSEDE, ApiError.lock_held(message, 1).answer(older.request_id))
+
+    def revoke(self, entry: Entry) -> bool:
+        """The entry's service key was revoked: 401, and it must leave the line (never granted)."""
+        message = "the service key this request waits with was revoked; it left the line"
+        return self.move(
+            entry, Move.REVOKE, ApiError.unauthorized(message).answer(entry.request_id)
+        )
 
     def _drop(self, entry: Entry) -> None:
         # With self._lock held.

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ._auth import Revocations
 from ._config import WaitingSettings
 from ._errors import ApiError
 from ._pulse import Pulse
@@ -66,6 +67,7 @@ class Caller:
     project_id: int
     request_id: str
     fingerprint: bytes | None = None
+    credential: bytes = b""  # the service key's hash (a waiter's key can be revoked)
 
     @property
     def replayable(self) -> bool:
@@ -127,16 +129,19 @@ class Transactions:
         settings: WaitingSettings,
         watch: Callable[[KeyRef, float | None], None],
         pulse: Pulse,
+        revocations: Revocations,
     ) -> None:
         """Built with what the transactions tell or ask of the waiting code.
 
         `watch(key, seconds)` re-times a key's hand-off after a commit (None: not held);
-        `pulse` says whether other servers' heartbeats can be judged yet.
+        `pulse` says whether other servers' heartbeats can be judged yet; `revocations`,
+        whether a waiter's service key is known revoked (it is then never granted).
         """
         self._storage = storage
         self._registry = registry
         self._watch = watch
         self._pulse = pulse
+        self._revocations = revocations
         self._retention_us = round(retention_seconds * 1_000_000)
         self._reserve_us = round(settings.reserve_seconds * 1_000_000)
         self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
@@ -391,7 +396,7 @@ class Transactions:
 
     def _reach(self, waiter: Waiter, now: int) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
-            entry = self._registry.claim(waiter.seq)
+            entry = self._claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
         # Right after the database was away every heartbeat lapsed: judge none yet (`_pulse`).
         alive = waiter.server_alive or not self._pulse.judges_others(now)
@@ -409,7 +414,7 @@ class Transactions:
             reservation = row.lease_of(waiter.owner_token, now)
             if reservation is None:
                 continue  # it lapsed: the slot is free again
-            entry = registry.claim(waiter.seq)
+            entry = self._claim(waiter.seq)
             if entry is None:  # its request left: give the reservation back
                 self._update(tx, waiter, "away", now + self._rejoin_us)
                 row = without(row, now, reservation)
@@ -423,6 +428,15 @@ class Transactions:
             row = replaced(row, now, reservation, taken)
             self._granted(tx, effects, entry, taken, now)
         return row
+
+    def _claim(self, seq: int) -> Entry | None:
+        """The entry at `seq`, claimed for a grant; None if it left, or its key was revoked."""
+        registry = self._registry
+        entry = registry.entry_at(seq)
+        if entry is not None and self._revocations.known_revoked(entry.credential):
+            registry.revoke(entry)  # 401, and out of line: never granted on a revoked key
+            return None
+        return registry.claim(seq)
 
     def _granted(
         self, tx: WriteTx, effects: _Effects, entry: Entry, lease: Lease, now: int

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from ._auth import Revocations
 from ._config import WaitingSettings
 from ._offload import Runner
 from ._pulse import Pulse
@@ -42,6 +43,7 @@ class Turn(enum.Enum):
     """What a waiting request does next."""
 
     DELIVER = "deliver"  # answer with what it was given (a lease, or 409 superseded)
+    REVOKED = "revoked"  # its service key was revoked: out of line, 401
     UNDELIVER = "undeliver"  # granted, but its client left: end that lease
     LEAVE = "leave"  # its client left, or the server shuts down: out of line
     GIVE_UP = "give up"  # its wait ran out: a last hand-off, then 409
@@ -49,14 +51,19 @@ class Turn(enum.Enum):
     WAIT = "wait"  # for a hand-off, its client leaving, or its wait running out
 
 
+_SETTLED = {
+    Phase.SUPERSEDED: Turn.DELIVER,
+    Phase.REVOKED: Turn.REVOKED,
+    Phase.GRANTING: Turn.AWAIT_COMMIT,
+}
+
+
 def next_turn(phase: Phase, *, gone: bool, closing: bool, timed_out: bool) -> Turn:
     """What a waiting request in `phase` does next."""
     if phase is Phase.GRANTED:
         return Turn.UNDELIVER if gone else Turn.DELIVER
-    if phase is Phase.SUPERSEDED:
-        return Turn.DELIVER
-    if phase is Phase.GRANTING:
-        return Turn.AWAIT_COMMIT
+    if phase in _SETTLED:
+        return _SETTLED[phase]
     if phase is Phase.QUEUED and (gone or closing):
         return Turn.LEAVE
     if phase is Phase.QUEUED and timed_out:
@@ -81,12 +88,14 @@ class Waits:
         retention_seconds: float,
         run: Runner,
         pulse: Pulse,
+        revocations: Revocations,
     ) -> None:
         self.settings = settings
         self._storage = storage
         self._registry = registry
         self._run = run
         self._pulse = pulse
+        self._revocations = revocations
         self.transactions = Transactions(
             storage,
             registry,
@@ -94,6 +103,7 @@ class Waits:
             settings=settings,
             watch=self.watch,
             pulse=pulse,
+            revocations=revocations,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
@@ -135,6 +145,7 @@ class Waits:
             ttl_seconds=ttl_seconds,
             request_id=caller.request_id,
             fingerprint=caller.fingerprint,
+            credential=caller.credential,
         )
         tx = self.transactions
         result = await self._run(
@@ -176,6 +187,9 @@ class Waits:
             if turn is Turn.UNDELIVER:
                 await run(lambda may_block: tx.undeliver(entry, may_block=may_block))
                 return None
+            if turn is Turn.REVOKED:
+                await run(lambda may_block: tx.leave(entry, may_block=may_block))
+                return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
                 await run(lambda may_block: tx.leave(entry, may_block=may_block))
                 return None if gone.done() else shutting_down(entry.request_id)
@@ -299,6 +313,7 @@ class Waits:
                     log.warning("server heartbeat failed, will retry: %s", exc)
                 else:
                     self._pulse.beat(dated)
+                await self._send_revoked_away()
                 next_beat = loop_now + settings.heartbeat_seconds
             if others and not self._storage.pushes_handoffs:
                 for key_ref in self._registry.waited_keys():
@@ -306,6 +321,29 @@ class Waits:
                 await anyio.sleep(settings.poll_seconds)
             else:
                 await anyio.sleep(max(0.0, next_beat - loop_now))
+
+    async def _send_revoked_away(self) -> None:
+        """Answer 401 to every waiter whose service key has been revoked since it joined.
+
+        Each distinct key is looked up at most once a heartbeat (the cache keeps it for its
+        lifetime), so a revocation reaches the waiters within the cache's lifetime and a beat.
+        """
+        entries = [e for e in self._registry.entries() if e.phase is Phase.QUEUED]
+        revocations = self._revocations
+        for digest in {entry.credential for entry in entries}:
+
+            def check(may_block: bool, digest: bytes = digest) -> bool:
+                return revocations.revoked(digest, may_block=may_block)
+
+            try:
+                revoked = await self._run(check)
+            except Exception as exc:  # noqa: BLE001 - the database is away: ask again next beat
+                log.warning("checking waiters' keys failed, will retry: %s", exc)
+                return
+            if revoked:
+                for entry in entries:
+                    if entry.credential == digest:
+                        self._registry.revoke(entry)
 
     def _announced(self, server_id: str, seq: int) -> None:
         if server_id != self._registry.server_id:

@@ -236,7 +236,9 @@ class TestCutDuringCommit:
             "force_release": lambda locks, rid: locks.force_release(key, request_id=rid),
         }[operation]
         request_id = str(uuid.uuid4())
-        trigger = lab.cut_on("b", "db", arm=request_id, fire="COMMIT\x00", passes=commit_passes)
+        # The COMMIT's message ends with the read of the clock after it (storage/_postgres.py).
+        commit = "COMMIT; SELECT volcano_clock_us()\x00"
+        trigger = lab.cut_on("b", "db", arm=request_id, fire=commit, passes=commit_passes)
 
         started = time.monotonic()
         cut_off = send(b, request_id)

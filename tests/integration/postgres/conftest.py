@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.support.databases import fresh_postgres_database
+from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
 from volcano_server._pulse import Pulse
 from volcano_server._registry import Registry
@@ -58,4 +59,5 @@ def service(storage: PostgresStorage) -> Transactions:
         settings=WaitingSettings(),
         watch=lambda _key, _seconds: None,
         pulse=Pulse(3_000_000),
+        revocations=NoRevocations(),
     )

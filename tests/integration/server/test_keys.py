@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS, LiveServer
-from tests.support.databases import fresh_postgres_database, process_database
-from tests.support.raw import wait_for
+from tests.support.databases import fresh_postgres_database, process_database, queued
+from tests.support.raw import Locks, Waiter, wait_for
 from tests.support.server import Project, ServerProcess, serve_in_thread
 from volcano_server import ServerConfig, create_app
 from volcano_server._auth import hash_key
@@ -109,6 +109,37 @@ class TestKeyCommands:
                 wait_for(lambda s=server: status(s.url, project) == 401, "refused", timeout=5)
                 response = httpx.get(f"{server.url}/v1/locks/k", headers=project.headers())
                 assert "revoked" in response.json()["error"]["message"]
+
+    def test_revocation_reaches_a_waiter_and_it_is_never_granted(
+        self, database_url: str, tmp_path: Path
+    ) -> None:
+        """A waiter queued with service key 1; key 1 is revoked: within the revocation delay
+        (the key cache's 2 s and a heartbeat's 1 s) the waiter is answered 401 and leaves the
+        line, and the holder's release (key 2) does not hand it the key (issue 20, B4)."""
+        db = process_database(database_url, tmp_path / "revoked.db")
+        waiter_keys = new_project(db)
+        rotated = keys("rotate", "--project", waiter_keys.name, db=db)
+        holder_keys = with_service_key(waiter_keys, rotated.stdout.split("=", 1)[1].strip())
+        with (
+            ServerProcess(db, "--no-access-log") as server,
+            httpx.Client(base_url=server.url, headers=holder_keys.headers()) as holder,
+        ):
+            owner = str(uuid.uuid4())
+            lease = Locks(holder).acquire("k", owner, 60).json()
+            waiter = Waiter(
+                httpx.Client(base_url=server.url, headers=waiter_keys.headers(), timeout=30),
+                "k",
+                wait=30,
+            )
+            wait_for(lambda: queued(db, "k") == 1, "the waiter in line")
+            revoked = keys("revoke", key_id(hash_key(waiter_keys.service_key)), db=db)
+            assert revoked.returncode == 0, revoked.stderr
+            answer = waiter.result(timeout=10)
+            assert answer.status_code == 401, answer.text
+            assert "revoked" in answer.json()["error"]["message"]
+            assert queued(db, "k") == 0
+            Locks(holder).release("k", owner, lease["fencing_token"])
+            assert Locks(holder).state("k")["held"] is False
 
     def test_revoking_again_or_an_unknown_id(self, database_url: str) -> None:
         """Revoking twice says it already was (exit 0); an unknown id is one line, exit 1."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
 from volcano_server._pulse import Pulse
 from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
@@ -78,6 +79,20 @@ class TestStateMachine:
         assert room.claim(7) is newer
 
 
+class TestRevocation:
+    async def test_a_revoked_waiter_is_answered_401_and_cannot_be_granted(self) -> None:
+        """Revoking an entry records a 401, drops its place, and no hand-off can claim it."""
+        room = Registry("here")
+        made = entry()
+        room.join(made, 7)
+        assert room.revoke(made)
+        assert made.phase is Phase.REVOKED
+        assert made.answer is not None
+        assert made.answer.status == 401
+        assert room.claim(7) is None
+        assert len(room) == 0
+
+
 class TestNextTurn:
     @pytest.mark.parametrize(
         ("phase", "gone", "closing", "timed_out", "turn"),
@@ -92,6 +107,8 @@ class TestNextTurn:
             (Phase.QUEUED, False, False, True, Turn.GIVE_UP),
             (Phase.QUEUED, False, False, False, Turn.WAIT),
             (Phase.LEAVING, False, False, True, Turn.WAIT),
+            (Phase.REVOKED, False, False, False, Turn.REVOKED),
+            (Phase.REVOKED, True, True, True, Turn.REVOKED),
         ],
     )
     async def test_each_phase(
@@ -129,6 +146,7 @@ class TestWaitTurn:
             retention_seconds=600,
             run=run,  # type: ignore[arg-type]
             pulse=Pulse(3_000_000),
+            revocations=NoRevocations(),
         )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with pytest.raises(StorageUnavailable):

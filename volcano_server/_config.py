@@ -22,6 +22,9 @@ class Limits:
 
     # Request line and header fields together; more gets 431 and the connection is closed.
     max_header_bytes: int = 16_384
+    # Header fields of one request: each costs a call into Python while parsing, and every
+    # header lookup reads them all; more gets 431. Clients send about ten.
+    max_header_fields: int = 100
     header_timeout: float = 10.0
     body_timeout: float = 10.0
     # Longer than clients' own idle expiry (httpx: 5 s), so the client, not the server, ends an
@@ -41,6 +44,10 @@ class Limits:
                 raise ValueError(
                     f"{name.replace('_', ' ')} must be 0 to 3600 seconds, got {value:g}"
                 )
+        if self.max_header_fields < 10:
+            raise ValueError(
+                f"the header field limit must be at least 10, got {self.max_header_fields}"
+            )
         if self.max_connections < 1:
             raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
 

@@ -110,6 +110,15 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def too_many_headers(cls, limit: int) -> ApiError:
+        """431: the request has more header fields than the limit."""
+        return cls(
+            431,
+            "request_headers_too_large",
+            f"the request has more than {limit} header fields",
+        )
+
+    @classmethod
     def rate_limited(cls, retry_after: int) -> ApiError:
         """429: over the project's request rate."""
         return cls(

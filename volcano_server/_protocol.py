@@ -6,6 +6,9 @@ per connection:
 - A cap on the request line and headers, counted before httptools sees the bytes (httptools
   joins a header value piece by piece, so its time grows with the square of the header's size).
   Past `max_header_bytes` the client gets 431 and the rest is never parsed.
+- A cap on the number of header fields: httptools calls into Python once per field, and every
+  header lookup reads them all, so 3,000 tiny fields in 16 KiB cost milliseconds of the event
+  loop per request. Past `max_header_fields` the client gets 431 and parsing stops there.
 - Deadlines for the client: a request's head must arrive within `header_timeout` (from the
   connection's start, or from the first byte of a later request on it), its body within
   `body_timeout` (from the end of the head); else 408 and the connection is closed. A connection
@@ -25,7 +28,7 @@ past the cap is reset all the same (it is not listening).
 
 It relies on these uvicorn internals (0.54), each pinned by tests/integration/server/
 test_protocol.py: the parser callbacks `on_message_begin`, `on_headers_complete` and
-`on_message_complete`; `on_response_complete`; `send_400_response`; `self.cycle` (its
+`on_message_complete`; `on_header`; `on_response_complete`; `send_400_response`; `self.cycle` (its
 `response_complete`, `response_started` and `more_body`), `self.pipeline`, `self.connections`;
 and the constructor's keyword arguments.
 """
@@ -74,6 +77,10 @@ LINGER_SECONDS = 1.0
 LINGER_BYTES = 65_536
 
 
+class _Answered(Exception):
+    """Raised in a parser callback to stop the parser: the protocol has answered already."""
+
+
 def protocol_class(policy: Policy) -> type[LimitedProtocol]:
     """A protocol class for uvicorn's `http=`, bound to `policy`."""
 
@@ -101,6 +108,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._phase = Phase.HEAD
         self._since = 0.0  # loop time when the current phase began
         self._head_bytes = 0  # bytes of the current request's head fed to the parser
+        self._header_fields = 0  # header fields of the current request parsed so far
         self._deadline: asyncio.TimerHandle | None = None
 
     # uvicorn's connection events
@@ -143,15 +151,28 @@ class LimitedProtocol(HttpToolsProtocol):
         return self._phase is not Phase.CLOSING and not self.transport.is_closing()
 
     def send_400_response(self, msg: str) -> None:
-        """The request could not be parsed: the API's JSON 400, then close."""
-        self._refuse(ApiError.invalid_request("the request is not valid HTTP/1.1"))
+        """The request could not be parsed: the API's JSON 400, then close.
+
+        (Also called when a callback of ours stopped the parser after answering: then it has
+        nothing to add.)
+        """
+        if self._phase is not Phase.CLOSING:
+            self._refuse(ApiError.invalid_request("the request is not valid HTTP/1.1"))
 
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._header_fields = 0
         if self._phase is not Phase.HEAD:  # a new request: its head's clock starts now
             self._enter(Phase.HEAD)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_fields += 1
+        if self._header_fields > self.limits.max_header_fields:
+            self._refuse(ApiError.too_many_headers(self.limits.max_header_fields))
+            raise _Answered  # stops the parser: the rest is never parsed
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()

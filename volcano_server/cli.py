@@ -193,6 +193,7 @@ def _add_limit_options(serve: argparse.ArgumentParser) -> None:
     defaults = Limits()
     for flag, kind, metavar, what in (
         ("--max-header-bytes", _positive_int, "BYTES", "request line and headers; more: 431"),
+        ("--max-header-fields", _positive_int, "N", "header fields of a request; more: 431"),
         ("--header-timeout", _positive_float, "SECONDS", "to send a request's head; then 408"),
         ("--body-timeout", _positive_float, "SECONDS", "to send a request's body; then 408"),
         ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
@@ -288,6 +289,7 @@ def _serve(args: argparse.Namespace) -> int:
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),
             limits=Limits(
                 max_header_bytes=args.max_header_bytes,
+                max_header_fields=args.max_header_fields,
                 header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout,
                 keepalive_timeout=args.keepalive_timeout,

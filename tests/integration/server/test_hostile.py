@@ -106,6 +106,26 @@ class TestHeadLimit:
             reply = read_reply(sock, timeout=3)
         assert reply.status == 401
 
+    def test_many_tiny_header_fields_get_431(self, server: ServerProcess) -> None:
+        """1,200 fields of `a: b` in 7.2 KB, under the byte limit: 431 in the API's error shape
+        once past the field limit (100), then the server closes the connection."""
+        request = request_bytes("GET", "/healthz", [("a", "b")] * 1_200)
+        assert len(request) < MAX_HEAD
+        with connect(server.port) as sock:
+            sock.sendall(request)
+            reply = read_reply(sock)
+        assert reply.status == 431
+        assert reply.json()["error"]["code"] == "request_headers_too_large"
+        assert "100 header fields" in reply.json()["error"]["message"]
+        assert reply.closed
+
+    def test_header_fields_up_to_the_limit_are_served(self, server: ServerProcess) -> None:
+        """A request with exactly 100 header fields (Host among them) is served."""
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("GET", "/healthz", [("a", "b")] * 99))
+            reply = read_reply(sock, timeout=3)
+        assert reply.status == 200
+
     def test_ten_concurrent_50_mb_heads_cost_little(
         self, server: ServerProcess, project: Project
     ) -> None:

@@ -27,6 +27,9 @@ class Limits:
     max_header_fields: int = 100
     header_timeout: float = 10.0
     body_timeout: float = 10.0
+    # How long answers may wait for a client to read them (buffered past the high-water mark,
+    # or unsent when the connection closes); then the connection is aborted.
+    write_timeout: float = 10.0
     # Longer than clients' own idle expiry (httpx: 5 s), so the client, not the server, ends an
     # idle connection and never sends a request into one being closed.
     keepalive_timeout: int = 15
@@ -38,7 +41,7 @@ class Limits:
             raise ValueError(
                 f"the header limit must be at least 1024 bytes, got {self.max_header_bytes}"
             )
-        for name in ("header_timeout", "body_timeout", "keepalive_timeout"):
+        for name in ("header_timeout", "body_timeout", "write_timeout", "keepalive_timeout"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise ValueError(

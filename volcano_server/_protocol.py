@@ -15,6 +15,16 @@ per connection:
   that sent nothing is closed without an answer. No deadline runs while a request that has fully
   arrived waits for its answer (a waiting acquire may take a minute); between requests,
   uvicorn's keep-alive timer closes an idle connection.
+- Bounded pipelining: uvicorn parses every request a read holds (a read of 256 KiB can hold
+  7,000 `GET /healthz`), queues them all and resumes reading whenever the running request reads
+  its body, so a client that pipelines is given memory without end. Here the parser is fed one
+  head at a time; once `MAX_PIPELINED` requests wait behind the running one, or a waiting
+  request's body would be parsed before it runs, the rest stays unparsed and reading stops
+  until an answer is done. A connection holds at most one read it has not parsed.
+- A write deadline: answers the client does not read (the transport's buffer over its
+  high-water mark, or anything still unsent once the connection is closing) are given
+  `write_timeout`; then the connection is aborted. Without it a client that pipelines and never
+  reads holds its connection, and the answers, for as long as it likes.
 - A cap on open connections: past `max_connections` a new connection gets 503 and is closed at
   once, and the admitted ones are served as before.
 - The API's JSON error shape where uvicorn would answer a request it cannot parse with
@@ -28,23 +38,29 @@ past the cap is reset all the same (it is not listening).
 
 It relies on these uvicorn internals (0.54), each pinned by tests/integration/server/
 test_protocol.py: the parser callbacks `on_message_begin`, `on_headers_complete` and
-`on_message_complete`; `on_header`; `on_response_complete`; `send_400_response`; `self.cycle` (its
-`response_complete`, `response_started` and `more_body`), `self.pipeline`, `self.connections`;
-and the constructor's keyword arguments.
+`on_message_complete`; `on_header`; `on_response_complete`; `send_400_response`;
+`timeout_keep_alive_handler`; `self.cycle` (its `response_complete`, `response_started`,
+`more_body`, `disconnected` and `message_event`), `self.pipeline`, `self.connections`;
+`self.flow` (a `FlowControl` made in `connection_made`, replaced here by a subclass); and the
+constructor's keyword arguments.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import socket
+import struct
 import uuid
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, ClassVar
 
 import attrs
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from ._accesslog import RequestRecord
@@ -75,6 +91,38 @@ class Phase(enum.Enum):
 # How long, and how much, a refused connection is drained before it is closed (see above).
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 65_536
+# Requests parsed and queued behind the running one: no piece is fed once there are this many
+# (one piece may add up to four, so at most seven are ever queued).
+MAX_PIPELINED = 4
+# The parser is fed pieces ending at the end of a head at least this long: a piece holds at
+# most four whole requests (none is shorter than 18 bytes), and a client gets no more than one
+# call of the parser per 64 bytes however it packs its ends of heads.
+PIECE_BYTES = 64
+_END_OF_HEAD = b"\r\n\r\n"
+
+
+class _Flow(FlowControl):
+    """uvicorn's flow control, where reading stays paused while the protocol holds bytes.
+
+    (uvicorn resumes reading whenever a request reads its body or an answer ends.)
+    """
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__(transport)
+        self._holding = False
+
+    def hold(self, holding: bool) -> None:
+        """Pause reading while `holding`; resume once it stops, if it paused."""
+        if holding:
+            self._holding = True
+            self.pause_reading()
+        elif self._holding:
+            self._holding = False
+            self.resume_reading()
+
+    def resume_reading(self) -> None:
+        if not self._holding:
+            super().resume_reading()
 
 
 class _Answered(Exception):
@@ -109,12 +157,16 @@ class LimitedProtocol(HttpToolsProtocol):
         self._since = 0.0  # loop time when the current phase began
         self._head_bytes = 0  # bytes of the current request's head fed to the parser
         self._header_fields = 0  # header fields of the current request parsed so far
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None  # the client's, or the linger's end
+        self._write_deadline: asyncio.TimerHandle | None = None  # for answers not yet read
+        self._unparsed = b""  # arrived, not yet fed to the parser
+        self._unanswered: deque[RequestResponseCycle] = deque()  # parsed, in order
 
     # uvicorn's connection events
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = self._flow = _Flow(transport)
         if len(self.connections) > self.limits.max_connections:
             self.policy.on_refused()
             self._refuse(ApiError.unavailable("the server has too many open connections"))
@@ -123,6 +175,13 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._unwatch_writes()
+        self._unparsed = b""
+        # uvicorn tells only the newest request: one running ahead of pipelined ones would go
+        # on waiting for the client, or write to a closed transport (an error under uvloop).
+        for cycle in self._unanswered:
+            cycle.disconnected = True
+            cycle.message_event.set()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -131,20 +190,50 @@ class LimitedProtocol(HttpToolsProtocol):
             if self._head_bytes > LINGER_BYTES:
                 self.transport.close()
             return
-        while data and self._reading():
-            if self._phase is Phase.BODY:
-                super().data_received(data)
-                return
-            # Feed the head no further than the limit: if the parser has not seen its end by
-            # then, the head is too large. (Bytes that follow a body in the same read count
-            # from the next read on: the cap is exact to within one read.)
-            room = self.limits.max_header_bytes - self._head_bytes
-            if room <= 0:
+        self._unparsed = self._unparsed + data if self._unparsed else data
+        self._parse()
+
+    def _parse(self) -> None:
+        """Feed the parser what has arrived, piece by piece, while the pipeline has room.
+
+        What cannot be parsed yet is held, and reading paused, until an answer is done.
+        """
+        data, start = self._unparsed, 0
+        while start < len(data) and self._reading() and not self._pipeline_full():
+            end = self._piece_end(data, start)
+            if end == start:
                 self._refuse(ApiError.headers_too_large(self.limits.max_header_bytes))
-                return
-            piece, data = data[:room], data[room:]
-            self._head_bytes += len(piece)
-            super().data_received(piece)
+                break
+            if self._phase is not Phase.BODY:
+                self._head_bytes += end - start
+            super().data_received(data[start:end])
+            start = end
+        self._unparsed = data[start:] if self._reading() else b""
+        self._flow.hold(bool(self._unparsed))
+
+    def _piece_end(self, data: bytes, start: int) -> int:
+        """Where the next piece fed to the parser ends.
+
+        After the first end of a head at least `PIECE_BYTES` on (so one piece holds at most a
+        few whole requests), else at the end of `data`; within a head, no further than its
+        limit: if the parser has not seen its end by then, the head is too large. (Bytes that
+        follow a body in the same piece count towards the next head from the next piece on:
+        the cap is exact to within one piece.)
+        """
+        found = data.find(_END_OF_HEAD, start + PIECE_BYTES - len(_END_OF_HEAD))
+        end = len(data) if found < 0 else found + len(_END_OF_HEAD)
+        if self._phase is Phase.BODY:
+            return end
+        return min(end, start + max(self.limits.max_header_bytes - self._head_bytes, 0))
+
+    def _pipeline_full(self) -> bool:
+        """Whether parsing must wait for an answer.
+
+        It must once `MAX_PIPELINED` requests are queued behind the running one, or when the
+        body of a queued request would be parsed before it runs.
+        """
+        queued = len(self.pipeline)
+        return queued >= MAX_PIPELINED or (queued > 0 and self._phase is Phase.BODY)
 
     def _reading(self) -> bool:
         """Whether what arrives is still parsed (not after an answer of the protocol's own)."""
@@ -158,6 +247,10 @@ class LimitedProtocol(HttpToolsProtocol):
         """
         if self._phase is not Phase.CLOSING:
             self._refuse(ApiError.invalid_request("the request is not valid HTTP/1.1"))
+
+    def timeout_keep_alive_handler(self) -> None:
+        if not self.transport.is_closing():
+            self._close()
 
     # httptools parser callbacks
 
@@ -176,6 +269,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
+        self._unanswered.append(self.cycle)
         self._head_bytes = 0
         self._enter(Phase.BODY)
 
@@ -184,10 +278,52 @@ class LimitedProtocol(HttpToolsProtocol):
         self._enter(Phase.DONE)
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self._deadline is None and not self.transport.is_closing():
+        while self._unanswered and self._unanswered[0].response_complete:
+            self._unanswered.popleft()
+        super().on_response_complete()  # starts the next request queued, if any
+        if self.transport.is_closing():
+            self._watch_unsent()
+            return
+        self._parse()  # what was held for want of room in the pipeline
+        if self._deadline is None and self._reading():
             # Whatever the client sent meanwhile waited on this answer: its clock starts now.
             self._enter(self._phase)
+
+    # answers the client does not read
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_writes()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if not self.transport.is_closing():
+            self._unwatch_writes()
+
+    def _close(self) -> None:
+        """Close the connection, once what was written is sent (within the write deadline)."""
+        self.transport.close()
+        self._watch_unsent()
+
+    def _watch_unsent(self) -> None:
+        if self.transport.get_write_buffer_size():
+            self._watch_writes()
+
+    def _watch_writes(self) -> None:
+        if self._write_deadline is None:
+            self._write_deadline = self.loop.call_later(self.limits.write_timeout, self._reset)
+
+    def _reset(self) -> None:
+        """Abort with a reset: what the kernel still holds for the client is dropped too."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+
+    def _unwatch_writes(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
 
     # deadlines
 
@@ -252,4 +388,4 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self._deadline = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        self._deadline = self.loop.call_later(LINGER_SECONDS, self._close)

@@ -196,6 +196,7 @@ def _add_limit_options(serve: argparse.ArgumentParser) -> None:
         ("--max-header-fields", _positive_int, "N", "header fields of a request; more: 431"),
         ("--header-timeout", _positive_float, "SECONDS", "to send a request's head; then 408"),
         ("--body-timeout", _positive_float, "SECONDS", "to send a request's body; then 408"),
+        ("--write-timeout", _positive_float, "SECONDS", "to read answers sent; then closed"),
         ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
         ("--max-connections", _positive_int, "N", "open connections; more get 503"),
     ):
@@ -292,6 +293,7 @@ def _serve(args: argparse.Namespace) -> int:
                 max_header_fields=args.max_header_fields,
                 header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout,
+                write_timeout=args.write_timeout,
                 keepalive_timeout=args.keepalive_timeout,
                 max_connections=args.max_connections,
             ),

@@ -9,6 +9,7 @@ import contextlib
 import json
 import re
 import select
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,10 @@ pytestmark = pytest.mark.slow
 MAX_HEAD = 8192
 # How every line the server writes begins (a forged line would not).
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) [\w.]+: ")
-QUICK = ("--header-timeout", "0.5", "--body-timeout", "0.5", "--keepalive-timeout", "1")
+QUICK = (
+    *("--header-timeout", "0.5", "--body-timeout", "0.5", "--keepalive-timeout", "1"),
+    *("--write-timeout", "0.5"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +149,62 @@ class TestHeadLimit:
             for sender in senders:
                 sender.join(timeout=30)
         assert rss_bytes(server) - before < 32 * 2**20
+
+
+def pipelined_flood(port: int, requests: int, stop: threading.Event) -> None:
+    """Send `requests` pipelined GET /healthz at once and never read an answer."""
+    with contextlib.suppress(OSError), connect(port) as sock:
+        sock.sendall(request_bytes("GET", "/healthz") * requests)
+        stop.wait(30)
+
+
+def reset_by_server(sock: socket.socket) -> bool:
+    """Whether the server has reset (aborted) the connection."""
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+
+
+class TestPipelining:
+    def test_pipelined_requests_are_answered_in_order(self, server: ServerProcess) -> None:
+        """Forty requests in one write, each with its own request id, are all answered, in the
+        order sent (the server parses a few at a time, pausing and resuming its reads)."""
+        ids = [new_id() for _ in range(40)]
+        requests = b"".join(request_bytes("GET", "/healthz", [("X-Request-Id", i)]) for i in ids)
+        with connect(server.port) as sock:
+            sock.sendall(requests)
+            reply = read_reply(sock, timeout=5, until=ids[-1].encode())
+        echoed = re.findall(rb"x-request-id: ([0-9a-f-]{36})", reply.raw)
+        assert [i.decode() for i in echoed] == ids
+
+    def test_pipelining_flood_costs_little(self, server: ServerProcess, project: Project) -> None:
+        """Four clients each pipelining 20,000 GET /healthz at once (720 KB each) and never
+        reading: lock calls keep answering, and the server's memory grows by far less than the
+        requests would take if parsed ahead (about 2.4 KB each)."""
+        before = rss_bytes(server)
+        stop = threading.Event()
+        floods = [
+            threading.Thread(target=pipelined_flood, args=(server.port, 20_000, stop))
+            for _ in range(4)
+        ]
+        for flood in floods:
+            flood.start()
+        try:
+            lock_calls_answer(server, project)
+            assert rss_bytes(server) - before < 32 * 2**20
+        finally:
+            stop.set()
+            for flood in floods:
+                flood.join(timeout=30)
+
+    def test_client_that_never_reads_its_answers_is_cut(self, server: ServerProcess) -> None:
+        """A client that pipelines requests for 10 MB of answers and reads none is reset once
+        its answers have waited past the write timeout (0.5 s here), though a request of its
+        own is still being answered (no client deadline runs then)."""
+        with connect(server.port) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            send_quietly(sock, request_bytes("GET", "/openapi.yaml") * 250)
+            wait_for(lambda: reset_by_server(sock), "the server resets the connection")
+        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+        assert "Traceback" not in server.log  # the request it was answering ended quietly
 
 
 class TestSlowClients:

@@ -33,8 +33,13 @@ class Limits:
     # Longer than clients' own idle expiry (httpx: 5 s), so the client, not the server, ends an
     # idle connection and never sends a request into one being closed.
     keepalive_timeout: int = 15
-    # Open connections per process, waiting requests included; past it, new ones get 503.
+    # Open connections per process, waiting requests included; past it, new ones get 503 (a
+    # health probe is still answered, on one of a quarter as many spare seats).
     max_connections: int = 10_000
+    # Connections the kernel may queue for the server to accept (Linux caps it at
+    # net.core.somaxconn). A queue that overflows drops connection attempts, which clients
+    # retry only after 1 s, then 3 s; the server accepts a burst in turns of 32.
+    backlog: int = 4_096
 
     def __attrs_post_init__(self) -> None:
         if self.max_header_bytes < 1024:
@@ -53,6 +58,8 @@ class Limits:
             )
         if self.max_connections < 1:
             raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
+        if not 1 <= self.backlog <= 65_535:
+            raise ValueError(f"the backlog must be 1 to 65535, got {self.backlog}")
 
 
 @attrs.frozen

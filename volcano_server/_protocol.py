@@ -25,8 +25,14 @@ per connection:
   high-water mark, or anything still unsent once the connection is closing) are given
   `write_timeout`; then the connection is aborted. Without it a client that pipelines and never
   reads holds its connection, and the answers, for as long as it likes.
-- A cap on open connections: past `max_connections` a new connection gets 503 and is closed at
-  once, and the admitted ones are served as before.
+- Seats (see `_seats`): past `max_connections` a new connection may still ask for a health
+  probe, which is answered; anything else gets 503, and the admitted ones are served as before.
+  Past the spare seats too, a new connection gets 503 and is closed at once, so the server
+  never runs out of file descriptors (and libuv never closes connections unanswered).
+- Bursts paced (see `_pacing`): new connections are admitted, and client deadlines acted on,
+  `BURST_PER_TURN` per turn of the event loop, so requests under way are not held up behind a
+  burst of thousands. A connection whose first bytes are a health probe's request line is
+  admitted at once.
 - The API's JSON error shape where uvicorn would answer a request it cannot parse with
   plain-text "Invalid HTTP request received.".
 
@@ -66,17 +72,26 @@ from uvicorn.server import ServerState
 from ._accesslog import RequestRecord
 from ._config import Limits
 from ._errors import ApiError
+from ._pacing import Pacer
+from ._seats import Seats
 
-__all__ = ["LimitedProtocol", "Phase", "Policy", "protocol_class"]
+__all__ = ["LimitedProtocol", "Phase", "Policy", "Seat", "protocol_class"]
 
 
 @attrs.frozen
 class Policy:
-    """The limits a protocol class enforces, and whom it tells about what it refused."""
+    """The limits a protocol class enforces, and whom it tells about what it refused.
+
+    `seats` and `pacer` hold the state its connections share (one event loop's worth).
+    """
 
     limits: Limits
     report: Callable[[RequestRecord], None]  # each answer the protocol gives itself
     on_refused: Callable[[], None] = lambda: None  # each connection refused over the cap
+    seats: Seats = attrs.field(
+        default=attrs.Factory(lambda self: Seats(self.limits.max_connections), takes_self=True)
+    )
+    pacer: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))
 
 
 class Phase(enum.Enum):
@@ -88,6 +103,16 @@ class Phase(enum.Enum):
     CLOSING = "closing"  # nothing: the protocol answered and is about to close
 
 
+# New connections admitted, and client deadlines acted on, per turn of the event loop.
+BURST_PER_TURN = 32
+# How long a connection on a spare seat has to send its head (a health probe sends it at once).
+SPARE_SECONDS = 1.0
+# What a connection on a spare seat may ask (method and path, the query string ignored).
+PROBES = frozenset({(b"GET", b"/healthz"), (b"GET", b"/readyz")})
+# How a probe's request line starts (a probe is admitted at once, not in its turn).
+_PROBE_LINES = tuple(
+    method + b" " + path + end for method, path in sorted(PROBES) for end in (b" ", b"?")
+)
 # How long, and how much, a refused connection is drained before it is closed (see above).
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 65_536
@@ -123,6 +148,19 @@ class _Flow(FlowControl):
     def resume_reading(self) -> None:
         if not self._holding:
             super().resume_reading()
+
+
+class Seat(enum.Enum):
+    """What a connection was admitted to (see `_seats`)."""
+
+    SERVING = "serving"  # served as usual
+    SPARE = "spare"  # over the cap: a health probe is answered, anything else gets 503
+    GONE = "gone"  # closed
+
+
+def _path(target: bytes) -> bytes:
+    """The path of a request target, without its query string."""
+    return target.split(b"?", 1)[0]
 
 
 class _Answered(Exception):
@@ -161,19 +199,31 @@ class LimitedProtocol(HttpToolsProtocol):
         self._write_deadline: asyncio.TimerHandle | None = None  # for answers not yet read
         self._unparsed = b""  # arrived, not yet fed to the parser
         self._unanswered: deque[RequestResponseCycle] = deque()  # parsed, in order
+        self._seat: Seat | None = None  # None until admitted
+        self._armed = 0  # counts deadlines armed, so a paced expiry knows it is still due
 
     # uvicorn's connection events
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self._flow = _Flow(transport)
-        if len(self.connections) > self.limits.max_connections:
-            self.policy.on_refused()
-            self._refuse(ApiError.unavailable("the server has too many open connections"))
+        if self.policy.seats.over_budget(len(self.connections)):
+            self._refuse_full(linger=False)  # no seat: its descriptor is given back now
             return
+        self.policy.pacer.submit(self._admit)
+
+    def _admit(self) -> None:
+        """Its turn has come: take a seat, start the client's clock, parse what arrived."""
+        if self._seat is not None or self.transport.is_closing():
+            return  # admitted out of turn, refused, or the client left while it waited
+        self._seat = Seat.SERVING if self.policy.seats.take() else Seat.SPARE
         self._enter(Phase.HEAD)
+        self._parse()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._seat is Seat.SERVING:
+            self.policy.seats.give_back()
+        self._seat = Seat.GONE
         self._disarm()
         self._unwatch_writes()
         self._unparsed = b""
@@ -191,6 +241,12 @@ class LimitedProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         self._unparsed = self._unparsed + data if self._unparsed else data
+        if self._seat is None:
+            if not self._unparsed.startswith(_PROBE_LINES):
+                self._flow.hold(True)  # not admitted yet: parsed in its turn
+                return
+            self._admit()  # a health probe does not wait behind a burst
+            return
         self._parse()
 
     def _parse(self) -> None:
@@ -268,7 +324,12 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self._seat is Seat.SPARE and (self.parser.get_method(), _path(self.url)) not in PROBES:
+            self._refuse_full()
+            raise _Answered  # stops the parser: the request is never run
         super().on_headers_complete()
+        if self._seat is Seat.SPARE:
+            self.cycle.keep_alive = False  # answered, then closed: the seat is only lent
         self._unanswered.append(self.cycle)
         self._head_bytes = 0
         self._enter(Phase.BODY)
@@ -333,8 +394,11 @@ class LimitedProtocol(HttpToolsProtocol):
         self._since = self.loop.time()
         self._disarm()
         timeout = {Phase.HEAD: self.limits.header_timeout, Phase.BODY: self.limits.body_timeout}
+        if self._seat is Seat.SPARE:
+            timeout[Phase.HEAD] = min(SPARE_SECONDS, self.limits.header_timeout)
         if phase in timeout and not self._answering():
-            self._deadline = self.loop.call_at(self._since + timeout[phase], self._expire)
+            self._armed += 1
+            self._deadline = self.loop.call_at(self._since + timeout[phase], self._due, self._armed)
 
     def _answering(self) -> bool:
         """Whether a request that arrived whole is waiting for its answer."""
@@ -347,9 +411,16 @@ class LimitedProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
-    def _expire(self) -> None:
+    def _due(self, armed: int) -> None:
+        self.policy.pacer.submit(lambda: self._expire(armed))
+
+    def _expire(self, armed: int) -> None:
+        if self._deadline is None or armed != self._armed:
+            return  # disarmed or armed again while it waited for its turn
         self._deadline = None
-        if self._phase is Phase.HEAD and self._head_bytes == 0:
+        if self._seat is Seat.SPARE and self._phase is Phase.HEAD:
+            self._refuse_full()  # no probe in time
+        elif self._phase is Phase.HEAD and self._head_bytes == 0:
             self.transport.close()  # nothing was asked: nothing to answer
         elif self._phase is Phase.BODY and self.cycle.response_started:
             self.transport.close()  # answered early (413, say): stop waiting for the rest
@@ -360,8 +431,19 @@ class LimitedProtocol(HttpToolsProtocol):
 
     # answers of the protocol itself
 
-    def _refuse(self, error: ApiError) -> None:
-        """Answer `error` in the API's shape, close the connection and report the request."""
+    def _refuse_full(self, *, linger: bool = True) -> None:
+        """503: no seat for a request of this kind (counted as a refused connection)."""
+        self.policy.on_refused()
+        self._refuse(
+            ApiError.unavailable("the server has too many open connections"), linger=linger
+        )
+
+    def _refuse(self, error: ApiError, *, linger: bool = True) -> None:
+        """Answer `error` in the API's shape, close the connection and report the request.
+
+        Without `linger` it closes at once, at the risk of a reset if the client already
+        sent more (used when the server has no descriptor to spare for it).
+        """
         request_id = str(uuid.uuid4())
         body = error.answer(request_id).body
         lines = [
@@ -378,7 +460,12 @@ class LimitedProtocol(HttpToolsProtocol):
         method = self.scope["method"] if known else "-"
         path = self.scope["raw_path"].decode("latin-1") if known else "-"
         self.transport.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
-        self._linger()
+        if linger:
+            self._linger()
+        else:
+            self._disarm()
+            self._phase = Phase.CLOSING
+            self._close()
         self.policy.report(RequestRecord(method, path, error.status, request_id, "none", None))
 
     def _linger(self) -> None:

@@ -12,6 +12,7 @@ import logging
 import resource
 import socket
 import ssl
+from pathlib import Path
 
 import attrs
 import uvicorn
@@ -25,14 +26,12 @@ from ._app import create_app
 from ._config import ServerConfig
 from ._metrics import Metrics
 from ._protocol import LimitedProtocol, Policy, protocol_class
+from ._seats import Seats, files_needed, max_connections_within
 from .storage import Storage, redact_url
 
 __all__ = ["Listeners", "StartupError", "raise_open_files_limit", "serve", "uvicorn_config"]
 
 log = logging.getLogger("volcano_server")
-
-# Files a process needs besides client connections: database connections, logs, the listeners.
-_RESERVED_FILES = 256
 
 
 class StartupError(Exception):
@@ -61,6 +60,7 @@ def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -
         app,
         host=listeners.host,
         port=listeners.port,
+        backlog=limits.backlog,
         http=protocol_class(policy),
         ws="none",
         ssl_certfile=listeners.ssl_certfile,
@@ -113,6 +113,7 @@ class Server(uvicorn.Server):
             lambda: http(config=config, server_state=self.server_state, app_state={}),
             host=self._listeners.metrics_host,
             port=self._listeners.metrics_port,
+            backlog=self.config.backlog,
         )
         self.servers.append(server)
         return server
@@ -161,10 +162,15 @@ def serve(config: ServerConfig, storage: Storage, listeners: Listeners) -> int:
 
 
 def _fit_open_files(config: ServerConfig) -> ServerConfig:
-    """Raise the open-files limit for the connection cap, or lower the cap to fit the limit."""
+    """Raise the open-files limit for the connection cap, or lower the cap to fit the limit.
+
+    The limit must hold every connection the server keeps, spare seats and a full accept queue
+    included (see `_seats`), so that it can always answer 503 rather than run out.
+    """
     limits = config.limits
-    files = raise_open_files_limit(limits.max_connections + _RESERVED_FILES)
-    cap = min(limits.max_connections, max(files - _RESERVED_FILES, 1))
+    files = raise_open_files_limit(files_needed(limits.max_connections, limits.backlog))
+    backlog = min(limits.backlog, files // 4)
+    cap = min(limits.max_connections, max_connections_within(files, backlog))
     if cap < limits.max_connections:
         log.warning(
             "the open-files limit is %d: serving at most %d connections, not %d"
@@ -173,6 +179,21 @@ def _fit_open_files(config: ServerConfig) -> ServerConfig:
             cap,
             limits.max_connections,
         )
-        config = attrs.evolve(config, limits=attrs.evolve(limits, max_connections=cap))
-    log.info("open-files limit %d; at most %d connections", files, cap)
-    return config
+    limits = attrs.evolve(limits, max_connections=cap, backlog=backlog)
+    log.info(
+        "open-files limit %d; at most %d connections (and %d spare for health probes);"
+        " accept queue %d",
+        files,
+        cap,
+        Seats(cap).spare,
+        _accept_queue(backlog),
+    )
+    return attrs.evolve(config, limits=limits)
+
+
+def _accept_queue(backlog: int) -> int:
+    """The accept queue the kernel grants for `backlog` (Linux caps it at somaxconn)."""
+    try:
+        return min(backlog, int(Path("/proc/sys/net/core/somaxconn").read_text()))
+    except (OSError, ValueError):
+        return backlog

@@ -199,6 +199,7 @@ def _add_limit_options(serve: argparse.ArgumentParser) -> None:
         ("--write-timeout", _positive_float, "SECONDS", "to read answers sent; then closed"),
         ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
         ("--max-connections", _positive_int, "N", "open connections; more get 503"),
+        ("--backlog", _positive_int, "N", "connections queued to be accepted"),
     ):
         serve.add_argument(
             flag,
@@ -296,6 +297,7 @@ def _serve(args: argparse.Namespace) -> int:
                 write_timeout=args.write_timeout,
                 keepalive_timeout=args.keepalive_timeout,
                 max_connections=args.max_connections,
+                backlog=args.backlog,
             ),
         )
     except ValueError as exc:

@@ -9,7 +9,9 @@ import contextlib
 import json
 import re
 import select
+import shutil
 import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import pytest
 
 from tests.support.raw import new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
-from tests.support.sockets import connect, read_reply, request_bytes, send_quietly
+from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
 
 pytestmark = pytest.mark.slow
 
@@ -287,7 +289,9 @@ class TestConnectionCap:
     def test_past_the_cap_new_connections_get_503_and_admitted_ones_are_served(
         self, database: str
     ) -> None:
-        """With 20 connections open, the 21st gets 503 at once; the 20 are still served."""
+        """With 20 connections open, the 21st gets 503 (within a second, though it sends
+        nothing: it had a spare seat's second to ask for a health probe); the 20 are still
+        served."""
         with ServerProcess(database, "--max-connections", "20") as server:
             with contextlib.ExitStack() as held:
                 admitted = [held.enter_context(connect(server.port)) for _ in range(20)]
@@ -309,6 +313,60 @@ class TestConnectionCap:
             wait_for(healthy, "the server admits connections again once some close")
         assert "open-files limit" in server.log
         assert "at most 20 connections" in server.log
+
+    def test_over_the_cap_health_probes_are_answered(self, database: str, project: Project) -> None:
+        """With the 20 connections of the cap open, GET /healthz and /readyz on new connections
+        are answered 200 and closed, so a supervisor sees a full server as alive; any other
+        request over the cap gets 503."""
+        with (
+            ServerProcess(database, "--max-connections", "20") as server,
+            contextlib.ExitStack() as held,
+        ):
+            for _ in range(20):
+                held.enter_context(connect(server.port))
+            probes = []
+            for path in ("/healthz", "/readyz"):
+                with connect(server.port) as sock:
+                    sock.sendall(request_bytes("GET", path))
+                    probes.append(read_reply(sock))
+            with connect(server.port) as sock:
+                sock.sendall(request_bytes("GET", "/v1/locks/k", [*project.headers().items()]))
+                refused = read_reply(sock)
+        assert [probe.status for probe in probes] == [200, 200]
+        assert all(probe.headers["connection"] == "close" and probe.closed for probe in probes)
+        assert refused.status == 503
+        assert refused.json()["error"]["code"] == "unavailable"
+
+    def test_burst_past_every_seat_gets_503_never_silence(self, database: str) -> None:
+        """With open files limited to 600 and the cap of 100 held, a burst of 600 connections
+        that keep their sockets open each get a 503 answer; none is closed without one (libuv
+        closes pending connections unanswered once descriptors run out)."""
+        if shutil.which("prlimit") is None:
+            pytest.skip("needs prlimit (util-linux) to lower the server's open-files limit")
+        limit = ["prlimit", "--nofile=600:600", "--"]
+        options = ("--max-connections", "100", "--header-timeout", "30", "--no-access-log")
+        with (
+            ServerProcess(database, *options, prefix=limit) as server,
+            contextlib.ExitStack() as held,
+        ):
+            for _ in range(100):
+                held.enter_context(connect(server.port))
+            outcomes = burst(server.port, 600, request_bytes("GET", "/v1/locks/k"))
+        assert outcomes == {"503": 600}
+
+    def test_backlog_is_the_listening_sockets_accept_queue(self, database: str) -> None:
+        """--backlog sets the kernel's accept queue of the listening socket."""
+        if shutil.which("ss") is None:
+            pytest.skip("needs ss (iproute2) to read a listening socket's queue")
+        with ServerProcess(database, "--backlog", "77") as server:
+            listing = subprocess.run(
+                ["ss", "-Hltn", f"sport = :{server.port}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        assert listing.split()[:3] == ["LISTEN", "0", "77"]
+        assert "accept queue 77" in server.log
 
     def test_slowloris_and_huge_heads_at_once_leave_lock_calls_answering(
         self, database: str, project: Project

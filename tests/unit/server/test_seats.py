@@ -1,0 +1,54 @@
+"""Connection seats and the open-files budget they need."""
+
+from __future__ import annotations
+
+import pytest
+
+from volcano_server._seats import RESERVED_FILES, Seats, files_needed, max_connections_within
+
+
+class TestSeats:
+    def test_serving_seats_then_spare_ones_then_none(self) -> None:
+        """100 serving seats are taken, then 25 spare ones are left; past both the budget is
+        spent."""
+        seats = Seats(100)
+        assert all(seats.take() for _ in range(100))
+        assert not seats.take()
+        assert seats.spare == 25
+        assert not seats.over_budget(125)
+        assert seats.over_budget(126)
+
+    def test_a_seat_given_back_is_taken_again(self) -> None:
+        """A closed connection's serving seat goes to the next one."""
+        seats = Seats(1)
+        assert seats.take()
+        seats.give_back()
+        assert seats.take()
+        assert seats.taken == 1
+
+    def test_small_servers_keep_a_few_spare_seats(self) -> None:
+        """Even 4 serving seats come with 16 spare ones, for health probes."""
+        assert Seats(4).spare == 16
+
+    def test_at_least_one_seat(self) -> None:
+        """A server with no seat is refused."""
+        with pytest.raises(ValueError, match="at least one"):
+            Seats(0)
+
+
+class TestFilesBudget:
+    def test_budget_holds_every_kind_of_connection(self) -> None:
+        """Serving and spare seats, a full accept queue and the reserve all fit."""
+        assert files_needed(10_000, 4_096) == 10_000 + 2_500 + 4_096 + RESERVED_FILES
+
+    @pytest.mark.parametrize("files", [600, 1_024, 10_256, 65_536])
+    @pytest.mark.parametrize("backlog", [128, 4_096])
+    def test_the_cap_fitted_to_a_limit_is_the_largest_that_fits(
+        self, files: int, backlog: int
+    ) -> None:
+        """The cap found for an open-files limit fits it, and one more would not."""
+        cap = max_connections_within(files, backlog)
+        if files_needed(1, backlog) > files:
+            assert cap == 1
+        else:
+            assert files_needed(cap, backlog) <= files < files_needed(cap + 1, backlog)

@@ -73,6 +73,11 @@ class ServerConfig:
     max_body_bytes: int = 16_384
     # Requests per second per project (per server process); None disables the limit.
     rate_limit: float | None = None
+    # What one project may hold open at once in one process (more gets 429): waiting acquires,
+    # each holding a connection for up to a minute (keep it well below the connection cap), and
+    # other requests in flight, each holding a worker thread or a database connection.
+    max_waiters_per_project: int = 1_000
+    max_requests_per_project: int = 256
     # Stored outcomes past their retention are deleted in batches this often.
     purge_interval_seconds: float = 5.0
     purge_batch: int = 5_000
@@ -97,6 +102,11 @@ class ServerConfig:
             raise ValueError(
                 f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
             )
+        for name in ("max_waiters_per_project", "max_requests_per_project"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")
         if self.sqlite_synchronous not in ("full", "normal"):

@@ -126,6 +126,17 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def over_share(cls, what: str, limit: int) -> ApiError:
+        """429: the project already holds its share of this server (waiters, requests)."""
+        return cls(
+            429,
+            "rate_limited",
+            f"this project has {limit} {what} open on this server, the most one project may;"
+            " retry later",
+            retry_after=1,
+        )
+
+    @classmethod
     def unavailable(cls, message: str, retry_after: int = 1) -> ApiError:
         """503: storage cannot be reached or locked right now."""
         return cls(503, "unavailable", message, retry_after=retry_after)

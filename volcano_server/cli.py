@@ -139,6 +139,22 @@ def _parser() -> argparse.ArgumentParser:
         help="requests per second per project and process (default: unlimited)",
     )
     serve.add_argument(
+        "--max-waiters-per-project",
+        type=_positive_int,
+        default=1_000,
+        metavar="N",
+        help="waiting acquires one project may hold open in this process; more get 429"
+        " (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-requests-per-project",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="other requests one project may have in flight in this process; more get 429"
+        " (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-wait",
         type=_positive_float,
         default=60.0,
@@ -286,6 +302,8 @@ def _serve(args: argparse.Namespace) -> int:
             database_url=url,
             retention_seconds=args.retention,
             rate_limit=args.rate_limit,
+            max_waiters_per_project=args.max_waiters_per_project,
+            max_requests_per_project=args.max_requests_per_project,
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),

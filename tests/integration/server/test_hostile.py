@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.raw import new_id, wait_for
+from tests.support.raw import Locks, Waiter, new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
 from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
 
@@ -390,6 +390,32 @@ class TestConnectionCap:
                 stop.set()
                 for sender in senders:
                     sender.join(timeout=30)
+
+
+class TestOneProjectsShare:
+    def test_one_projects_waiters_leave_room_for_everyone_else(self, database: str) -> None:
+        """One project opening as many waiting acquires as the server has connections gets
+        10 in line and 429 (with Retry-After) for the rest; another project's lock calls and
+        the health probes, on new connections, are served meanwhile."""
+        greedy, other = create_project(database, "greedy"), create_project(database, "other")
+        options = ("--max-connections", "40", "--max-waiters-per-project", "10")
+        with ServerProcess(database, "--no-access-log", *options) as server:
+            key = f"contested-{uuid.uuid4().hex[:8]}"
+            with httpx.Client(base_url=server.url, headers=greedy.headers(), timeout=5) as http:
+                assert Locks(http).acquire(key, new_id(), ttl=60).status_code == 200
+            waiters = [
+                Waiter(httpx.Client(base_url=server.url, headers=greedy.headers(), timeout=30), key)
+                for _ in range(40)
+            ]
+
+            def refused() -> list[httpx.Response]:
+                answers = [w.response for w in waiters if w.response is not None]
+                return [a for a in answers if a.status_code == 429]
+
+            wait_for(lambda: len(refused()) == 30, "30 of the greedy project's waits refused")
+            lock_calls_answer(server, other)
+        assert all(a.headers["retry-after"] == "1" for a in refused())
+        assert "10 waiting acquires" in refused()[0].json()["error"]["message"]
 
 
 class TestAccessLog:

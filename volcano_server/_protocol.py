@@ -207,7 +207,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self._flow = _Flow(transport)
-        if self.policy.seats.over_budget(len(self.connections)):
+        if not self.policy.seats.arrive():
             self._refuse_full(linger=False)  # no seat: its descriptor is given back now
             return
         self.policy.pacer.submit(self._admit)
@@ -221,8 +221,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._parse()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._seat is Seat.SERVING:
-            self.policy.seats.give_back()
+        self.policy.seats.leave(serving=self._seat is Seat.SERVING)
         self._seat = Seat.GONE
         self._disarm()
         self._unwatch_writes()

@@ -13,15 +13,27 @@ connection too. So the server budgets descriptors for every kind of connection i
 - beyond both: 503 at once, and the connection is closed at once;
 
 plus a full accept queue (`backlog`: libuv may accept that many before the server sees any of
-them) and `RESERVED_FILES` for everything else the process opens.
+them), the private listener's own seats and queue, and `RESERVED_FILES` for everything else
+the process opens.
 """
 
 from __future__ import annotations
 
-__all__ = ["RESERVED_FILES", "Seats", "files_needed", "max_connections_within"]
+__all__ = [
+    "PRIVATE_BACKLOG",
+    "PRIVATE_SEATS",
+    "RESERVED_FILES",
+    "Seats",
+    "files_needed",
+    "max_connections_within",
+]
 
 # Files a process needs besides client connections: database connections, logs, the listeners.
 RESERVED_FILES = 256
+# The private listener (--metrics-port: metrics and health probes) has seats and a queue of its
+# own, so no flood on the public port can take them.
+PRIVATE_SEATS = 16
+PRIVATE_BACKLOG = 64
 # Spare seats are a quarter of the serving ones, and never fewer than this.
 _MIN_SPARE = 16
 
@@ -32,12 +44,13 @@ def _spare(serving: int) -> int:
 
 def files_needed(max_connections: int, backlog: int) -> int:
     """The open-files limit a server with these limits needs, whatever clients do."""
-    return max_connections + _spare(max_connections) + backlog + RESERVED_FILES
+    private = PRIVATE_SEATS + _spare(PRIVATE_SEATS) + PRIVATE_BACKLOG
+    return max_connections + _spare(max_connections) + backlog + private + RESERVED_FILES
 
 
 def max_connections_within(files: int, backlog: int) -> int:
     """The most serving seats an open-files limit of `files` leaves room for (at least 1)."""
-    room = files - backlog - RESERVED_FILES  # for serving and spare seats
+    room = files - files_needed(0, backlog) + _MIN_SPARE  # for serving and spare seats
     serving = max(1, room * 4 // 5 if room >= 5 * _MIN_SPARE else room - _MIN_SPARE)
     while files_needed(serving + 1, backlog) <= files:  # rounding left a seat or two
         serving += 1
@@ -45,23 +58,25 @@ def max_connections_within(files: int, backlog: int) -> int:
 
 
 class Seats:
-    """The serving and spare seats of one server process, and how many are taken."""
+    """The serving and spare seats of one listener, and the connections it holds now."""
 
     def __init__(self, serving: int) -> None:
         if serving < 1:
             raise ValueError(f"a server needs at least one seat, got {serving}")
         self.serving = serving
         self.spare = _spare(serving)
-        self._taken = 0
+        self._open = 0  # connections open, whatever their seat
+        self._taken = 0  # serving seats taken
 
     @property
     def taken(self) -> int:
         """Serving seats taken now."""
         return self._taken
 
-    def over_budget(self, open_connections: int) -> bool:
-        """Whether `open_connections` (this one included) leave no seat of either kind."""
-        return open_connections > self.serving + self.spare
+    def arrive(self) -> bool:
+        """Count a new connection; False when no seat of either kind is left for it."""
+        self._open += 1
+        return self._open <= self.serving + self.spare
 
     def take(self) -> bool:
         """Take a serving seat if one is free; False means the connection gets a spare one."""
@@ -70,6 +85,8 @@ class Seats:
         self._taken += 1
         return True
 
-    def give_back(self) -> None:
-        """A connection that held a serving seat has closed."""
-        self._taken -= 1
+    def leave(self, *, serving: bool) -> None:
+        """A connection has closed (`serving`: it held a serving seat)."""
+        self._open -= 1
+        if serving:
+            self._taken -= 1

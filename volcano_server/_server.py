@@ -1,8 +1,10 @@
-"""Running the app under uvicorn: bounded connections, TLS, a private metrics listener, SIGTERM.
+"""Running the app under uvicorn: bounded connections, TLS, a private listener, SIGTERM.
 
 One uvicorn server, one event loop. The API listens on `host:port` (with TLS when given a
-certificate); the metrics listener, when asked for, on its own plain-HTTP socket in the same
-loop, with the same per-connection limits (`_protocol`).
+certificate); the private listener, when asked for, on its own plain-HTTP socket in the same
+loop: metrics, and `/healthz` and `/readyz` for supervisors and load balancers, with the same
+per-connection limits (`_protocol`) but seats and an accept queue of its own, so that no flood
+of the public port, and no cap of it, keeps a probe waiting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import resource
 import socket
 import ssl
+import uuid
 from pathlib import Path
 
 import attrs
@@ -26,7 +29,9 @@ from ._app import create_app
 from ._config import ServerConfig
 from ._metrics import Metrics
 from ._protocol import LimitedProtocol, Policy, protocol_class
-from ._seats import Seats, files_needed, max_connections_within
+from ._readiness import readiness_endpoint
+from ._seats import PRIVATE_BACKLOG, PRIVATE_SEATS, Seats, files_needed, max_connections_within
+from ._wire import dumps
 from .storage import Storage, redact_url
 
 __all__ = ["Listeners", "StartupError", "raise_open_files_limit", "serve", "uvicorn_config"]
@@ -100,20 +105,36 @@ class Server(uvicorn.Server):
         )
 
     async def _start_metrics_listener(self) -> asyncio.Server:
+        """The private listener: metrics, and the health probes on seats of their own."""
         registry = self._metrics.registry
+        app_state = self.config.app.state  # type: ignore[union-attr]
 
         async def scrape(_request: Request) -> Response:
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-        app = Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
+        async def healthz(_request: Request) -> Response:
+            headers = {"x-request-id": str(uuid.uuid4()), "cache-control": "no-store"}
+            return Response(dumps({"status": "ok"}), 200, headers, "application/json")
+
+        app = Starlette(
+            routes=[
+                Route("/metrics", scrape, methods=["GET"]),
+                Route("/healthz", healthz, methods=["GET"]),
+                Route(
+                    "/readyz", readiness_endpoint(app_state.storage, self._metrics), methods=["GET"]
+                ),
+            ]
+        )
         config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
         config.load()
-        http: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        public: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        limits = attrs.evolve(public.policy.limits, max_connections=PRIVATE_SEATS)
+        http = protocol_class(Policy(limits, public.policy.report, public.policy.on_refused))
         server = await asyncio.get_running_loop().create_server(
             lambda: http(config=config, server_state=self.server_state, app_state={}),
             host=self._listeners.metrics_host,
             port=self._listeners.metrics_port,
-            backlog=self.config.backlog,
+            backlog=PRIVATE_BACKLOG,
         )
         self.servers.append(server)
         return server

@@ -27,6 +27,7 @@ from tests.support.sockets import burst, connect, read_reply, request_bytes, sen
 pytestmark = pytest.mark.slow
 
 MAX_HEAD = 8192
+PROBE_PATHS = ("/healthz", "/readyz")
 # How every line the server writes begins (a forged line would not).
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) [\w.]+: ")
 QUICK = (
@@ -336,6 +337,25 @@ class TestConnectionCap:
         assert all(probe.headers["connection"] == "close" and probe.closed for probe in probes)
         assert refused.status == 503
         assert refused.json()["error"]["code"] == "unavailable"
+
+    def test_the_private_listener_answers_probes_whatever_the_public_port_holds(
+        self, database: str
+    ) -> None:
+        """With every public seat taken (the cap of 20 and its 16 spare seats, held by silent
+        connections), GET /healthz and /readyz on the private listener (--metrics-port) are
+        answered 200: it has seats of its own."""
+        options = ("--max-connections", "20", "--header-timeout", "30", "--metrics-port", "0")
+        with ServerProcess(database, *options) as server, contextlib.ExitStack() as held:
+            match = re.search(r"metrics on (http://\S+)/metrics", server.log)
+            assert match is not None, server.log
+            for _ in range(36):
+                held.enter_context(connect(server.port))
+            with connect(server.port) as sock:
+                public = read_reply(sock)
+            private = [httpx.get(match.group(1) + path, timeout=5) for path in PROBE_PATHS]
+        assert public.status == 503  # over every public seat: refused at once
+        assert [probe.status_code for probe in private] == [200, 200]
+        assert private[0].json() == {"status": "ok"}
 
     def test_burst_past_every_seat_gets_503_never_silence(self, database: str) -> None:
         """With open files limited to 600 and the cap of 100 held, a burst of 600 connections

@@ -4,27 +4,43 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_server._seats import RESERVED_FILES, Seats, files_needed, max_connections_within
+from volcano_server._seats import (
+    PRIVATE_BACKLOG,
+    PRIVATE_SEATS,
+    RESERVED_FILES,
+    Seats,
+    files_needed,
+    max_connections_within,
+)
 
 
 class TestSeats:
     def test_serving_seats_then_spare_ones_then_none(self) -> None:
-        """100 serving seats are taken, then 25 spare ones are left; past both the budget is
-        spent."""
+        """100 connections take the serving seats, 25 more get spare ones, and the next one
+        finds no seat at all."""
         seats = Seats(100)
-        assert all(seats.take() for _ in range(100))
-        assert not seats.take()
-        assert seats.spare == 25
-        assert not seats.over_budget(125)
-        assert seats.over_budget(126)
+        assert all(seats.arrive() and seats.take() for _ in range(100))
+        assert all(seats.arrive() and not seats.take() for _ in range(25))
+        assert not seats.arrive()
 
-    def test_a_seat_given_back_is_taken_again(self) -> None:
-        """A closed connection's serving seat goes to the next one."""
+    def test_seats_are_given_back_when_connections_close(self) -> None:
+        """A closed connection's seat goes to the next one; one refused for want of a seat
+        holds none, but counts until it has closed."""
         seats = Seats(1)
+        assert seats.arrive()
         assert seats.take()
-        seats.give_back()
+        seats.leave(serving=True)
+        assert seats.arrive()
         assert seats.take()
         assert seats.taken == 1
+        for _ in range(16):
+            assert seats.arrive()
+        assert not seats.arrive()
+        seats.leave(serving=False)
+        assert not seats.arrive()  # the one refused has not closed yet
+        seats.leave(serving=False)
+        seats.leave(serving=False)
+        assert seats.arrive()
 
     def test_small_servers_keep_a_few_spare_seats(self) -> None:
         """Even 4 serving seats come with 16 spare ones, for health probes."""
@@ -38,8 +54,10 @@ class TestSeats:
 
 class TestFilesBudget:
     def test_budget_holds_every_kind_of_connection(self) -> None:
-        """Serving and spare seats, a full accept queue and the reserve all fit."""
-        assert files_needed(10_000, 4_096) == 10_000 + 2_500 + 4_096 + RESERVED_FILES
+        """Serving and spare seats, a full accept queue, the private listener's seats and queue
+        and the reserve all fit."""
+        private = PRIVATE_SEATS + 16 + PRIVATE_BACKLOG
+        assert files_needed(10_000, 4_096) == 10_000 + 2_500 + 4_096 + private + RESERVED_FILES
 
     @pytest.mark.parametrize("files", [600, 1_024, 10_256, 65_536])
     @pytest.mark.parametrize("backlog", [128, 4_096])

@@ -7,16 +7,19 @@ limits (`volcano-server serve`, run from this checkout, and from `CHECKOUT` too 
 the code before a change made with `git worktree add --detach` or `git archive`) serves
 `--clients` threads cycling acquire, renew, get, release and GET /healthz, each on its own
 kept-alive connection, while a prober asks GET /healthz on a new connection every 100 ms (what a
-supervisor does) and an attacker process runs the attack. The clients connect before the
-attack starts (as a service's pooled clients would), and are measured from a few seconds into
-it.
+supervisor does), on the API's port and on the private listener (`--metrics-port`), and an
+attacker process runs the attack. The clients connect before the attack starts (as a service's
+pooled clients would), except one that connects anew for every cycle, and are measured from a
+few seconds into it.
 
 Reported per run: the clients' requests, errors and latency (p50, p99, max), their /healthz
-p99, the prober's p99 and failed probes (no answer, or not 200), the server's memory (RSS at the
-start, at its peak and at the end) and the attack's own counts. B6 runs its server with the
-open-files hard limit at 10,256 (what `--max-connections` 10,000 asked for before issue 20), so
-descriptors can run out. Prints a Markdown table, writes bench/results/soak.json. Everything
-stays on loopback and stops by itself; not part of CI (about a minute per attack and checkout).
+p99, the probes' p99 and failures (no answer, or not 200) on each port, the server's memory (RSS
+at the start, at its peak and at the end), the connections the kernel dropped for a full
+accept queue (a system-wide counter), the load average and the attack's own counts. B6 runs
+its server with the open-files hard limit at 10,256 (what `--max-connections` 10,000 asked for
+before issue 20), so descriptors can run out. Prints a Markdown table and writes
+bench/results/soak.json. Everything stays on loopback and stops by itself; not part of CI
+(about a minute per attack and checkout).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -99,19 +103,25 @@ class Clients:
         return Latencies.of(self.latencies, len(self.errors)), health, sorted(set(self.errors))
 
     def _run(self, n: int) -> None:
+        """Client 0 connects anew for every cycle; the others keep one connection."""
         key = f"soak-{n}-{uuid.uuid4().hex[:6]}"
-        with httpx.Client(base_url=self._url, headers=self._keys.headers(), timeout=30) as http:
-            while not self._stop.is_set():
-                owner = str(uuid.uuid4())
-                body = {"owner_token": owner, "ttl_seconds": 30}
-                lease = self._timed(http, "POST", f"/v1/locks/{key}/acquire", 200, json=body)
-                if lease is not None and lease.status_code == 200:
-                    held = {"owner_token": owner, "fencing_token": lease.json()["fencing_token"]}
-                    renewal = {**held, "ttl_seconds": 30}
-                    self._timed(http, "POST", f"/v1/locks/{key}/renew", 200, json=renewal)
-                    self._timed(http, "GET", f"/v1/locks/{key}", 200)
-                    self._timed(http, "POST", f"/v1/locks/{key}/release", 204, json=held)
-                self._timed(http, "GET", "/healthz", 200)
+        while not self._stop.is_set():
+            with httpx.Client(base_url=self._url, headers=self._keys.headers(), timeout=30) as http:
+                self._cycle(http, key)
+                while n and not self._stop.is_set():
+                    self._cycle(http, key)
+
+    def _cycle(self, http: httpx.Client, key: str) -> None:
+        owner = str(uuid.uuid4())
+        body = {"owner_token": owner, "ttl_seconds": 30}
+        lease = self._timed(http, "POST", f"/v1/locks/{key}/acquire", 200, json=body)
+        if lease is not None and lease.status_code == 200:
+            held = {"owner_token": owner, "fencing_token": lease.json()["fencing_token"]}
+            renewal = {**held, "ttl_seconds": 30}
+            self._timed(http, "POST", f"/v1/locks/{key}/renew", 200, json=renewal)
+            self._timed(http, "GET", f"/v1/locks/{key}", 200)
+            self._timed(http, "POST", f"/v1/locks/{key}/release", 204, json=held)
+        self._timed(http, "GET", "/healthz", 200)
 
     def _timed(
         self, http: httpx.Client, method: str, path: str, expect: int, **kw: Any
@@ -134,35 +144,38 @@ class Clients:
 
 
 class Prober:
-    """GET /healthz on a new connection every 100 ms, as a supervisor would."""
+    """GET /healthz on a new connection every 100 ms, as a supervisor would, on each port."""
 
-    def __init__(self, port: int) -> None:
-        self._port = port
+    def __init__(self, *ports: int) -> None:
+        self._ports = ports
         self._stop = threading.Event()
-        self._seconds: list[float] = []
-        self._failed = 0
-        self._thread = threading.Thread(target=self._run)
+        self._seconds: dict[int, list[float]] = {port: [] for port in ports}
+        self._failed = dict.fromkeys(ports, 0)
+        self._threads = [threading.Thread(target=self._run, args=(port,)) for port in ports]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
-    def stop(self) -> Latencies:
+    def stop(self) -> list[Latencies]:
+        """The probes' latencies, port by port."""
         self._stop.set()
-        self._thread.join()
-        return Latencies.of(self._seconds, self._failed)
+        for thread in self._threads:
+            thread.join()
+        return [Latencies.of(self._seconds[port], self._failed[port]) for port in self._ports]
 
-    def _run(self) -> None:
+    def _run(self, port: int) -> None:
         request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         while not self._stop.wait(0.1):
             started = time.perf_counter()
             try:
-                with socket.create_connection(("127.0.0.1", self._port), timeout=10) as sock:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                     sock.sendall(request)
                     ok = sock.recv(64).startswith(b"HTTP/1.1 200")
             except OSError:
                 ok = False
-            self._seconds.append(time.perf_counter() - started)
-            self._failed += not ok
+            self._seconds[port].append(time.perf_counter() - started)
+            self._failed[port] += not ok
 
 
 class Memory:
@@ -206,7 +219,8 @@ def fresh_server(checkout: Path, attack: str | None) -> Iterator[tuple[ServerPro
         url = f"sqlite:///{Path(directory) / 'soak.db'}"
         clients, attacker = make_keys(url), make_keys(url)
         prefix = PREFIX.get(attack or "", ())
-        server = ServerProcess(url, "--no-access-log", cwd=checkout, prefix=prefix)
+        options = ("--no-access-log", "--metrics-port", "0")
+        server = ServerProcess(url, *options, cwd=checkout, prefix=prefix)
         server.start()
         try:
             yield server, clients, attacker
@@ -214,8 +228,18 @@ def fresh_server(checkout: Path, attack: str | None) -> Iterator[tuple[ServerPro
             server.kill()
 
 
+def listen_overflows() -> int:
+    """Connections the kernel dropped so far because an accept queue was full (all sockets)."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split(), strict=True))["ListenOverflows"])
+    return 0
+
+
 def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> dict[str, Any]:
     """One run: the clients and the prober for `seconds`, beside `attack` (or none)."""
+    overflows = listen_overflows()
     with fresh_server(checkout, attack) as (server, keys, attacker_keys):
         assert server.process is not None
         memory = Memory(server.process.pid)
@@ -232,11 +256,13 @@ def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> di
             attacker.start()
             time.sleep(warm_up)
         load.measure()
-        prober = Prober(server.port)
+        private = re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log)
+        assert private is not None, server.log
+        prober = Prober(server.port, int(private.group(1)))
         prober.start()
         time.sleep(seconds)
         requests, healthz, errors = load.stop()
-        probes = prober.stop()
+        probes, private_probes = prober.stop()
         attack_counts = {}
         if attacker is not None:
             attack_counts = counts.get(timeout=120)
@@ -248,8 +274,10 @@ def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> di
             "error_kinds": errors,
             "healthz": attrs.asdict(healthz),
             "probes": attrs.asdict(probes),
+            "private_probes": attrs.asdict(private_probes),
             "rss_mb": memory.stop(),
             "attack_counts": attack_counts,
+            "accept_queue_overflows": listen_overflows() - overflows,
             "load": round(os.getloadavg()[0], 1),
         }
 
@@ -257,17 +285,21 @@ def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> di
 def table(runs: list[dict[str, Any]], names: dict[str, str]) -> str:
     """The runs as a Markdown table."""
     head = (
-        "| attack | code | client requests | errors | p99 | /healthz p99 | probe p99 (max)"
-        " | probes failed | RSS MB start / peak / end |"
+        "| attack | code | client requests | errors | p99 | /healthz p99 | probe p99 (max),"
+        " failed | private probe p99, failed | RSS MB start / peak / end | accept queue"
+        " overflows | load |"
     )
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
-        requests, probes, rss = run["requests"], run["probes"], run["rss_mb"]
+        requests, rss = run["requests"], run["rss_mb"]
+        probes, private = run["probes"], run["private_probes"]
         lines.append(
             f"| {run['attack']} | {names[run['checkout']]} | {requests['count']:,}"
-            f" | {requests['failed']} | {requests['p99']} ms | {run['healthz']['p99']} ms"
-            f" | {probes['p99']} ms ({probes['max']:,.0f}) | {probes['failed']} of"
-            f" {probes['count']} | {rss['start']} / {rss['peak']} / {rss['end']} |"
+            f" | {requests['failed']} | {requests['p99']:,} ms | {run['healthz']['p99']:,} ms"
+            f" | {probes['p99']:,} ms ({probes['max']:,.0f}), {probes['failed']} of"
+            f" {probes['count']} | {private['p99']:,} ms, {private['failed']} of"
+            f" {private['count']} | {rss['start']} / {rss['peak']} / {rss['end']}"
+            f" | {run['accept_queue_overflows']:,} | {run['load']} |"
         )
     return "\n".join(lines)
 

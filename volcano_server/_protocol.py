@@ -43,12 +43,12 @@ and the reset often destroys the answer before the client reads it; a client tha
 past the cap is reset all the same (it is not listening).
 
 It relies on these uvicorn internals (0.54), each pinned by tests/integration/server/
-test_protocol.py: the parser callbacks `on_message_begin`, `on_headers_complete` and
-`on_message_complete`; `on_header`; `on_response_complete`; `send_400_response`;
-`timeout_keep_alive_handler`; `self.cycle` (its `response_complete`, `response_started`,
-`more_body`, `disconnected` and `message_event`), `self.pipeline`, `self.connections`;
-`self.flow` (a `FlowControl` made in `connection_made`, replaced here by a subclass); and the
-constructor's keyword arguments.
+test_protocol.py or test_hostile.py: the parser callbacks `on_message_begin`, `on_header`,
+`on_headers_complete` and `on_message_complete`; `on_response_complete`; `send_400_response`;
+`timeout_keep_alive_handler`; `self.url` and `self.parser` before the headers are complete;
+`self.cycle` (its `response_complete`, `response_started`, `more_body`, `keep_alive`,
+`disconnected` and `message_event`), `self.pipeline`; `self.flow` (a `FlowControl` made in
+`connection_made`, replaced here by a subclass); and the constructor's keyword arguments.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ from ._accesslog import RequestRecord
 from ._config import Limits
 from ._errors import ApiError
 from ._pacing import Pacer
-from ._seats import Seats
+from ._seats import Arrival, Seats
 
 __all__ = ["LimitedProtocol", "Phase", "Policy", "Seat", "protocol_class"]
 
@@ -89,7 +89,9 @@ class Policy:
     report: Callable[[RequestRecord], None]  # each answer the protocol gives itself
     on_refused: Callable[[], None] = lambda: None  # each connection refused over the cap
     seats: Seats = attrs.field(
-        default=attrs.Factory(lambda self: Seats(self.limits.max_connections), takes_self=True)
+        default=attrs.Factory(
+            lambda self: Seats(self.limits.max_connections, self.limits.backlog), takes_self=True
+        )
     )
     pacer: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))
 
@@ -116,6 +118,8 @@ _PROBE_LINES = tuple(
 # How long, and how much, a refused connection is drained before it is closed (see above).
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 65_536
+# How long a connection refused for want of a seat waits for its request to be read.
+BRIEF_SECONDS = 0.25
 # Requests parsed and queued behind the running one: no piece is fed once there are this many
 # (one piece may add up to four, so at most seven are ever queued).
 MAX_PIPELINED = 4
@@ -148,6 +152,14 @@ class _Flow(FlowControl):
     def resume_reading(self) -> None:
         if not self._holding:
             super().resume_reading()
+
+
+class Closing(enum.Enum):
+    """How a connection is closed after an answer of the protocol's own."""
+
+    DRAINED = "drained"  # what the client still sends is read, for LINGER_SECONDS or bytes
+    BRIEF = "brief"  # at the client's next bytes (its request, read) or after BRIEF_SECONDS
+    AT_ONCE = "at once"  # the kernel may reset a client that had sent more
 
 
 class Seat(enum.Enum):
@@ -201,16 +213,20 @@ class LimitedProtocol(HttpToolsProtocol):
         self._unanswered: deque[RequestResponseCycle] = deque()  # parsed, in order
         self._seat: Seat | None = None  # None until admitted
         self._armed = 0  # counts deadlines armed, so a paced expiry knows it is still due
+        self._closing = Closing.DRAINED  # how it closes once the protocol has answered
 
     # uvicorn's connection events
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self._flow = _Flow(transport)
-        if not self.policy.seats.arrive():
-            self._refuse_full(linger=False)  # no seat: its descriptor is given back now
-            return
-        self.policy.pacer.submit(self._admit)
+        arrival = self.policy.seats.arrive()
+        if arrival is Arrival.SEATED:
+            self.policy.pacer.submit(self._admit)
+        elif arrival is Arrival.REFUSED:
+            self._refuse_full(Closing.BRIEF)  # no seat: its descriptor is given back soon
+        else:
+            self._refuse_full(Closing.AT_ONCE)
 
     def _admit(self) -> None:
         """Its turn has come: take a seat, start the client's clock, parse what arrived."""
@@ -236,8 +252,8 @@ class LimitedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._phase is Phase.CLOSING:
             self._head_bytes += len(data)  # counts what is discarded while lingering
-            if self._head_bytes > LINGER_BYTES:
-                self.transport.close()
+            if self._closing is Closing.BRIEF or self._head_bytes > LINGER_BYTES:
+                self._close()
             return
         self._unparsed = self._unparsed + data if self._unparsed else data
         if self._seat is None:
@@ -430,19 +446,13 @@ class LimitedProtocol(HttpToolsProtocol):
 
     # answers of the protocol itself
 
-    def _refuse_full(self, *, linger: bool = True) -> None:
+    def _refuse_full(self, closing: Closing = Closing.DRAINED) -> None:
         """503: no seat for a request of this kind (counted as a refused connection)."""
         self.policy.on_refused()
-        self._refuse(
-            ApiError.unavailable("the server has too many open connections"), linger=linger
-        )
+        self._refuse(ApiError.unavailable("the server has too many open connections"), closing)
 
-    def _refuse(self, error: ApiError, *, linger: bool = True) -> None:
-        """Answer `error` in the API's shape, close the connection and report the request.
-
-        Without `linger` it closes at once, at the risk of a reset if the client already
-        sent more (used when the server has no descriptor to spare for it).
-        """
+    def _refuse(self, error: ApiError, closing: Closing = Closing.DRAINED) -> None:
+        """Answer `error` in the API's shape, close the connection and report the request."""
         request_id = str(uuid.uuid4())
         body = error.answer(request_id).body
         lines = [
@@ -459,19 +469,19 @@ class LimitedProtocol(HttpToolsProtocol):
         method = self.scope["method"] if known else "-"
         path = self.scope["raw_path"].decode("latin-1") if known else "-"
         self.transport.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
-        if linger:
-            self._linger()
-        else:
-            self._disarm()
-            self._phase = Phase.CLOSING
-            self._close()
+        self._linger(closing)
         self.policy.report(RequestRecord(method, path, error.status, request_id, "none", None))
 
-    def _linger(self) -> None:
+    def _linger(self, closing: Closing) -> None:
         """Stop writing, discard what still arrives, and close in a moment (see above)."""
         self._disarm()
         self._phase = Phase.CLOSING
+        self._closing = closing
         self._head_bytes = 0
+        if closing is Closing.AT_ONCE:
+            self._close()
+            return
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self._deadline = self.loop.call_later(LINGER_SECONDS, self._close)
+        seconds = LINGER_SECONDS if closing is Closing.DRAINED else BRIEF_SECONDS
+        self._deadline = self.loop.call_later(seconds, self._close)

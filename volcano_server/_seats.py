@@ -10,7 +10,9 @@ connection too. So the server budgets descriptors for every kind of connection i
   health probe (`GET /healthz` or `GET /readyz`) is answered, then the connection is closed;
   anything else gets 503. So probes are answered while the server is full, and a supervisor
   does not restart a server that is only busy;
-- beyond both: 503 at once, and the connection is closed at once;
+- beyond both: 503 at once, and the connection is closed as soon as its request has been read
+  (closing with unread bytes would make the kernel reset it, and the reset can destroy the
+  answer); past half the accept queue's allowance as well, closed at once;
 
 plus a full accept queue (`backlog`: libuv may accept that many before the server sees any of
 them), the private listener's own seats and queue, and `RESERVED_FILES` for everything else
@@ -19,10 +21,13 @@ the process opens.
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "PRIVATE_BACKLOG",
     "PRIVATE_SEATS",
     "RESERVED_FILES",
+    "Arrival",
     "Seats",
     "files_needed",
     "max_connections_within",
@@ -57,14 +62,28 @@ def max_connections_within(files: int, backlog: int) -> int:
     return serving
 
 
-class Seats:
-    """The serving and spare seats of one listener, and the connections it holds now."""
+class Arrival(enum.Enum):
+    """What becomes of a new connection, by the connections already open."""
 
-    def __init__(self, serving: int) -> None:
+    SEATED = "seated"  # a serving or a spare seat waits for it
+    REFUSED = "refused"  # no seat: 503, then closed once its request has been read
+    DROPPED = "dropped"  # not even that: 503 and closed at once
+
+
+class Seats:
+    """The serving and spare seats of one listener, and the connections it holds now.
+
+    Connections refused for want of a seat may use half of the accept queue's allowance in
+    the budget while they are answered; past it they are dropped (the other half is kept for
+    connections accepted but not yet seen).
+    """
+
+    def __init__(self, serving: int, backlog: int) -> None:
         if serving < 1:
             raise ValueError(f"a server needs at least one seat, got {serving}")
         self.serving = serving
         self.spare = _spare(serving)
+        self._refusing = backlog // 2
         self._open = 0  # connections open, whatever their seat
         self._taken = 0  # serving seats taken
 
@@ -73,10 +92,13 @@ class Seats:
         """Serving seats taken now."""
         return self._taken
 
-    def arrive(self) -> bool:
-        """Count a new connection; False when no seat of either kind is left for it."""
+    def arrive(self) -> Arrival:
+        """Count a new connection, and say what becomes of it."""
         self._open += 1
-        return self._open <= self.serving + self.spare
+        seats = self.serving + self.spare
+        if self._open <= seats:
+            return Arrival.SEATED
+        return Arrival.REFUSED if self._open <= seats + self._refusing else Arrival.DROPPED
 
     def take(self) -> bool:
         """Take a serving seat if one is free; False means the connection gets a spare one."""

@@ -128,13 +128,15 @@ class Server(uvicorn.Server):
         config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
         config.load()
         public: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
-        limits = attrs.evolve(public.policy.limits, max_connections=PRIVATE_SEATS)
+        limits = attrs.evolve(
+            public.policy.limits, max_connections=PRIVATE_SEATS, backlog=PRIVATE_BACKLOG
+        )
         http = protocol_class(Policy(limits, public.policy.report, public.policy.on_refused))
         server = await asyncio.get_running_loop().create_server(
             lambda: http(config=config, server_state=self.server_state, app_state={}),
             host=self._listeners.metrics_host,
             port=self._listeners.metrics_port,
-            backlog=PRIVATE_BACKLOG,
+            backlog=limits.backlog,
         )
         self.servers.append(server)
         return server
@@ -206,7 +208,7 @@ def _fit_open_files(config: ServerConfig) -> ServerConfig:
         " accept queue %d",
         files,
         cap,
-        Seats(cap).spare,
+        Seats(cap, backlog).spare,
         _accept_queue(backlog),
     )
     return attrs.evolve(config, limits=limits)

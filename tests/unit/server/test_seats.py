@@ -8,6 +8,7 @@ from volcano_server._seats import (
     PRIVATE_BACKLOG,
     PRIVATE_SEATS,
     RESERVED_FILES,
+    Arrival,
     Seats,
     files_needed,
     max_connections_within,
@@ -15,41 +16,42 @@ from volcano_server._seats import (
 
 
 class TestSeats:
-    def test_serving_seats_then_spare_ones_then_none(self) -> None:
-        """100 connections take the serving seats, 25 more get spare ones, and the next one
-        finds no seat at all."""
-        seats = Seats(100)
-        assert all(seats.arrive() and seats.take() for _ in range(100))
-        assert all(seats.arrive() and not seats.take() for _ in range(25))
-        assert not seats.arrive()
+    def test_serving_seats_then_spare_ones_then_refusals_then_drops(self) -> None:
+        """100 connections take the serving seats and 25 more the spare ones; the next 50 (half
+        the accept queue of 100) are refused, and the one after is dropped."""
+        seats = Seats(100, backlog=100)
+        assert all(seats.arrive() is Arrival.SEATED and seats.take() for _ in range(100))
+        assert all(seats.arrive() is Arrival.SEATED and not seats.take() for _ in range(25))
+        assert all(seats.arrive() is Arrival.REFUSED for _ in range(50))
+        assert seats.arrive() is Arrival.DROPPED
 
     def test_seats_are_given_back_when_connections_close(self) -> None:
         """A closed connection's seat goes to the next one; one refused for want of a seat
         holds none, but counts until it has closed."""
-        seats = Seats(1)
-        assert seats.arrive()
+        seats = Seats(1, backlog=0)
+        assert seats.arrive() is Arrival.SEATED
         assert seats.take()
         seats.leave(serving=True)
-        assert seats.arrive()
+        assert seats.arrive() is Arrival.SEATED
         assert seats.take()
         assert seats.taken == 1
         for _ in range(16):
-            assert seats.arrive()
-        assert not seats.arrive()
+            assert seats.arrive() is Arrival.SEATED
+        assert seats.arrive() is Arrival.DROPPED
         seats.leave(serving=False)
-        assert not seats.arrive()  # the one refused has not closed yet
+        assert seats.arrive() is Arrival.DROPPED  # the one dropped has not closed yet
         seats.leave(serving=False)
         seats.leave(serving=False)
-        assert seats.arrive()
+        assert seats.arrive() is Arrival.SEATED
 
     def test_small_servers_keep_a_few_spare_seats(self) -> None:
         """Even 4 serving seats come with 16 spare ones, for health probes."""
-        assert Seats(4).spare == 16
+        assert Seats(4, backlog=16).spare == 16
 
     def test_at_least_one_seat(self) -> None:
         """A server with no seat is refused."""
         with pytest.raises(ValueError, match="at least one"):
-            Seats(0)
+            Seats(0, backlog=16)
 
 
 class TestFilesBudget:

@@ -37,11 +37,27 @@ def status_of(answer: bytes) -> str:
     return answer[9:12].decode("latin-1") if answer.startswith(b"HTTP/1.1 ") else "no answer"
 
 
+class Tally:
+    """Counts kept by many threads at once."""
+
+    def __init__(self) -> None:
+        self._counts: Counts = collections.Counter()
+        self._lock = threading.Lock()
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self._counts[key] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
 def issue_11(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]:
     """200 slowloris connections (half a head, a line now and then), ten 50 MB headers, 20
     silent or unfinished requests and log-forging paths, each resent whenever cut."""
     stop = threading.Event()
-    counts: Counts = collections.Counter()
+    counts = Tally()
 
     def connect() -> socket.socket:
         return socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -54,7 +70,7 @@ def issue_11(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]
                     while not stop.wait(1.0):
                         sock.sendall(b"x-a: b\r\n")
             except OSError:
-                counts["slowloris cut"] += 1
+                counts.add("slowloris cut")
                 stop.wait(0.05)
 
     def huge_head() -> None:
@@ -68,7 +84,7 @@ def issue_11(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]
                             break
                         sock.sendall(chunk)
             except OSError:
-                counts["huge head cut"] += 1
+                counts.add("huge head cut")
 
     def silent_or_unfinished(slot: int) -> None:
         while not stop.is_set():
@@ -76,14 +92,14 @@ def issue_11(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]
                 if slot % 2:
                     sock.sendall(UNFINISHED_BODY)
                 sock.recv(1024)  # until the server answers 408 or closes
-            counts["silent or unfinished"] += 1
+            counts.add("silent or unfinished")
 
     def forged_path() -> None:
         while not stop.is_set():
             with contextlib.suppress(OSError), connect() as sock:
                 sock.sendall(FORGED_PATH)
                 sock.recv(4096)
-            counts["forged"] += 1
+            counts.add("forged")
             stop.wait(0.01)
 
     workers = [slowloris] * 200 + [huge_head] * 10 + [forged_path] * 2
@@ -92,14 +108,14 @@ def issue_11(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]
         threading.Thread(target=silent_or_unfinished, args=(n,), daemon=True) for n in range(20)
     ]
     _run_threads(threads, seconds, stop)
-    return dict(counts)
+    return counts.snapshot()
 
 
 def b1_pipelining(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]:
     """Ten connections each sending 50,000 pipelined GET /healthz (1.8 MB) at once and never
     reading an answer; each is opened again when the server cuts it."""
     stop = threading.Event()
-    counts: Counts = collections.Counter()
+    counts = Tally()
     flood = HEALTHZ * 50_000
 
     def pipeline() -> None:
@@ -107,18 +123,18 @@ def b1_pipelining(port: int, seconds: float, _keys: dict[str, str]) -> dict[str,
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=seconds) as sock:
                     sock.sendall(flood)
-                    counts["sent whole"] += 1
+                    counts.add("sent whole")
                     while not stop.wait(0.5):  # never read; wait for the server to cut it
                         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                            counts["reset by the server"] += 1
+                            counts.add("reset by the server")
                             break
             except OSError:
-                counts["cut while sending"] += 1
+                counts.add("cut while sending")
             stop.wait(0.1)
 
     threads = [threading.Thread(target=pipeline, daemon=True) for _ in range(10)]
     _run_threads(threads, seconds, stop)
-    return dict(counts)
+    return counts.snapshot()
 
 
 def b2_header_fields(port: int, seconds: float, _keys: dict[str, str]) -> dict[str, int]:

@@ -28,6 +28,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import re
 import socket
 import tempfile
@@ -252,6 +253,7 @@ def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> di
             attacker = multiprocessing.Process(
                 target=_attacks.run,
                 args=(attack, server.port, warm_up + seconds, attacker_keys.headers(), counts),
+                daemon=True,
             )
             attacker.start()
             time.sleep(warm_up)
@@ -265,8 +267,13 @@ def soak(checkout: Path, attack: str | None, seconds: float, clients: int) -> di
         probes, private_probes = prober.stop()
         attack_counts = {}
         if attacker is not None:
-            attack_counts = counts.get(timeout=120)
-            attacker.join(timeout=30)
+            try:
+                attack_counts = counts.get(timeout=60)
+            except queue.Empty:
+                attack_counts = {"the attacker reported nothing": 1}
+            attacker.join(timeout=10)
+            if attacker.is_alive():
+                attacker.kill()
         return {
             "attack": attack or "none",
             "checkout": str(checkout),

@@ -33,7 +33,7 @@ PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
 
 
 def status_of(answer: bytes) -> str:
-    """The status of the first answer in `answer`, or "no answer"."""
+    """The status of the first answer in `answer`, or "no answer" (closed without one)."""
     return answer[9:12].decode("latin-1") if answer.startswith(b"HTTP/1.1 ") else "no answer"
 
 
@@ -250,11 +250,13 @@ def b6_held_then_bursts(port: int, seconds: float, _keys: dict[str, str]) -> dic
             return
         try:
             writer.write(NO_KEYS)
-            answer = b""
-            with contextlib.suppress(OSError, TimeoutError):
-                async with asyncio.timeout(10):
-                    answer = await reader.read(4096)
-            counts["burst, " + status_of(answer)] += 1
+            async with asyncio.timeout(10):
+                answer = await reader.read(4096)
+            counts["burst, " + (status_of(answer) if answer else "closed unanswered")] += 1
+        except TimeoutError:
+            counts["burst, no answer in 10 s"] += 1
+        except OSError:
+            counts["burst, reset unanswered"] += 1
         finally:
             writer.close()
 

@@ -1,8 +1,9 @@
 """Request handling: judge a request in the contract's order, run its operation, answer.
 
 Order of judgement: routing (404/405, in `_routing`) -> credentials (401/403) -> headers (400)
--> rate limit (429) -> body (400/413) -> schema, path key included (422) -> the operation
-(200/204/409, or 503 when storage is unavailable). Every answer carries `X-Request-Id`.
+-> rate limit (429) -> body (400/413) -> schema, path key included (422) -> the project's share
+of open requests (429, `_shares`) -> the operation (200/204/409, or 503 when storage is
+unavailable). Every answer carries `X-Request-Id`.
 
 Each request is judged once, on the event loop. Storage work (a key lookup, the operation's
 transaction) is first tried on the loop without waiting, when the storage runs inline (SQLite),
@@ -36,6 +37,7 @@ from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
 from ._service import Caller, LockService
+from ._shares import ProjectShares
 from ._spec import Operation
 from ._wire import Answer, dumps
 from .storage import StorageUnavailable
@@ -105,6 +107,7 @@ class Api:
         *,
         max_body_bytes: int,
         rate_limiter: RateLimiter | None,
+        shares: ProjectShares,
         metrics: Metrics,
         access_log: AccessLog,
         run: Runner,
@@ -114,6 +117,7 @@ class Api:
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._limiter = rate_limiter
+        self._shares = shares
         self._metrics = metrics
         self._report = access_log
         self._run = run
@@ -145,9 +149,11 @@ class Api:
                     operation, params, headers, request_id, replayable, malformed, body
                 )
                 caller, params_checked, body_checked = await self._judge(request)
-                answer = await self._perform(
-                    operation, caller, params_checked, body_checked, receive
-                )
+                waiting = bool(body_checked.get("wait_seconds"))
+                with self._shares.hold(caller.project_id, waiting=waiting):
+                    answer = await self._perform(
+                        operation, caller, params_checked, body_checked, receive
+                    )
         except ApiError as error:
             answer = error.answer(request_id)
         except _ClientGone:

@@ -27,6 +27,7 @@ from ._readiness import readiness_endpoint
 from ._registry import Registry
 from ._routing import Endpoint, SpecRoute
 from ._service import LockService
+from ._shares import ProjectShares
 from ._spec import Operation, Spec, load_spec
 from ._waiting import Waits
 from .storage import Storage, StorageUnavailable, open_storage
@@ -78,6 +79,7 @@ def create_app(
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
+        shares=ProjectShares(config.max_waiters_per_project, config.max_requests_per_project),
         metrics=metrics,
         access_log=access_log,
         run=run,

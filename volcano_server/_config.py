@@ -47,27 +47,44 @@ class Limits:
 
     # Request line and header fields together; more gets 431 and the connection is closed.
     max_header_bytes: int = 16_384
+    # Header fields of one request: each costs a call into Python while parsing, and every
+    # header lookup reads them all; more gets 431. Clients send about ten.
+    max_header_fields: int = 100
     header_timeout: float = 10.0
     body_timeout: float = 10.0
+    # How long answers may wait for a client to read them (buffered past the high-water mark,
+    # or unsent when the connection closes); then the connection is aborted.
+    write_timeout: float = 10.0
     # Longer than clients' own idle expiry (httpx: 5 s), so the client, not the server, ends an
     # idle connection and never sends a request into one being closed.
     keepalive_timeout: int = 15
-    # Open connections per process, waiting requests included; past it, new ones get 503.
+    # Open connections per process, waiting requests included; past it, new ones get 503 (a
+    # health probe is still answered, on one of a quarter as many spare seats).
     max_connections: int = 10_000
+    # Connections the kernel may queue for the server to accept (Linux caps it at
+    # net.core.somaxconn). A queue that overflows drops connection attempts, which clients
+    # retry only after 1 s, then 3 s; the server accepts a burst in turns of 32.
+    backlog: int = 4_096
 
     def __attrs_post_init__(self) -> None:
         if self.max_header_bytes < 1024:
             raise ValueError(
                 f"the header limit must be at least 1024 bytes, got {self.max_header_bytes}"
             )
-        for name in ("header_timeout", "body_timeout", "keepalive_timeout"):
+        for name in ("header_timeout", "body_timeout", "write_timeout", "keepalive_timeout"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise ValueError(
                     f"{name.replace('_', ' ')} must be 0 to 3600 seconds, got {value:g}"
                 )
+        if self.max_header_fields < 10:
+            raise ValueError(
+                f"the header field limit must be at least 10, got {self.max_header_fields}"
+            )
         if self.max_connections < 1:
             raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
+        if not 1 <= self.backlog <= 65_535:
+            raise ValueError(f"the backlog must be 1 to 65535, got {self.backlog}")
 
 
 @attrs.frozen
@@ -81,6 +98,11 @@ class ServerConfig:
     max_body_bytes: int = 16_384
     # Requests per second per project (per server process); None disables the limit.
     rate_limit: float | None = None
+    # What one project may hold open at once in one process (more gets 429): waiting acquires,
+    # each holding a connection for up to a minute (keep it well below the connection cap), and
+    # other requests in flight, each holding a worker thread or a database connection.
+    max_waiters_per_project: int = 1_000
+    max_requests_per_project: int = 256
     # Stored outcomes past their retention are deleted in batches this often.
     purge_interval_seconds: float = 5.0
     purge_batch: int = 5_000
@@ -105,6 +127,11 @@ class ServerConfig:
             raise ValueError(
                 f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
             )
+        for name in ("max_waiters_per_project", "max_requests_per_project"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")
         if self.sqlite_synchronous not in ("full", "normal"):

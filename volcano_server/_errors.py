@@ -115,10 +115,30 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def too_many_headers(cls, limit: int) -> ApiError:
+        """431: the request has more header fields than the limit."""
+        return cls(
+            431,
+            "request_headers_too_large",
+            f"the request has more than {limit} header fields",
+        )
+
+    @classmethod
     def rate_limited(cls, retry_after: int) -> ApiError:
         """429: over the project's request rate."""
         return cls(
             429, "rate_limited", "too many requests for this project", retry_after=retry_after
+        )
+
+    @classmethod
+    def over_share(cls, what: str, limit: int) -> ApiError:
+        """429: the project already holds its share of this server (waiters, requests)."""
+        return cls(
+            429,
+            "rate_limited",
+            f"this project has {limit} {what} open on this server, the most one project may;"
+            " retry later",
+            retry_after=1,
         )
 
     @classmethod

@@ -1,8 +1,10 @@
-"""Running the app under uvicorn: bounded connections, TLS, a private metrics listener, SIGTERM.
+"""Running the app under uvicorn: bounded connections, TLS, a private listener, SIGTERM.
 
 One uvicorn server, one event loop. The API listens on `host:port` (with TLS when given a
-certificate); the metrics listener, when asked for, on its own plain-HTTP socket in the same
-loop, with the same per-connection limits (`_protocol`).
+certificate); the private listener, when asked for, on its own plain-HTTP socket in the same
+loop: metrics, and `/healthz` and `/readyz` for supervisors and load balancers, with the same
+per-connection limits (`_protocol`) but seats and an accept queue of its own, so that no flood
+of the public port, and no cap of it, keeps a probe waiting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 import resource
 import socket
 import ssl
+import uuid
+from pathlib import Path
 
 import attrs
 import uvicorn
@@ -26,14 +30,14 @@ from ._config import ServerConfig
 from ._daemon import Announce
 from ._metrics import Metrics
 from ._protocol import LimitedProtocol, Policy, protocol_class
+from ._readiness import readiness_endpoint
+from ._seats import PRIVATE_BACKLOG, PRIVATE_SEATS, Seats, files_needed, max_connections_within
+from ._wire import dumps
 from .storage import Storage, redact_url
 
 __all__ = ["Listeners", "StartupError", "raise_open_files_limit", "serve", "uvicorn_config"]
 
 log = logging.getLogger("volcano_server")
-
-# Files a process needs besides client connections: database connections, logs, the listeners.
-_RESERVED_FILES = 256
 
 
 class StartupError(Exception):
@@ -62,6 +66,7 @@ def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -
         app,
         host=listeners.host,
         port=listeners.port,
+        backlog=limits.backlog,
         http=protocol_class(policy),
         ws="none",
         ssl_certfile=listeners.ssl_certfile,
@@ -101,19 +106,38 @@ class Server(uvicorn.Server):
         self._announce.listening(url)
 
     async def _start_metrics_listener(self) -> asyncio.Server:
+        """The private listener: metrics, and the health probes on seats of their own."""
         registry = self._metrics.registry
+        app_state = self.config.app.state  # type: ignore[union-attr]
 
         async def scrape(_request: Request) -> Response:
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-        app = Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
+        async def healthz(_request: Request) -> Response:
+            headers = {"x-request-id": str(uuid.uuid4()), "cache-control": "no-store"}
+            return Response(dumps({"status": "ok"}), 200, headers, "application/json")
+
+        app = Starlette(
+            routes=[
+                Route("/metrics", scrape, methods=["GET"]),
+                Route("/healthz", healthz, methods=["GET"]),
+                Route(
+                    "/readyz", readiness_endpoint(app_state.storage, self._metrics), methods=["GET"]
+                ),
+            ]
+        )
         config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
         config.load()
-        http: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        public: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        limits = attrs.evolve(
+            public.policy.limits, max_connections=PRIVATE_SEATS, backlog=PRIVATE_BACKLOG
+        )
+        http = protocol_class(Policy(limits, public.policy.report, public.policy.on_refused))
         server = await asyncio.get_running_loop().create_server(
             lambda: http(config=config, server_state=self.server_state, app_state={}),
             host=self._listeners.metrics_host,
             port=self._listeners.metrics_port,
+            backlog=limits.backlog,
         )
         self.servers.append(server)
         return server
@@ -163,10 +187,15 @@ def serve(config: ServerConfig, storage: Storage, listeners: Listeners, announce
 
 
 def _fit_open_files(config: ServerConfig) -> ServerConfig:
-    """Raise the open-files limit for the connection cap, or lower the cap to fit the limit."""
+    """Raise the open-files limit for the connection cap, or lower the cap to fit the limit.
+
+    The limit must hold every connection the server keeps, spare seats and a full accept queue
+    included (see `_seats`), so that it can always answer 503 rather than run out.
+    """
     limits = config.limits
-    files = raise_open_files_limit(limits.max_connections + _RESERVED_FILES)
-    cap = min(limits.max_connections, max(files - _RESERVED_FILES, 1))
+    files = raise_open_files_limit(files_needed(limits.max_connections, limits.backlog))
+    backlog = min(limits.backlog, files // 4)
+    cap = min(limits.max_connections, max_connections_within(files, backlog))
     if cap < limits.max_connections:
         log.warning(
             "the open-files limit is %d: serving at most %d connections, not %d"
@@ -175,6 +204,21 @@ def _fit_open_files(config: ServerConfig) -> ServerConfig:
             cap,
             limits.max_connections,
         )
-        config = attrs.evolve(config, limits=attrs.evolve(limits, max_connections=cap))
-    log.info("open-files limit %d; at most %d connections", files, cap)
-    return config
+    limits = attrs.evolve(limits, max_connections=cap, backlog=backlog)
+    log.info(
+        "open-files limit %d; at most %d connections (and %d spare for health probes);"
+        " accept queue %d",
+        files,
+        cap,
+        Seats(cap, backlog).spare,
+        _accept_queue(backlog),
+    )
+    return attrs.evolve(config, limits=limits)
+
+
+def _accept_queue(backlog: int) -> int:
+    """The accept queue the kernel grants for `backlog` (Linux caps it at somaxconn)."""
+    try:
+        return min(backlog, int(Path("/proc/sys/net/core/somaxconn").read_text()))
+    except (OSError, ValueError):
+        return backlog

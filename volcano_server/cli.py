@@ -165,6 +165,22 @@ def _parser() -> argparse.ArgumentParser:
         help="requests per second per project and process (default: unlimited)",
     )
     serve.add_argument(
+        "--max-waiters-per-project",
+        type=_positive_int,
+        default=1_000,
+        metavar="N",
+        help="waiting acquires one project may hold open in this process; more get 429"
+        " (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-requests-per-project",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="other requests one project may have in flight in this process; more get 429"
+        " (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-wait",
         type=_positive_float,
         default=60.0,
@@ -238,10 +254,13 @@ def _add_limit_options(serve: argparse.ArgumentParser) -> None:
     defaults = Limits()
     for flag, kind, metavar, what in (
         ("--max-header-bytes", _positive_int, "BYTES", "request line and headers; more: 431"),
+        ("--max-header-fields", _positive_int, "N", "header fields of a request; more: 431"),
         ("--header-timeout", _positive_float, "SECONDS", "to send a request's head; then 408"),
         ("--body-timeout", _positive_float, "SECONDS", "to send a request's body; then 408"),
+        ("--write-timeout", _positive_float, "SECONDS", "to read answers sent; then closed"),
         ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
         ("--max-connections", _positive_int, "N", "open connections; more get 503"),
+        ("--backlog", _positive_int, "N", "connections queued to be accepted"),
     ):
         serve.add_argument(
             flag,
@@ -348,15 +367,20 @@ def _serve(args: argparse.Namespace) -> int:
             database_url=url,
             retention_seconds=args.retention,
             rate_limit=args.rate_limit,
+            max_waiters_per_project=args.max_waiters_per_project,
+            max_requests_per_project=args.max_requests_per_project,
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),
             limits=Limits(
                 max_header_bytes=args.max_header_bytes,
+                max_header_fields=args.max_header_fields,
                 header_timeout=args.header_timeout,
                 body_timeout=args.body_timeout,
+                write_timeout=args.write_timeout,
                 keepalive_timeout=args.keepalive_timeout,
                 max_connections=args.max_connections,
+                backlog=args.backlog,
             ),
         )
     except ValueError as exc:

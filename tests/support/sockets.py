@@ -4,8 +4,10 @@ bounded by a timeout."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import selectors
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -13,7 +15,15 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Reply", "closed_url", "connect", "read_reply", "request_bytes", "send_quietly"]
+__all__ = [
+    "Reply",
+    "burst",
+    "closed_url",
+    "connect",
+    "read_reply",
+    "request_bytes",
+    "send_quietly",
+]
 
 
 @attrs.frozen
@@ -29,6 +39,11 @@ class Reply:
         if not self.raw.startswith(b"HTTP/1.1 "):
             return None
         return int(self.raw[9:12])
+
+    @property
+    def status_text(self) -> str:
+        """The first answer's status code as text, or "no answer"."""
+        return "no answer" if self.status is None else str(self.status)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -99,3 +114,44 @@ def request_bytes(
     if body:
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def burst(port: int, count: int, request: bytes, timeout: float = 20.0) -> collections.Counter[str]:
+    """Open `count` connections at once, send `request` on each as soon as it is up, and read
+    until the server closes or resets it; how many ended with each status ("503"), or with
+    "no answer". Every socket stays open until all have ended (or `timeout` passes, "unended"),
+    so no client gives the server back a descriptor early."""
+    selector = selectors.DefaultSelector()
+    received: dict[socket.socket, bytes] = {}
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        selector.register(sock, selectors.EVENT_WRITE)
+        received[sock] = b""
+    outcomes: collections.Counter[str] = collections.Counter()
+    deadline = time.monotonic() + timeout
+    try:
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, events in selector.select(0.1):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    if events & selectors.EVENT_WRITE:
+                        sock.send(request)
+                        selector.modify(sock, selectors.EVENT_READ)
+                        continue
+                    chunk = sock.recv(65_536)
+                except OSError:
+                    chunk = b""  # reset: what arrived before it counts
+                if chunk:
+                    received[sock] += chunk
+                    continue
+                selector.unregister(sock)
+                outcomes[Reply(received[sock], closed=True).status_text] += 1
+        outcomes["unended"] += len(selector.get_map())
+    finally:
+        selector.close()
+        for sock in received:
+            sock.close()
+    return +outcomes

@@ -9,6 +9,9 @@ import contextlib
 import json
 import re
 import select
+import shutil
+import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,16 +20,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.raw import new_id, wait_for
+from tests.support.raw import Locks, Waiter, new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
-from tests.support.sockets import connect, read_reply, request_bytes, send_quietly
+from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
 
 pytestmark = pytest.mark.slow
 
 MAX_HEAD = 8192
+PROBE_PATHS = ("/healthz", "/readyz")
 # How every line the server writes begins (a forged line would not).
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) [\w.]+: ")
-QUICK = ("--header-timeout", "0.5", "--body-timeout", "0.5", "--keepalive-timeout", "1")
+QUICK = (
+    *("--header-timeout", "0.5", "--body-timeout", "0.5", "--keepalive-timeout", "1"),
+    *("--write-timeout", "0.5"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +113,26 @@ class TestHeadLimit:
             reply = read_reply(sock, timeout=3)
         assert reply.status == 401
 
+    def test_many_tiny_header_fields_get_431(self, server: ServerProcess) -> None:
+        """1,200 fields of `a: b` in 7.2 KB, under the byte limit: 431 in the API's error shape
+        once past the field limit (100), then the server closes the connection."""
+        request = request_bytes("GET", "/healthz", [("a", "b")] * 1_200)
+        assert len(request) < MAX_HEAD
+        with connect(server.port) as sock:
+            sock.sendall(request)
+            reply = read_reply(sock)
+        assert reply.status == 431
+        assert reply.json()["error"]["code"] == "request_headers_too_large"
+        assert "100 header fields" in reply.json()["error"]["message"]
+        assert reply.closed
+
+    def test_header_fields_up_to_the_limit_are_served(self, server: ServerProcess) -> None:
+        """A request with exactly 100 header fields (Host among them) is served."""
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("GET", "/healthz", [("a", "b")] * 99))
+            reply = read_reply(sock, timeout=3)
+        assert reply.status == 200
+
     def test_ten_concurrent_50_mb_heads_cost_little(
         self, server: ServerProcess, project: Project
     ) -> None:
@@ -125,6 +152,62 @@ class TestHeadLimit:
             for sender in senders:
                 sender.join(timeout=30)
         assert rss_bytes(server) - before < 32 * 2**20
+
+
+def pipelined_flood(port: int, requests: int, stop: threading.Event) -> None:
+    """Send `requests` pipelined GET /healthz at once and never read an answer."""
+    with contextlib.suppress(OSError), connect(port) as sock:
+        sock.sendall(request_bytes("GET", "/healthz") * requests)
+        stop.wait(30)
+
+
+def reset_by_server(sock: socket.socket) -> bool:
+    """Whether the server has reset (aborted) the connection."""
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+
+
+class TestPipelining:
+    def test_pipelined_requests_are_answered_in_order(self, server: ServerProcess) -> None:
+        """Forty requests in one write, each with its own request id, are all answered, in the
+        order sent (the server parses a few at a time, pausing and resuming its reads)."""
+        ids = [new_id() for _ in range(40)]
+        requests = b"".join(request_bytes("GET", "/healthz", [("X-Request-Id", i)]) for i in ids)
+        with connect(server.port) as sock:
+            sock.sendall(requests)
+            reply = read_reply(sock, timeout=5, until=ids[-1].encode())
+        echoed = re.findall(rb"x-request-id: ([0-9a-f-]{36})", reply.raw)
+        assert [i.decode() for i in echoed] == ids
+
+    def test_pipelining_flood_costs_little(self, server: ServerProcess, project: Project) -> None:
+        """Four clients each pipelining 20,000 GET /healthz at once (720 KB each) and never
+        reading: lock calls keep answering, and the server's memory grows by far less than the
+        requests would take if parsed ahead (about 2.4 KB each)."""
+        before = rss_bytes(server)
+        stop = threading.Event()
+        floods = [
+            threading.Thread(target=pipelined_flood, args=(server.port, 20_000, stop))
+            for _ in range(4)
+        ]
+        for flood in floods:
+            flood.start()
+        try:
+            lock_calls_answer(server, project)
+            assert rss_bytes(server) - before < 32 * 2**20
+        finally:
+            stop.set()
+            for flood in floods:
+                flood.join(timeout=30)
+
+    def test_client_that_never_reads_its_answers_is_cut(self, server: ServerProcess) -> None:
+        """A client that pipelines requests for 10 MB of answers and reads none is reset once
+        its answers have waited past the write timeout (0.5 s here), though a request of its
+        own is still being answered (no client deadline runs then)."""
+        with connect(server.port) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            send_quietly(sock, request_bytes("GET", "/openapi.yaml") * 250)
+            wait_for(lambda: reset_by_server(sock), "the server resets the connection")
+        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+        assert "Traceback" not in server.log  # the request it was answering ended quietly
 
 
 class TestSlowClients:
@@ -207,7 +290,9 @@ class TestConnectionCap:
     def test_past_the_cap_new_connections_get_503_and_admitted_ones_are_served(
         self, database: str
     ) -> None:
-        """With 20 connections open, the 21st gets 503 at once; the 20 are still served."""
+        """With 20 connections open, the 21st gets 503 (within a second, though it sends
+        nothing: it had a spare seat's second to ask for a health probe); the 20 are still
+        served."""
         with ServerProcess(database, "--max-connections", "20") as server:
             with contextlib.ExitStack() as held:
                 admitted = [held.enter_context(connect(server.port)) for _ in range(20)]
@@ -229,6 +314,79 @@ class TestConnectionCap:
             wait_for(healthy, "the server admits connections again once some close")
         assert "open-files limit" in server.log
         assert "at most 20 connections" in server.log
+
+    def test_over_the_cap_health_probes_are_answered(self, database: str, project: Project) -> None:
+        """With the 20 connections of the cap open, GET /healthz and /readyz on new connections
+        are answered 200 and closed, so a supervisor sees a full server as alive; any other
+        request over the cap gets 503."""
+        with (
+            ServerProcess(database, "--max-connections", "20") as server,
+            contextlib.ExitStack() as held,
+        ):
+            for _ in range(20):
+                held.enter_context(connect(server.port))
+            probes = []
+            for path in ("/healthz", "/readyz"):
+                with connect(server.port) as sock:
+                    sock.sendall(request_bytes("GET", path))
+                    probes.append(read_reply(sock))
+            with connect(server.port) as sock:
+                sock.sendall(request_bytes("GET", "/v1/locks/k", [*project.headers().items()]))
+                refused = read_reply(sock)
+        assert [probe.status for probe in probes] == [200, 200]
+        assert all(probe.headers["connection"] == "close" and probe.closed for probe in probes)
+        assert refused.status == 503
+        assert refused.json()["error"]["code"] == "unavailable"
+
+    def test_the_private_listener_answers_probes_whatever_the_public_port_holds(
+        self, database: str
+    ) -> None:
+        """With every public seat taken (the cap of 20 and its 16 spare seats, held by silent
+        connections), GET /healthz and /readyz on the private listener (--metrics-port) are
+        answered 200: it has seats of its own."""
+        options = ("--max-connections", "20", "--header-timeout", "30", "--metrics-port", "0")
+        with ServerProcess(database, *options) as server, contextlib.ExitStack() as held:
+            match = re.search(r"metrics on (http://\S+)/metrics", server.log)
+            assert match is not None, server.log
+            for _ in range(36):
+                held.enter_context(connect(server.port))
+            with connect(server.port) as sock:
+                public = read_reply(sock)
+            private = [httpx.get(match.group(1) + path, timeout=5) for path in PROBE_PATHS]
+        assert public.status == 503  # over every public seat: refused at once
+        assert [probe.status_code for probe in private] == [200, 200]
+        assert private[0].json() == {"status": "ok"}
+
+    def test_burst_past_every_seat_gets_503_never_silence(self, database: str) -> None:
+        """With open files limited to 600 and the cap of 100 held, a burst of 600 connections
+        that keep their sockets open each get a 503 answer; none is closed without one (libuv
+        closes pending connections unanswered once descriptors run out)."""
+        if shutil.which("prlimit") is None:
+            pytest.skip("needs prlimit (util-linux) to lower the server's open-files limit")
+        limit = ["prlimit", "--nofile=600:600", "--"]
+        options = ("--max-connections", "100", "--header-timeout", "30", "--no-access-log")
+        with (
+            ServerProcess(database, *options, prefix=limit) as server,
+            contextlib.ExitStack() as held,
+        ):
+            for _ in range(100):
+                held.enter_context(connect(server.port))
+            outcomes = burst(server.port, 600, request_bytes("GET", "/v1/locks/k"))
+        assert outcomes == {"503": 600}
+
+    def test_backlog_is_the_listening_sockets_accept_queue(self, database: str) -> None:
+        """--backlog sets the kernel's accept queue of the listening socket."""
+        if shutil.which("ss") is None:
+            pytest.skip("needs ss (iproute2) to read a listening socket's queue")
+        with ServerProcess(database, "--backlog", "77") as server:
+            listing = subprocess.run(
+                ["ss", "-Hltn", f"sport = :{server.port}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        assert listing.split()[:3] == ["LISTEN", "0", "77"]
+        assert "accept queue 77" in server.log
 
     def test_slowloris_and_huge_heads_at_once_leave_lock_calls_answering(
         self, database: str, project: Project
@@ -252,6 +410,32 @@ class TestConnectionCap:
                 stop.set()
                 for sender in senders:
                     sender.join(timeout=30)
+
+
+class TestOneProjectsShare:
+    def test_one_projects_waiters_leave_room_for_everyone_else(self, database: str) -> None:
+        """One project opening as many waiting acquires as the server has connections gets
+        10 in line and 429 (with Retry-After) for the rest; another project's lock calls and
+        the health probes, on new connections, are served meanwhile."""
+        greedy, other = create_project(database, "greedy"), create_project(database, "other")
+        options = ("--max-connections", "40", "--max-waiters-per-project", "10")
+        with ServerProcess(database, "--no-access-log", *options) as server:
+            key = f"contested-{uuid.uuid4().hex[:8]}"
+            with httpx.Client(base_url=server.url, headers=greedy.headers(), timeout=5) as http:
+                assert Locks(http).acquire(key, new_id(), ttl=60).status_code == 200
+            waiters = [
+                Waiter(httpx.Client(base_url=server.url, headers=greedy.headers(), timeout=30), key)
+                for _ in range(40)
+            ]
+
+            def refused() -> list[httpx.Response]:
+                answers = [w.response for w in waiters if w.response is not None]
+                return [a for a in answers if a.status_code == 429]
+
+            wait_for(lambda: len(refused()) == 30, "30 of the greedy project's waits refused")
+            lock_calls_answer(server, other)
+        assert all(a.headers["retry-after"] == "1" for a in refused())
+        assert "10 waiting acquires" in refused()[0].json()["error"]["message"]
 
 
 class TestAccessLog:

@@ -1,0 +1,74 @@
+"""Connection seats and the open-files budget they need."""
+
+from __future__ import annotations
+
+import pytest
+
+from volcano_server._seats import (
+    PRIVATE_BACKLOG,
+    PRIVATE_SEATS,
+    RESERVED_FILES,
+    Arrival,
+    Seats,
+    files_needed,
+    max_connections_within,
+)
+
+
+class TestSeats:
+    def test_serving_seats_then_spare_ones_then_refusals_then_drops(self) -> None:
+        """100 connections take the serving seats and 25 more the spare ones; the next 50 (half
+        the accept queue of 100) are refused, and the one after is dropped."""
+        seats = Seats(100, backlog=100)
+        assert all(seats.arrive() is Arrival.SEATED and seats.take() for _ in range(100))
+        assert all(seats.arrive() is Arrival.SEATED and not seats.take() for _ in range(25))
+        assert all(seats.arrive() is Arrival.REFUSED for _ in range(50))
+        assert seats.arrive() is Arrival.DROPPED
+
+    def test_seats_are_given_back_when_connections_close(self) -> None:
+        """A closed connection's seat goes to the next one; one refused for want of a seat
+        holds none, but counts until it has closed."""
+        seats = Seats(1, backlog=0)
+        assert seats.arrive() is Arrival.SEATED
+        assert seats.take()
+        seats.leave(serving=True)
+        assert seats.arrive() is Arrival.SEATED
+        assert seats.take()
+        assert seats.taken == 1
+        for _ in range(16):
+            assert seats.arrive() is Arrival.SEATED
+        assert seats.arrive() is Arrival.DROPPED
+        seats.leave(serving=False)
+        assert seats.arrive() is Arrival.DROPPED  # the one dropped has not closed yet
+        seats.leave(serving=False)
+        seats.leave(serving=False)
+        assert seats.arrive() is Arrival.SEATED
+
+    def test_small_servers_keep_a_few_spare_seats(self) -> None:
+        """Even 4 serving seats come with 16 spare ones, for health probes."""
+        assert Seats(4, backlog=16).spare == 16
+
+    def test_at_least_one_seat(self) -> None:
+        """A server with no seat is refused."""
+        with pytest.raises(ValueError, match="at least one"):
+            Seats(0, backlog=16)
+
+
+class TestFilesBudget:
+    def test_budget_holds_every_kind_of_connection(self) -> None:
+        """Serving and spare seats, a full accept queue, the private listener's seats and queue
+        and the reserve all fit."""
+        private = PRIVATE_SEATS + 16 + PRIVATE_BACKLOG
+        assert files_needed(10_000, 4_096) == 10_000 + 2_500 + 4_096 + private + RESERVED_FILES
+
+    @pytest.mark.parametrize("files", [600, 1_024, 10_256, 65_536])
+    @pytest.mark.parametrize("backlog", [128, 4_096])
+    def test_the_cap_fitted_to_a_limit_is_the_largest_that_fits(
+        self, files: int, backlog: int
+    ) -> None:
+        """The cap found for an open-files limit fits it, and one more would not."""
+        cap = max_connections_within(files, backlog)
+        if files_needed(1, backlog) > files:
+            assert cap == 1
+        else:
+            assert files_needed(cap, backlog) <= files < files_needed(cap + 1, backlog)

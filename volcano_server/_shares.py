@@ -1,0 +1,56 @@
+"""What one project may hold of a server process at once: waiting acquires and other requests.
+
+Connections, worker threads and database connections are shared by every project. A waiting
+acquire holds its connection open for up to a minute, so without a cap one project's waiters
+fill `--max-connections` and every other project, and the health probes, get 503 (issue 20:
+10,600 waiters of one project did). Requests in flight hold a worker thread or a database
+connection each, and every other project's requests queue behind them. So each project may hold
+at most `max_waiters` waiting acquires and `max_requests` other requests open at once in one
+process; one more gets 429 `rate_limited` with `Retry-After`, and only that project is refused.
+
+Requests are counted on the event loop only, so the counts need no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ._errors import ApiError
+
+__all__ = ["ProjectShares"]
+
+
+class ProjectShares:
+    """Counts each project's waiting acquires and other requests in flight, within caps."""
+
+    def __init__(self, max_waiters: int, max_requests: int) -> None:
+        if max_waiters < 1 or max_requests < 1:
+            raise ValueError(
+                f"each project needs room for at least one waiter and one request,"
+                f" got {max_waiters} and {max_requests}"
+            )
+        self._caps = {True: max_waiters, False: max_requests}
+        self._open: dict[tuple[int, bool], int] = {}  # (project, waiting) -> requests open
+
+    @contextlib.contextmanager
+    def hold(self, project_id: int, *, waiting: bool) -> Iterator[None]:
+        """Count one request of `project_id` while the block runs.
+
+        Raises:
+            ApiError: 429 when the project already has its share of this kind open.
+        """
+        share = (project_id, waiting)
+        held = self._open.get(share, 0)
+        if held >= self._caps[waiting]:
+            what = "waiting acquires" if waiting else "requests in flight"
+            raise ApiError.over_share(what, self._caps[waiting])
+        self._open[share] = held + 1
+        try:
+            yield
+        finally:
+            left = self._open[share] - 1
+            if left:
+                self._open[share] = left
+            else:
+                del self._open[share]

@@ -176,7 +176,7 @@ class Checks:
                     self._passed_over(key, token, owner, self._line.get(key, []), line, alive)
                     self._seen[key] = max(token, self._seen.get(key, 0))
             self._line[key] = line
-            self._queued.update((key, owner) for _seq, owner, _state, _srv in line)
+            self._queued.update((key, owner) for _q, owner, state, _s in line if state != "away")
 
     def _lease(self, request: Request, lease: dict[str, Any]) -> None:
         key, token, owner = request.key, lease["fencing_token"], lease["owner_token"]

@@ -535,6 +535,7 @@ def _state(parsed: object, *, key: str) -> LockState:
         limit=_count(body.limit, "limit"),
         holders=tuple(_holder(holder) for holder in body.holders),
         waiters=_count(body.waiters, "waiters"),
+        version=_count(body.version, "version"),
     )
     if state.key != key:
         raise _SpecMismatchError(f"key {state.key!r} is not the key {key!r} asked for")

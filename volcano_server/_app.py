@@ -30,6 +30,7 @@ from ._service import LockService
 from ._shares import ProjectShares
 from ._spec import Operation, Spec, load_spec
 from ._waiting import Waits
+from ._watching import Watches
 from .storage import Storage, StorageUnavailable, open_storage
 
 __all__ = ["create_app"]
@@ -62,19 +63,29 @@ def create_app(
     access_log = AccessLog(metrics, enabled=config.access_log)
     authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
     run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics)
-    pulse = Pulse(round(config.waiting.heartbeat_lifetime * 1_000_000))
+    lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
+    pulse = Pulse(lifetime_us)
+    server_id = uuid.uuid4().hex
+    watches = Watches(
+        storage,
+        run,
+        server_id=server_id,
+        max_wait_seconds=config.waiting.max_wait_seconds,
+        heartbeat_lifetime_us=lifetime_us,
+    )
     waits = Waits(
         storage,
-        Registry(uuid.uuid4().hex),
+        Registry(server_id),
         settings=config.waiting,
         retention_seconds=config.retention_seconds,
         run=run,
         pulse=pulse,
         revocations=authenticator,
+        watches=watches,
     )
     metrics.watch_waiters(waits)
     api = Api(
-        LockService(waits, run),
+        LockService(waits, watches, run),
         authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
@@ -109,6 +120,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.access_log = access_log
     app.state.waits = waits
+    app.state.watches = watches
     return app
 
 

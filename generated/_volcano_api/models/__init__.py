@@ -9,6 +9,7 @@ from .health_status import HealthStatus
 from .lease_check import LeaseCheck
 from .lock_holder import LockHolder
 from .lock_lease import LockLease
+from .lock_list import LockList
 from .lock_state import LockState
 from .release_request import ReleaseRequest
 from .renew_request import RenewRequest
@@ -23,6 +24,7 @@ __all__ = (
     "LeaseCheck",
     "LockHolder",
     "LockLease",
+    "LockList",
     "LockState",
     "ReleaseRequest",
     "RenewRequest",

@@ -57,7 +57,8 @@ def service(storage: PostgresStorage) -> Transactions:
         Registry("tests"),
         retention_seconds=600,
         settings=WaitingSettings(),
-        watch=lambda _key, _seconds: None,
+        time_handoff=lambda _key, _seconds: None,
+        changed=lambda _key: None,
         pulse=Pulse(3_000_000),
         revocations=NoRevocations(),
     )

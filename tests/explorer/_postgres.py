@@ -10,7 +10,8 @@ then move time, run other transactions, and only later let the paused one go on,
 a server descheduled between two statements does to a real database.
 
 NOTIFY still travels through PostgreSQL: one LISTEN connection of the explorer's collects the
-announcements, and the schedule decides when each reaches the servers.
+announcements (hand-offs and changes of watched keys), and the schedule decides when each
+reaches the servers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -26,8 +27,13 @@ import psycopg
 from tests.explorer._checks import LeaseRow, Reader
 from tests.explorer._loop import VirtualLoop
 from tests.explorer._world import LOSING, Pending, World, clock_of
-from volcano_server.storage import Storage
-from volcano_server.storage._postgres import HANDOFF_CHANNEL, PostgresStorage
+from volcano_server.storage import Listener, Storage
+from volcano_server.storage._postgres import (
+    CHANGE_CHANNEL,
+    HANDOFF_CHANNEL,
+    PostgresStorage,
+    heard,
+)
 
 __all__ = ["PostgresReader", "postgres_world"]
 
@@ -48,8 +54,9 @@ _QUIET_SECONDS = 30.0
 
 
 class _Storage(PostgresStorage):
-    """The server's storage, telling the explorer which backend each thread's transaction uses,
-    and taking announcements from the explorer instead of a LISTEN of its own."""
+    """The server's storage, telling the explorer which backend each thread's transaction uses
+    and how many announcements each committed transaction sent, and taking announcements from
+    the explorer instead of a LISTEN of its own."""
 
     def __init__(self, url: str, gates: ClockGates, server: str) -> None:
         super().__init__(
@@ -69,11 +76,32 @@ class _Storage(PostgresStorage):
         self._gates.checked_out(conn.info.backend_pid)
         return conn
 
-    async def listen(
-        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
-    ) -> None:
-        self._gates.listeners[self._server] = on_announce
-        on_connected()
+    @contextlib.contextmanager
+    def write(self, **options: Any) -> Iterator[Any]:
+        """A transaction whose announcements the explorer waits for once it has committed.
+
+        NOTIFY reaches the explorer's LISTEN a moment after the commit: collecting what has
+        come within a fixed time would make a schedule's choices depend on that moment.
+        """
+        sent: set[tuple[str, str]] = set()  # PostgreSQL folds repeats within a transaction
+        with super().write(**options) as tx:
+            reserve, change = tx.announce, tx.announce_change
+
+            def announce(server_id: str, seq: int) -> None:
+                sent.add((HANDOFF_CHANNEL, f"{server_id} {seq}"))
+                reserve(server_id, seq)
+
+            def announce_change(project_id: int, key: str) -> None:
+                sent.add((CHANGE_CHANNEL, f"{project_id} {key}"))
+                change(project_id, key)
+
+            tx.announce, tx.announce_change = announce, announce_change
+            yield tx
+        self._gates.expect(len(sent))
+
+    async def listen(self, listener: Listener) -> None:
+        self._gates.listeners[self._server] = listener
+        listener.connected()
         await self._gates.forever()
 
 
@@ -86,13 +114,16 @@ class ClockGates:
         self._lock = threading.Lock()
         self._gated: set[int] = set()
         self._pids: dict[int, int] = {}  # thread ident -> backend pid
-        self.listeners: dict[str, Callable[[str, int], None]] = {}
-        self.announcements: list[tuple[str, int]] = []
+        self.listeners: dict[str, Listener] = {}
+        self.announcements: list[tuple[str, str]] = []  # (channel, payload)
+        self._expected = 0  # announcements committed transactions sent
+        self._received = 0  # announcements the LISTEN connection has collected
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
         self._listener = psycopg.connect(url, autocommit=True)
         self._listener.execute(f"LISTEN {HANDOFF_CHANNEL}")
+        self._listener.execute(f"LISTEN {CHANGE_CHANNEL}")
         loop.on_time = lambda _now: self.set_clock(clock_of(loop)())
 
     async def forever(self) -> None:
@@ -177,16 +208,26 @@ class ClockGates:
             raise KeyError(f"{pending} has no connection yet")
         return default
 
+    def expect(self, count: int) -> None:
+        """A transaction that sent `count` announcements committed (from its thread)."""
+        with self._lock:
+            self._expected += count
+
     def _collect_announcements(self) -> None:
-        for notify in self._listener.notifies(timeout=0.02):
-            server_id, _, seq = notify.payload.partition(" ")
-            self.announcements.append((server_id, int(seq)))
+        """Collect every announcement the committed transactions sent, and only those."""
+        deadline = time.monotonic() + _QUIET_SECONDS
+        while self._received < self._expected:
+            if time.monotonic() > deadline:
+                raise AssertionError("announcements sent never reached the explorer")
+            for notify in self._listener.notifies(timeout=0.05, stop_after=1):
+                self.announcements.append((notify.channel, notify.payload))
+                self._received += 1
 
     def deliver(self, index: int) -> None:
-        """One announcement reaches every server (each takes only its own)."""
-        server_id, seq = self.announcements.pop(index)
-        for on_announce in list(self.listeners.values()):
-            on_announce(server_id, seq)
+        """One announcement reaches every server (each takes only what concerns it)."""
+        channel, payload = self.announcements.pop(index)
+        for listener in list(self.listeners.values()):
+            heard(listener, channel, payload)
 
     def kill(self, server: str, running: list[Pending]) -> None:
         """A server died: its transactions' connections go with it."""
@@ -240,6 +281,18 @@ class PostgresReader(Reader):
             "SELECT server_id FROM servers WHERE alive_until_us > %s", (now_us,)
         ).fetchall()
         return {row[0] for row in rows}
+
+    def saved_version(self, key: str) -> int:
+        row = self._conn.execute(
+            "SELECT version FROM locks WHERE key = %s AND fencing_token > 0", (key,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def labels(self, key: str) -> dict[int, str | None]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, label FROM leases WHERE key = %s", (key,)
+        ).fetchall()
+        return {row[0]: row[1] for row in rows}
 
     def close(self) -> None:
         self._conn.close()

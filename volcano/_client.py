@@ -319,8 +319,10 @@ class Locks:
         refuse lower ones) should, with a limit of 1. It is not retried.
 
         ```python
-        if not client.locks.check("daily-report", fencing_token):
-            raise PermissionError("that lease has ended")
+        lease = client.locks.acquire("daily-report", ttl=30)
+        assert client.locks.check("daily-report", lease.fencing_token)
+        client.locks.release("daily-report", lease)
+        assert not client.locks.check("daily-report", lease.fencing_token)
         ```
 
         Args:

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
-from . import _config, _requests
+from . import _config, _requests, _validate
 from ._async_renewer import AsyncRenewer
 from ._clock import SYSTEM_CLOCK, Clock
+from ._elections import AsyncElections
 from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import AsyncLockGuard
 from ._retry import retry_once_async
@@ -22,7 +23,7 @@ from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from datetime import timedelta
     from types import TracebackType
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ._ownership import Attempt
     from ._requests import Acquisition
     from ._transport import Answer, Call
+    from ._watch import AsyncLockWatch
 
 T = TypeVar("T")
 
@@ -82,6 +84,7 @@ class AsyncClient:
         self._closed = False
         self._renewer_instance: AsyncRenewer | None = None
         self._locks = AsyncLocks(self)
+        self._elections = AsyncElections(self)
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
@@ -103,6 +106,11 @@ class AsyncClient:
     def locks(self) -> AsyncLocks:
         """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
         return self._locks
+
+    @property
+    def elections(self) -> AsyncElections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     @property
     def api_url(self) -> str:
@@ -190,6 +198,7 @@ class AsyncLocks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
@@ -200,7 +209,7 @@ class AsyncLocks:
         closes its connection, which takes it out of the key's queue.
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
         return (await self._client._acquire(acquisition)).value
 
@@ -210,10 +219,11 @@ class AsyncLocks:
         lease: LockLease,
         *,
         ttl: float | timedelta | None = None,
+        label: str | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
         """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
-        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return (await self._client._send(call)).value
 
     async def release(
@@ -240,6 +250,31 @@ class AsyncLocks:
         call = _requests.check(key, fencing_token, request_id=request_id)
         return (await self._client._send(call)).value
 
+    def watch(self, key: str, *, after_version: int | None = None) -> AsyncLockWatch:
+        """Watch `key`: its state now, then one state per change; see `Locks.watch`.
+
+        An async iterator (`async for state in client.locks.watch(key)`, or `anext()`), and an
+        async context manager. `aclose()` (or leaving the `async with`) ends it at once,
+        cancelling a poll under way; so does cancelling the task that reads it.
+        """
+        from . import _watch
+
+        cursor = _watch.WatchCursor(_validate.key(key), _validate.version(after_version))
+        client = self._client
+        return _watch.AsyncLockWatch(
+            cursor, send=client._send, clock=client._clock, timeout=client.timeout
+        )
+
+    def list(self, prefix: str = "", *, page_size: int = 100) -> AsyncIterator[LockState]:
+        """Every key that is held or waited for, in key order; see `Locks.list`.
+
+        An async iterator: `async for state in client.locks.list("report-"):`.
+        """
+        from . import _watch
+
+        checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        return _watch.async_pages(self._client._send, checked, size)
+
     def with_lock(
         self,
         key: str,
@@ -247,6 +282,7 @@ class AsyncLocks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
         on_lost: Callable[[Error], object] | None = None,
@@ -267,6 +303,7 @@ class AsyncLocks:
             ttl=ttl,
             limit=limit,
             wait=wait,
+            label=label,
             token=token,
             request_id=request_id,
             at_risk_margin=at_risk_margin,

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
-from . import _config, _requests
+from . import _config, _requests, _validate
 from ._clock import SYSTEM_CLOCK, Clock
+from ._elections import Elections
 from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import LockGuard
 from ._renewer import Renewer
@@ -19,7 +20,7 @@ from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from datetime import timedelta
     from types import TracebackType
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ._ownership import Attempt
     from ._requests import Acquisition
     from ._transport import Answer, Call
+    from ._watch import LockWatch
 
 T = TypeVar("T")
 
@@ -80,6 +82,7 @@ class Client:
         self._closed = False
         self._renewer_instance: Renewer | None = None
         self._locks = Locks(self)
+        self._elections = Elections(self)
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
@@ -101,6 +104,11 @@ class Client:
     def locks(self) -> Locks:
         """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
         return self._locks
+
+    @property
+    def elections(self) -> Elections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     @property
     def api_url(self) -> str:
@@ -195,6 +203,7 @@ class Locks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
@@ -225,12 +234,15 @@ class Locks:
                 every caller of one key must ask for the same.
             wait: How long to wait for a held lock: seconds or a `timedelta`; 0 (the default)
                 answers at once.
+            label: A public label for the lease (0 to 200 printable ASCII characters: a host
+                name, an address), shown to anyone who reads the key in its `holders`; never
+                a secret. None (the default): no label.
             token: The owner token (a UUID); a fresh one by default. Keep it private.
             request_id: The request id (a UUID) of the first request; a fresh one by default.
 
         Returns:
             The new lease. Acquiring again with a live holder's own token returns that
-            lease, its expiry moved to now + ttl.
+            lease, its expiry moved to now + ttl (and its label set to `label`).
 
         Raises:
             LockHeldError: Other owners hold the lease (every slot, with a limit) and the wait
@@ -238,7 +250,7 @@ class Locks:
             LimitMismatchError: The key is in use with another limit (`limit` says which).
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
         return self._client._acquire(acquisition).value
 
@@ -248,6 +260,7 @@ class Locks:
         lease: LockLease,
         *,
         ttl: float | timedelta | None = None,
+        label: str | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
         """Extend `lease` to `ttl` seconds from now; it is not retried.
@@ -256,6 +269,8 @@ class Locks:
             key: The lock's name; it must be the lease's key.
             lease: The lease to extend.
             ttl: The new time to live (seconds or `timedelta`); default: the lease's own.
+            label: A new public label for the lease ("" for none); None (the default) keeps
+                its label. A new label is a change of the key that its watchers see.
             request_id: The request id (a UUID); a fresh one by default.
 
         Returns:
@@ -265,7 +280,7 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return self._client._send(call).value
 
     def release(
@@ -284,7 +299,7 @@ class Locks:
         self._client._send(_requests.release(key, lease, request_id=request_id))
 
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
-        """Report whether `key` is held, until when, and its fencing token, without acquiring.
+        """Report whether `key` is held, until when, by whom and its version, without acquiring.
 
         Args:
             key: The lock's name.
@@ -336,6 +351,67 @@ class Locks:
         call = _requests.check(key, fencing_token, request_id=request_id)
         return self._client._send(call).value
 
+    def watch(self, key: str, *, after_version: int | None = None) -> LockWatch:
+        """Watch `key`: its state now, then one `LockState` per change, as they happen.
+
+        ```python
+        with client.locks.watch("daily-report") as states:
+            print("now", next(states).version)
+            lease = client.locks.acquire("daily-report", ttl=30, label="worker-7")
+            state = next(states)  # as soon as the grant is made
+            print(state.version, [holder.label for holder in state.holders])
+            client.locks.release("daily-report", lease)
+        ```
+
+        Or `for state in states:` to go on until the loop breaks or the watch is closed.
+
+        A change is a grant, a release, an expiry, a force release or a label changed by a
+        renewal (a renewal that keeps the label is not one). Each request is a long poll that
+        the server answers as soon as the key's version moves, so a change is heard as soon as
+        it happens, through whichever server. Changes that come faster than the polls are
+        folded into the latest state: states in between may be skipped, never the latest, and
+        versions only go up. A transport failure, a timeout or an overloaded server (429, 5xx)
+        is retried after a backoff of 0.2 s doubling up to 5 s, from the last version seen;
+        other errors end the watch (raised by the iteration).
+
+        Args:
+            key: The lock's name.
+            after_version: Start after this version (a `LockState.version` seen before):
+                the first state is the first one that differs. None (the default): the first
+                state is the key's state now.
+
+        Returns:
+            A `LockWatch`: an iterator, and a context manager that closes it.
+        """
+        from . import _watch
+
+        cursor = _watch.WatchCursor(_validate.key(key), _validate.version(after_version))
+        client = self._client
+        return _watch.LockWatch(
+            cursor, send=client._send, clock=client._clock, timeout=client.timeout
+        )
+
+    def list(self, prefix: str = "", *, page_size: int = 100) -> Iterator[LockState]:
+        """Every key of the project that is held or waited for, in key order, with its state.
+
+        ```python
+        for state in client.locks.list("report-"):
+            print(state.key, state.held, state.waiters)
+        ```
+
+        Pages of `page_size` keys are asked for one after another as the iteration goes on.
+        A key held or waited for throughout the listing appears exactly once; one acquired or
+        freed meanwhile may or may not.
+
+        Args:
+            prefix: Only keys starting with this ("": every key).
+            page_size: Keys per request, 1 to 500 (default 100).
+        """
+        from . import _watch
+
+        checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        return _watch.pages(self._client._send, checked, size)
+
     def with_lock(
         self,
         key: str,
@@ -343,6 +419,7 @@ class Locks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
         on_lost: Callable[[Error], object] | None = None,
@@ -372,6 +449,7 @@ class Locks:
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
             limit: How many leases the key may have at once (see `acquire`); default 1.
             wait: How long entering may wait for a held lock (see `acquire`); default 0.
+            label: The lease's public label (see `acquire`); renewals keep it.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
             on_lost: Called once, with `lost_reason`, when ownership is lost.
@@ -389,6 +467,7 @@ class Locks:
             ttl=ttl,
             limit=limit,
             wait=wait,
+            label=label,
             token=token,
             request_id=request_id,
             at_risk_margin=at_risk_margin,

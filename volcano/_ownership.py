@@ -365,6 +365,19 @@ class Ownership:
             self._move(Event.RENEWAL_FAILED, reason=error, change=retry, now=now) or []
         )
 
+    def relabelled(self, answer: Answer[LockLease], now: float) -> list[Notice]:
+        """A renewal the holder sent itself (a new label) succeeded: adopt its lease.
+
+        The renewal loop's own attempt, if one is under way, stays under way.
+        """
+        notices = self._catch_up(now)
+        adopt = functools.partial(self._adopt, answer, keep_in_flight=True)
+        return notices + (self._move(Event.RENEWED, change=adopt) or [])
+
+    def refused(self, error: Error, now: float) -> list[Notice]:
+        """A request about the lease was refused (a 409): ownership is lost."""
+        return self._catch_up(now) + (self._move(Event.REFUSED, reason=error) or [])
+
     def renewal_ended(self) -> None:
         """The renewal under way ended without an answer to judge (cancelled at exit)."""
         with self._lock:
@@ -505,7 +518,7 @@ class Ownership:
             return GuardState.AT_RISK
         return self._state
 
-    def _adopt(self, answer: Answer[LockLease]) -> None:
+    def _adopt(self, answer: Answer[LockLease], *, keep_in_flight: bool = False) -> None:
         lease = answer.value
         ttl = lease.ttl_seconds
         margin = ttl * AT_RISK_FRACTION if self._margin is None else self._margin
@@ -515,7 +528,8 @@ class Ownership:
         self._renew_at = answer.sent_at + ttl * RENEW_AFTER_FRACTION
         self._failures = 0
         self._last_error = None
-        self._in_flight = None
+        if not keep_in_flight:
+            self._in_flight = None
         self._expired = None
 
     def _deadline_reason(self) -> LockLostError:

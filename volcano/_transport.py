@@ -75,6 +75,7 @@ def _generated() -> ModuleType:
         check_lease,
         force_release_lock,
         get_lock,
+        list_locks,
         release_lock,
         renew_lock,
     )
@@ -146,20 +147,30 @@ class Answer(Generic[T]):
 
 
 def acquire_call(
-    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0, limit: int = 1
+    key: str,
+    *,
+    owner_token: str,
+    ttl: float,
+    request_id: str,
+    wait: float = 0.0,
+    limit: int = 1,
+    label: str | None = None,
 ) -> Call[LockLease]:
     """The request that acquires `key` for `owner_token` for `ttl` seconds.
 
     With `wait`, it queues for the key up to that many seconds (the body then carries
     `wait_seconds`; without it, it is exactly the request of a client that never waits). A
     `limit` above 1 asks for one of that many slots; 1, the server's default, is not sent, so a
-    plain lock's request stays the one a client without semaphores sends.
+    plain lock's request stays the one a client without semaphores sends. A `label` is sent
+    only when given.
     """
     body = _models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
     if wait > 0:
         body.wait_seconds = wait
     if limit != 1:
         body.limit = limit
+    if label is not None:
+        body.label = label
     return Call(
         operation="acquire",
         key=key,
@@ -172,11 +183,18 @@ def acquire_call(
     )
 
 
-def renew_call(key: str, lease: LockLease, *, ttl: float, request_id: str) -> Call[LockLease]:
-    """The request that extends `lease` to `ttl` seconds from now."""
+def renew_call(
+    key: str, lease: LockLease, *, ttl: float, request_id: str, label: str | None = None
+) -> Call[LockLease]:
+    """The request that extends `lease` to `ttl` seconds from now.
+
+    With `label`, the lease's label becomes it (an empty one: none); without, it is kept.
+    """
     body = _models().RenewRequest(
         owner_token=lease.owner_token, fencing_token=lease.fencing_token, ttl_seconds=ttl
     )
+    if label is not None:
+        body.label = label
     return Call(
         operation="renew",
         key=key,
@@ -247,6 +265,50 @@ def check_call(key: str, fencing_token: int, *, request_id: str) -> Call[bool]:
         asyncio_detailed=_generated().check_lease.asyncio_detailed,
         success_status=200,
         convert=functools.partial(_live, key=key, fencing_token=fencing_token),
+    )
+
+
+def watch_call(key: str, *, after_version: int, wait: float, request_id: str) -> Call[LockState]:
+    """The long poll that reads `key` once its version differs from `after_version`.
+
+    The server answers then, or when `wait` seconds pass, with the key's state either way.
+    """
+    return Call(
+        operation="watch",
+        key=key,
+        request_id=request_id,
+        kwargs={"key": key, "after_version": after_version, "wait_seconds": wait},
+        sync_detailed=_generated().get_lock.sync_detailed,
+        asyncio_detailed=_generated().get_lock.asyncio_detailed,
+        success_status=200,
+        convert=functools.partial(_state, key=key),
+    )
+
+
+@attrs.frozen
+class Page:
+    """One page of a listing: the keys' states, and the `after` of the next page (or None)."""
+
+    states: tuple[LockState, ...]
+    next_after: str | None
+
+
+def list_call(*, prefix: str, after: str, limit: int, request_id: str) -> Call[Page]:
+    """The request for one page of the keys that are held or waited for."""
+    kwargs: dict[str, Any] = {"limit": limit}
+    if prefix:
+        kwargs["prefix"] = prefix
+    if after:
+        kwargs["after"] = after
+    return Call(
+        operation="list",
+        key=prefix or "*",
+        request_id=request_id,
+        kwargs=kwargs,
+        sync_detailed=_generated().list_locks.sync_detailed,
+        asyncio_detailed=_generated().list_locks.asyncio_detailed,
+        success_status=200,
+        convert=functools.partial(_page, prefix=prefix, after=after),
     )
 
 
@@ -564,6 +626,22 @@ def _state(parsed: object, *, key: str) -> LockState:
     if state.key != key:
         raise _SpecMismatchError(f"key {state.key!r} is not the key {key!r} asked for")
     return state
+
+
+def _page(parsed: object, *, prefix: str, after: str) -> Page:
+    body = _body(parsed, _models().LockList, "LockList")
+    states: list[LockState] = []
+    for item in body.locks:
+        state = _state(item, key=_string(getattr(item, "key", None), "key"))
+        if not state.key.startswith(prefix) or state.key <= after:
+            raise _SpecMismatchError(f"key {state.key!r} is outside the page asked for")
+        if states and state.key <= states[-1].key:
+            raise _SpecMismatchError("the keys are not in order")
+        states.append(state)
+    following = body.next_
+    if following is not None and (not states or following != states[-1].key):
+        raise _SpecMismatchError("next is not the last key of the page")
+    return Page(tuple(states), following)
 
 
 def _force_release(parsed: object, *, key: str) -> ForceReleaseResult:

@@ -35,12 +35,14 @@ INTERNAL = {
     "Notice",
     "Outcome",
     "Ownership",
+    "Page",
     "Renewer",
     "Schedule",
     "Settings",
     "SyncTransport",
     "Work",
     "WaitChain",
+    "WatchCursor",
 }
 
 PUBLIC_CLASSES = [
@@ -54,6 +56,16 @@ PUBLIC_CLASSES = [
     volcano.LockLease,
     volcano.LockState,
     volcano.ForceReleaseResult,
+    volcano.LockWatch,
+    volcano.AsyncLockWatch,
+    volcano.Elections,
+    volcano.AsyncElections,
+    volcano.Campaign,
+    volcano.AsyncCampaign,
+    volcano.Leadership,
+    volcano.AsyncLeadership,
+    volcano.LeaderObserver,
+    volcano.AsyncLeaderObserver,
 ]
 
 FORBIDDEN_IN_SIGNATURES = [

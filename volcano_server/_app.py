@@ -19,6 +19,7 @@ from ._accesslog import AccessLog
 from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
+from ._lockmetrics import KeyPrefixes
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
 from ._pulse import Pulse
@@ -58,7 +59,9 @@ def create_app(
     storage = storage or open_storage(
         config.database_url, sqlite_synchronous=config.sqlite_synchronous
     )
-    metrics = Metrics()
+    metrics = Metrics(
+        KeyPrefixes(config.metric_key_prefixes) if config.metric_key_prefixes else None
+    )
     access_log = AccessLog(metrics, enabled=config.access_log)
     authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
     run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics)
@@ -71,6 +74,7 @@ def create_app(
         run=run,
         pulse=pulse,
         revocations=authenticator,
+        metrics=metrics.locks,
     )
     metrics.watch_waiters(waits)
     api = Api(

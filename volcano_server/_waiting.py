@@ -27,6 +27,7 @@ import anyio
 
 from ._auth import Revocations
 from ._config import WaitingSettings
+from ._lockmetrics import LockMetrics, Waited
 from ._offload import Runner
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
@@ -34,7 +35,7 @@ from ._transactions import Caller, Transactions, shutting_down
 from ._wire import Answer
 from .storage import Storage
 
-__all__ = ["Turn", "Waits", "next_turn"]
+__all__ = ["Turn", "Waits", "next_turn", "wait_outcome"]
 
 log = logging.getLogger("volcano_server")
 
@@ -71,6 +72,23 @@ def next_turn(phase: Phase, *, gone: bool, closing: bool, timed_out: bool) -> Tu
     return Turn.WAIT
 
 
+_ENDED = {
+    Phase.SUPERSEDED: Waited.SUPERSEDED,
+    Phase.REVOKED: Waited.REVOKED,
+}
+
+
+def wait_outcome(phase: Phase, answer: Answer | None) -> Waited:
+    """How a waiting request ended, from its phase and its answer (None: its client left)."""
+    if phase is Phase.GRANTED:
+        return Waited.GRANTED if answer is not None else Waited.UNDELIVERED
+    if phase is Phase.LEAVING:
+        if answer is None:
+            return Waited.CLIENT_LEFT
+        return Waited.SHUTDOWN if answer.status == 503 else Waited.TIMED_OUT
+    return _ENDED.get(phase, Waited.ERROR)
+
+
 class Waits:
     """Every waiting request this server holds open, the timers and heartbeat that serve them.
 
@@ -89,8 +107,10 @@ class Waits:
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
+        metrics: LockMetrics,
     ) -> None:
         self.settings = settings
+        self._metrics = metrics
         self._storage = storage
         self._registry = registry
         self._run = run
@@ -104,6 +124,7 @@ class Waits:
             watch=self.watch,
             pulse=pulse,
             revocations=revocations,
+            metrics=metrics,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
@@ -161,11 +182,17 @@ class Waits:
         )
         if isinstance(result, Answer):
             return result
+        loop = asyncio.get_running_loop()
+        joined = loop.time()
+        outcome = Waited.ERROR
         self._parked += 1
         try:
-            return await self._turns(entry, wait_seconds, gone)
+            answer = await self._turns(entry, wait_seconds, gone)
+            outcome = wait_outcome(entry.phase, answer)
+            return answer
         finally:
             self._parked -= 1
+            self._metrics.waited(key, outcome, loop.time() - joined)
 
     async def _turns(
         self, entry: Entry, wait_seconds: float, gone: asyncio.Future[None]

@@ -248,6 +248,15 @@ def _add_listener_options(serve: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="interface for the metrics listener; keep it private (default: 127.0.0.1)",
     )
+    serve.add_argument(
+        "--metrics-key-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        dest="metric_key_prefixes",
+        help="label the lock metrics by this key prefix (repeat for more, at most 32; keys with"
+        " none of them are _other); by default they carry no key at all",
+    )
 
 
 def _add_limit_options(serve: argparse.ArgumentParser) -> None:
@@ -372,6 +381,7 @@ def _serve(args: argparse.Namespace) -> int:
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),
+            metric_key_prefixes=tuple(args.metric_key_prefixes),
             limits=Limits(
                 max_header_bytes=args.max_header_bytes,
                 max_header_fields=args.max_header_fields,

@@ -126,6 +126,9 @@ class ServerConfig:
     waiting: WaitingSettings = attrs.field(factory=WaitingSettings)
     # The lock metrics carry no key; these prefixes (opt-in) label them, the rest is "_other".
     metric_key_prefixes: tuple[str, ...] = ()
+    # Whether a request's span names its lock key (keys may say more than an operator wants
+    # a tracing backend to keep).
+    trace_lock_keys: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.retention_seconds < 600:

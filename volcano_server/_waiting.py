@@ -31,6 +31,7 @@ from ._lockmetrics import LockMetrics, Waited
 from ._offload import Runner
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
+from ._tracing import Tracing
 from ._transactions import Caller, Transactions, shutting_down
 from ._wire import Answer
 from .storage import Storage
@@ -108,9 +109,11 @@ class Waits:
         pulse: Pulse,
         revocations: Revocations,
         metrics: LockMetrics,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self._metrics = metrics
+        self._tracing = tracing
         self._storage = storage
         self._registry = registry
         self._run = run
@@ -178,7 +181,8 @@ class Waits:
                 limit=limit,
                 entry=entry,
                 may_block=may_block,
-            )
+            ),
+            traced_as="acquire",
         )
         if isinstance(result, Answer):
             return result
@@ -187,9 +191,15 @@ class Waits:
         outcome = Waited.ERROR
         self._parked += 1
         try:
-            answer = await self._turns(entry, wait_seconds, gone)
-            outcome = wait_outcome(entry.phase, answer)
-            return answer
+            if self._tracing is None:
+                answer = await self._turns(entry, wait_seconds, gone)
+                outcome = wait_outcome(entry.phase, answer)
+                return answer
+            with self._tracing.wait() as span:
+                answer = await self._turns(entry, wait_seconds, gone)
+                outcome = wait_outcome(entry.phase, answer)
+                self._tracing.waited(span, outcome)
+                return answer
         finally:
             self._parked -= 1
             self._metrics.waited(key, outcome, loop.time() - joined)
@@ -212,13 +222,16 @@ class Waits:
                 assert entry.answer is not None  # noqa: S101 - set with GRANTED and SUPERSEDED
                 return entry.answer
             if turn is Turn.UNDELIVER:
-                await run(lambda may_block: tx.undeliver(entry, may_block=may_block))
+                await run(
+                    lambda may_block: tx.undeliver(entry, may_block=may_block),
+                    traced_as="undeliver",
+                )
                 return None
             if turn is Turn.REVOKED:
-                await run(lambda may_block: tx.leave(entry, may_block=may_block))
+                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
                 return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
-                await run(lambda may_block: tx.leave(entry, may_block=may_block))
+                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
                 return None if gone.done() else shutting_down(entry.request_id)
             if turn is Turn.GIVE_UP:
                 answer = await self._give_up(entry)
@@ -237,7 +250,7 @@ class Waits:
         """
         tx = self.transactions
         giving_up = asyncio.ensure_future(
-            self._run(lambda may_block: tx.give_up(entry, may_block=may_block))
+            self._run(lambda may_block: tx.give_up(entry, may_block=may_block), traced_as="give_up")
         )
         try:
             while not giving_up.done():

@@ -138,7 +138,7 @@ class TestWaitTurn:
         made = entry()
         room.join(made, 7)
 
-        async def run(work: Any) -> Any:
+        async def run(work: Any, **_options: Any) -> Any:
             return work(True)
 
         waits = Waits(

@@ -61,6 +61,8 @@ class Metrics:
             ["during"],
             registry=self.registry,
         )
+        for during in ("request", "readiness", "purge", "key_use"):
+            self.storage_errors.labels(during)  # exported from the start, at 0
         self.open_connections = Gauge(
             "volcano_open_connections",
             "Client connections open now (waiting requests included).",

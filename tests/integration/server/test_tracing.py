@@ -135,6 +135,14 @@ class TestSpans:
         assert (TRACE_ID, "granted") in outcomes
         assert "timed_out" in [outcome for _, outcome in outcomes]
 
+    def test_a_malformed_traceparent_starts_a_trace_of_its_own(self, database_url: str) -> None:
+        """A traceparent that is not W3C's format is ignored, never refused: the request is
+        answered and its span has no parent."""
+        with traced(database_url) as server, server.http(traceparent="00-nonsense-01") as http:
+            assert Locks(http).acquire(f"k-{new_id()[:8]}", new_id(), 30).status_code == 200
+            [request] = named(server.spans, "acquireLock")
+        assert request.parent is None
+
     def test_the_lock_key_is_an_attribute_only_when_asked(self, database_url: str) -> None:
         """With trace_lock_keys the request span names its key (volcano.lock.key)."""
         with traced(database_url, trace_lock_keys=True) as server, server.http() as http:

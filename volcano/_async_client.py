@@ -101,7 +101,7 @@ class AsyncClient:
 
     @property
     def locks(self) -> AsyncLocks:
-        """The lock operations: acquire, renew, release, get, force_release, with_lock."""
+        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
         return self._locks
 
     @property
@@ -190,6 +190,7 @@ class AsyncLocks:
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
@@ -200,7 +201,9 @@ class AsyncLocks:
         id, key, ttl and credentials; nothing else is retried. Cancelling a waiting acquire
         closes its connection, which takes it out of the key's queue.
         """
-        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        acquisition = _requests.acquire(
+            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+        )
         return (await self._client._acquire(acquisition)).value
 
     @_tracing.traced_async("renew")
@@ -236,11 +239,19 @@ class AsyncLocks:
         call = _requests.force_release(key, request_id=request_id)
         return (await self._client._send(call)).value
 
+    async def check(
+        self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
+    ) -> bool:
+        """Whether `fencing_token` names a live lease of `key` now; see `Locks.check`."""
+        call = _requests.check(key, fencing_token, request_id=request_id)
+        return (await self._client._send(call)).value
+
     def with_lock(
         self,
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
@@ -260,6 +271,7 @@ class AsyncLocks:
         plan = _requests.with_lock(
             key,
             ttl=ttl,
+            limit=limit,
             wait=wait,
             token=token,
             request_id=request_id,

@@ -38,6 +38,7 @@ from ._exceptions import (
     status_error,
 )
 from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
+from ._validate import FENCING_TOKEN_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -52,8 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("volcano")
 
 T = TypeVar("T")
-
-FENCING_TOKEN_MAX = 2**53 - 1
 
 # What the generated parse raises on a body that is not what the spec promises (JSONDecodeError
 # and UnicodeDecodeError are ValueErrors), or on a status HTTPStatus does not know. Caught only
@@ -74,6 +73,7 @@ def _generated() -> ModuleType:
     from _volcano_api.api import locks
     from _volcano_api.api.locks import (  # noqa: F401 - loads the operation modules
         acquire_lock,
+        check_lease,
         force_release_lock,
         get_lock,
         release_lock,
@@ -147,16 +147,20 @@ class Answer(Generic[T]):
 
 
 def acquire_call(
-    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0
+    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0, limit: int = 1
 ) -> Call[LockLease]:
     """The request that acquires `key` for `owner_token` for `ttl` seconds.
 
     With `wait`, it queues for the key up to that many seconds (the body then carries
-    `wait_seconds`; without it, it is exactly the request of a client that never waits).
+    `wait_seconds`; without it, it is exactly the request of a client that never waits). A
+    `limit` above 1 asks for one of that many slots; 1, the server's default, is not sent, so a
+    plain lock's request stays the one a client without semaphores sends.
     """
     body = _models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
     if wait > 0:
         body.wait_seconds = wait
+    if limit != 1:
+        body.limit = limit
     return Call(
         operation="acquire",
         key=key,
@@ -230,6 +234,20 @@ def force_release_call(key: str, *, request_id: str) -> Call[ForceReleaseResult]
         asyncio_detailed=_generated().force_release_lock.asyncio_detailed,
         success_status=200,
         convert=functools.partial(_force_release, key=key),
+    )
+
+
+def check_call(key: str, fencing_token: int, *, request_id: str) -> Call[bool]:
+    """The fence check: whether `fencing_token` names a live lease of `key`."""
+    return Call(
+        operation="check",
+        key=key,
+        request_id=request_id,
+        kwargs={"key": key, "fencing_token": fencing_token},
+        sync_detailed=_generated().check_lease.sync_detailed,
+        asyncio_detailed=_generated().check_lease.asyncio_detailed,
+        success_status=200,
+        convert=functools.partial(_live, key=key, fencing_token=fencing_token),
     )
 
 
@@ -432,20 +450,23 @@ def _status_error(
             request_id=header_request_id,
             retry_after=retry_after,
         )
-    code, message, request_id = detail
+    code, message, request_id, limit = detail
     return status_error(
         response.status_code,
         code=code,
         message=message,
         request_id=request_id or header_request_id,
         retry_after=retry_after,
+        limit=limit,
     )
 
 
 def _error_detail(
     response: httpx.Response, detailed: DetailedResponse[Any] | None
-) -> tuple[str, str, str] | None:
-    """The (code, message, request_id) of a Volcano error body, or None for anything else.
+) -> tuple[str, str, str, int | None] | None:
+    """The (code, message, request_id, limit) of a Volcano error body, or None for anything else.
+
+    `limit` is the key's limit a `limit_mismatch` names, None when absent or not a limit.
 
     The body is read once: the generated parse read it for the statuses the spec lists (None:
     it refused the body); only for another status (a 404 or 405 from routing) is it read here.
@@ -460,10 +481,13 @@ def _error_detail(
             return None
     if not isinstance(parsed, _models().Error):
         return None
-    fields = (parsed.error.code, parsed.error.message, parsed.error.request_id)
-    if not all(isinstance(field, str) for field in fields):
+    code, message, request_id = (parsed.error.code, parsed.error.message, parsed.error.request_id)
+    if not (isinstance(code, str) and isinstance(message, str) and isinstance(request_id, str)):
         return None
-    return fields
+    limit = parsed.error.limit
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        limit = None
+    return code, message, request_id, limit
 
 
 def _send_error(call: Call[Any], exc: Exception, settings: Settings, started: float) -> Error:
@@ -563,6 +587,15 @@ def _force_release(parsed: object, *, key: str) -> ForceReleaseResult:
     if result.key != key:
         raise _SpecMismatchError(f"key {result.key!r} is not the key {key!r} asked for")
     return result
+
+
+def _live(parsed: object, *, key: str, fencing_token: int) -> bool:
+    body = _body(parsed, _models().LeaseCheck, "LeaseCheck")
+    if _string(body.key, "key") != key:
+        raise _SpecMismatchError(f"key {body.key!r} is not the key {key!r} asked for")
+    if _fencing_token(body.fencing_token) != fencing_token:
+        raise _SpecMismatchError(f"fencing_token {body.fencing_token} is not {fencing_token}")
+    return _boolean(body.live, "live")
 
 
 _B = TypeVar("_B")

@@ -145,18 +145,19 @@ class _Family(Generic[M]):
     def __init__(
         self, metric: M, outcomes: type[enum.Enum] | None, prefixes: KeyPrefixes | None
     ) -> None:
-        values = [member.value for member in outcomes] if outcomes is not None else [""]
+        members = list(outcomes) if outcomes is not None else [None]
         labels = prefixes.labels if prefixes is not None else ("",)
-        self._children: dict[tuple[str, str], M] = {
-            (value, label): metric.labels(*(x for x in (value, label) if x))
-            if value or label
+        self.child: dict[tuple[enum.Enum | None, str], M] = {
+            (member, label): metric.labels(*_values(member, label))
+            if member is not None or label
             else metric
-            for value in values
+            for member in members
             for label in labels
         }
 
-    def __call__(self, outcome: str, prefix: str) -> M:
-        return self._children[outcome, prefix]
+
+def _values(member: enum.Enum | None, label: str) -> list[str]:
+    return [x for x in (member.value if member is not None else "", label) if x]
 
 
 class LockMetrics:
@@ -238,22 +239,22 @@ class LockMetrics:
         for event in events:
             prefix = self._prefix(event.key)
             if isinstance(event, Granted):
-                self._grants(event.how.value, prefix).inc()
+                self._grants.child[event.how, prefix].inc()
             elif isinstance(event, Ended):
-                self._holds(event.how.value, prefix).observe(event.held_us / 1_000_000)
+                self._holds.child[event.how, prefix].observe(event.held_us / 1_000_000)
                 if event.how is End.EXPIRED:
-                    self._expiries("", prefix).inc()
+                    self._expiries.child[None, prefix].inc()
             else:
-                self._ahead("", prefix).observe(event.ahead)
+                self._ahead.child[None, prefix].observe(event.ahead)
 
     def waited(self, key: str, outcome: Waited, seconds: float) -> None:
         """Count a waiting request's end, `seconds` after it joined the key's line."""
-        self._waits(outcome.value, self._prefix(key)).observe(seconds)
+        self._waits.child[outcome, self._prefix(key)].observe(seconds)
 
     def checked(self, key: str, *, live: bool) -> None:
         """Count a fence check's answer."""
         result = Checked.LIVE if live else Checked.NOT_LIVE
-        self._checks(result.value, self._prefix(key)).inc()
+        self._checks.child[result, self._prefix(key)].inc()
 
 
 class Checked(enum.Enum):

@@ -239,6 +239,7 @@ class AsyncLocks:
         call = _requests.force_release(key, request_id=request_id)
         return (await self._client._send(call)).value
 
+    @_tracing.traced_async("check")
     async def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

@@ -312,6 +312,7 @@ class Locks:
         """
         return self._client._send(_requests.force_release(key, request_id=request_id)).value
 
+    @_tracing.traced("check")
     def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

@@ -9,8 +9,8 @@ after one look-up in `sys.modules`, and `import volcano` never imports OpenTelem
 
 The spans:
 - one per call of `client.locks` (kind INTERNAL): `volcano.acquire`, `volcano.renew`,
-  `volcano.release`, `volcano.get`, `volcano.force_release`; an acquisition's retry and the
-  requests of a chained wait are its children;
+  `volcano.release`, `volcano.get`, `volcano.force_release`, `volcano.check`; an acquisition's
+  retry and the requests of a chained wait are its children;
 - one per request sent (kind CLIENT), named `POST /v1/locks/{key}/acquire` and so on, whose
   `traceparent` header (the global propagator's) makes the server's spans its children;
 - one per with_lock guard, `volcano.with_lock`, from entering to the end of its release; its
@@ -18,8 +18,9 @@ The spans:
   background is a `volcano.renew` of its own trace, linked to it (a guard may live for hours:
   its renewals would otherwise make one trace without end).
 
-Attributes name the operation, the request id, the ttl and wait asked, the fencing token (it is
-public), the status and, on failure, the error's class (`error.type`). Never an owner token, an
+Attributes name the operation, the request id, the ttl, wait and limit asked, the fencing
+token (it is public), a fence check's answer, the status and, on failure, the error's class
+(`error.type`) and code. Never an owner token, an
 API key, a URL or path (the path holds the key), or an error's message (it names the key); the
 lock key (`volcano.lock.key`) only when `VOLCANO_TRACE_LOCK_KEYS=1`.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -56,6 +58,7 @@ _ROUTES = {
     "release": ("POST", "/v1/locks/{key}/release"),
     "get": ("GET", "/v1/locks/{key}"),
     "force_release": ("DELETE", "/v1/locks/{key}"),
+    "check": ("GET", "/v1/locks/{key}/leases/{fencing_token}"),
 }
 
 _cached: tuple[object, Tracer] | None = None
@@ -88,10 +91,17 @@ def _attributes(operation: str, key: object, options: dict[str, Any]) -> dict[st
         seconds = getattr(value, "total_seconds", lambda v=value: v)()
         if isinstance(seconds, int | float) and not isinstance(seconds, bool):
             attributes[f"volcano.lock.{name}_seconds"] = float(seconds)
+    for name in ("limit", "fencing_token"):
+        value = options.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            attributes[f"volcano.lock.{name}"] = value
     return attributes
 
 
 def _ended(span: Span, result: object) -> None:
+    if isinstance(result, bool):  # a fence check's answer
+        span.set_attribute("volcano.lock.live", result)
+        return
     token = getattr(result, "fencing_token", None)
     if isinstance(token, int):
         span.set_attribute("volcano.lock.fencing_token", token)
@@ -106,12 +116,11 @@ def _failed(span: Span, exc: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def _call_span(
-    tracer: Tracer, operation: str, key: object, options: dict[str, Any]
-) -> Iterator[Span]:
+def _call_span(tracer: Tracer, operation: str, arguments: dict[str, Any]) -> Iterator[Span]:
+    """The span of a call, named by its arguments (the method's, by name)."""
     with tracer.start_as_current_span(
         f"volcano.{operation}",
-        attributes=_attributes(operation, key, options),
+        attributes=_attributes(operation, arguments.get("key"), arguments),
         record_exception=False,  # an exception's message names the key
         set_status_on_exception=False,
     ) as span:
@@ -126,13 +135,15 @@ def traced(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """A `client.locks` method as a span `volcano.<operation>` while tracing is on."""
 
     def decorate(method: Callable[P, R]) -> Callable[P, R]:
+        names = list(inspect.signature(method).parameters)
+
         @functools.wraps(method)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             tracer = _tracer()
             if tracer is None:
                 return method(*args, **kwargs)
-            key = args[1] if len(args) > 1 else kwargs.get("key")
-            with _call_span(tracer, operation, key, kwargs) as span:
+            arguments = {**dict(zip(names, args, strict=False)), **kwargs}
+            with _call_span(tracer, operation, arguments) as span:
                 result = method(*args, **kwargs)
                 _ended(span, result)
                 return result
@@ -148,13 +159,15 @@ def traced_async(
     """The asyncio twin of `traced`."""
 
     def decorate(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        names = list(inspect.signature(method).parameters)
+
         @functools.wraps(method)
         async def call(*args: P.args, **kwargs: P.kwargs) -> R:
             tracer = _tracer()
             if tracer is None:
                 return await method(*args, **kwargs)
-            key = args[1] if len(args) > 1 else kwargs.get("key")
-            with _call_span(tracer, operation, key, kwargs) as span:
+            arguments = {**dict(zip(names, args, strict=False)), **kwargs}
+            with _call_span(tracer, operation, arguments) as span:
                 result = await method(*args, **kwargs)
                 _ended(span, result)
                 return result

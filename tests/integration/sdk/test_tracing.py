@@ -80,12 +80,14 @@ class TestOneTrace:
         assert call["attributes"]["volcano.lock.fencing_token"] >= 1
 
     def test_every_call_has_its_span_and_the_servers(self, run: dict[str, Any]) -> None:
-        """renew, get, release and force_release each make a call span with a request span
-        and the server's span under it."""
+        """renew, get, check, release and force_release each make a call span with a request
+        span and the server's span under it; a fence check's span says what it found, and a
+        semaphore's acquire its limit."""
         spans = run["spans"]
         for operation, served_as in [
             ("renew", "renewLock"),
             ("get", "getLock"),
+            ("check", "checkLease"),
             ("release", "releaseLock"),
             ("force_release", "forceReleaseLock"),
         ]:
@@ -93,6 +95,13 @@ class TestOneTrace:
             [sent] = children(spans, call)
             assert sent["kind"] == "SpanKind.CLIENT"
             assert [s["name"] for s in children(spans, sent)] == [served_as]
+        check = only(spans, "volcano.check")
+        assert check["attributes"]["volcano.lock.live"] is True
+        assert check["attributes"]["volcano.lock.fencing_token"] >= 1
+        limits = [
+            s["attributes"].get("volcano.lock.limit") for s in named(spans, "volcano.acquire")
+        ]
+        assert 2 in limits
 
     def test_a_refused_acquire_is_an_error_named_by_its_code(self, run: dict[str, Any]) -> None:
         """The acquire answered 409: its call and request spans are errors with the error's

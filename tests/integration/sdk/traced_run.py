@@ -66,10 +66,11 @@ def calls(sdk: Sdk, used: dict[str, Any]) -> None:
     lease = sdk.acquire(key, ttl=30, token=owner())
     lease = sdk.renew(key, lease, ttl=30)
     sdk.get(key)
+    assert sdk.check(key, lease.fencing_token)
     with contextlib.suppress(volcano.LockHeldError):
         sdk.acquire(key, ttl=30, token=owner())
     sdk.release(key, lease)
-    held = sdk.acquire(other, ttl=30, token=owner())
+    held = sdk.acquire(other, ttl=30, limit=2, token=owner())
     used["owners"].append(held.owner_token)
     sdk.force_release(other)
     # A guard held long enough for the background loop to renew it (ttl 0.6 s: after 0.2 s).

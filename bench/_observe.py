@@ -217,6 +217,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--untraced",
+        action="store_true",
+        help="leave the traced server out (less time, less noise)",
+    )
     args = parser.parse_args()
     if args.sdk:
         sdk_main(args)
@@ -228,22 +233,23 @@ def main() -> None:
         "after": None,
         "traced": None,
     }
+    sides = SIDES[:2] if args.untraced else SIDES
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "backend": args.backend,
         "load": [os.getloadavg()],
     }
-    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
-    rates: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
+    rates: dict[str, list[float]] = {side: [] for side in sides}
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
         with contextlib.ExitStack() as stack:
             servers = {
                 side: stack.enter_context(server(side, checkouts[side], args.backend))
-                for side in SIDES
+                for side in sides
             }
             for _ in range(args.rounds):
-                order = list(SIDES)
+                order = list(sides)
                 random.shuffle(order)
                 for side in order:
                     rate, per_cycle = timed(pool, servers[side], "raw_httpx", 1, args.seconds)
@@ -252,19 +258,19 @@ def main() -> None:
     finally:
         pool.shutdown()
     results["load"].append(os.getloadavg())
-    for side in SIDES:
+    for side in sides:
         results[side] = {
             "cycles_per_s": summary(rates[side]),
             "server_cpu_ms_per_cycle": summary(cpu[side]),
         }
-    pairs = (("after", "before"), ("traced", "after"))
+    pairs = (("after", "before"), ("traced", "after"))[: len(sides) - 1]
     for upper, lower in pairs:
         ratios = [a / b for a, b in zip(cpu[upper], cpu[lower], strict=True)]
         results[f"cpu_{upper}_vs_{lower}"] = summary(ratios)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "observe.json").write_text(json.dumps(results, indent=2))
+    (args.out / f"observe-{args.backend}.json").write_text(json.dumps(results, indent=2))
     print(f"server CPU per acquire+release cycle ({args.backend}, 1 client process), ms:")
-    for side in SIDES:
+    for side in sides:
         s = results[side]["server_cpu_ms_per_cycle"]
         rate = results[side]["cycles_per_s"]["median"]
         print(f"  {side:7} {s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]  {rate:.0f} cycles/s")

@@ -90,6 +90,7 @@ def create_app(
         tracing=tracing,
     )
     metrics.watch_waiters(waits)
+    metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
         LockService(waits, run),
         authenticator,

@@ -7,7 +7,7 @@ metrics (waits, holds, grants, expiries, fence checks) are `locks` (`_lockmetric
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Iterable, Sized
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -84,6 +84,15 @@ class Metrics:
             registry=self.registry,
         )
         self.locks = LockMetrics(self.registry, key_prefixes)
+
+    def expect(self, operations: Iterable[str]) -> None:
+        """Export each operation's latency histogram from the start, at zero.
+
+        A series born at its first request loses that request to `rate()` (no earlier sample
+        to count from), and a dashboard shows nothing until a second one.
+        """
+        for operation in operations:
+            self.latency.labels(operation)
 
     def watch_waiters(self, room: Sized) -> None:
         """Report how many requests `room` holds open, read at each scrape."""

@@ -118,7 +118,8 @@ BEGIN
     END IF;
     clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
-            x.expires_at_us, x.ttl_seconds, x.label) ORDER BY x.fencing_token), '[]')
+            x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token),
+            '[]')
         INTO leases
         FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
@@ -252,6 +253,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         _CLOCK_FUNCTION,
         # The function's result columns change: it must be dropped, not replaced.
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
+        _OPEN_FUNCTION,
+    ),
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric); `volcano_open` returns it with the leases. NULL only for a slot
+    # reserved for a waiter, not yet taken; a lease granted before is dated from its last
+    # renewal (the latest it can have been granted).
+    6: (
+        "ALTER TABLE leases ADD COLUMN granted_at_us bigint",
+        ("UPDATE leases SET granted_at_us = expires_at_us - round(ttl_seconds * 1000000)::bigint"),
         _OPEN_FUNCTION,
     ),
 }

@@ -164,6 +164,13 @@ ALTER TABLE locks DROP COLUMN owner_token;
 ALTER TABLE locks DROP COLUMN expires_at_us;
 ALTER TABLE locks DROP COLUMN ttl_seconds;
 """,
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric). NULL only for a slot reserved for a waiter, not yet taken; a lease
+    # granted before is dated from its last renewal (the latest it can have been granted).
+    5: """
+ALTER TABLE leases ADD COLUMN granted_at_us INTEGER;
+UPDATE leases SET granted_at_us = expires_at_us - CAST(round(ttl_seconds * 1000000) AS INTEGER);
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
-from . import _config, _requests, _validate
+from . import _config, _requests, _tracing, _validate
 from ._async_renewer import AsyncRenewer
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import AsyncElections
@@ -167,8 +167,9 @@ class AsyncClient:
                     raise
 
     async def _renew(self, attempt: Attempt) -> Answer[LockLease]:
-        """Send one of the renewal loop's attempts."""
-        return await self._send(attempt.call, request_timeout=attempt.timeout)
+        """Send one of the renewal loop's attempts (a trace of its own, linked to its guard)."""
+        with _tracing.renewal(attempt.trace, attempt.call.key):
+            return await self._send(attempt.call, request_timeout=attempt.timeout)
 
     def _renewer(self) -> AsyncRenewer:
         """The client's renewal loop, made on first use; once closed, it refuses new guards."""
@@ -191,6 +192,7 @@ class AsyncLocks:
     def __repr__(self) -> str:
         return f"<AsyncLocks of {self._client!r}>"
 
+    @_tracing.traced_async("acquire")
     async def acquire(
         self,
         key: str,
@@ -213,6 +215,7 @@ class AsyncLocks:
         )
         return (await self._client._acquire(acquisition)).value
 
+    @_tracing.traced_async("renew")
     async def renew(
         self,
         key: str,
@@ -226,16 +229,19 @@ class AsyncLocks:
         call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return (await self._client._send(call)).value
 
+    @_tracing.traced_async("release")
     async def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
     ) -> None:
         """End `lease`; see `Locks.release`."""
         await self._client._send(_requests.release(key, lease, request_id=request_id))
 
+    @_tracing.traced_async("get")
     async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report `key`'s state without acquiring it; see `Locks.get`."""
         return (await self._client._send(_requests.get(key, request_id=request_id))).value
 
+    @_tracing.traced_async("force_release")
     async def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
@@ -243,6 +249,7 @@ class AsyncLocks:
         call = _requests.force_release(key, request_id=request_id)
         return (await self._client._send(call)).value
 
+    @_tracing.traced_async("check")
     async def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
-from . import _config, _requests, _validate
+from . import _config, _requests, _tracing, _validate
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import Elections
 from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
@@ -167,8 +167,9 @@ class Client:
                     raise
 
     def _renew(self, attempt: Attempt) -> Answer[LockLease]:
-        """Send one of the renewal loop's attempts."""
-        return self._send(attempt.call, request_timeout=attempt.timeout)
+        """Send one of the renewal loop's attempts (a trace of its own, linked to its guard)."""
+        with _tracing.renewal(attempt.trace, attempt.call.key):
+            return self._send(attempt.call, request_timeout=attempt.timeout)
 
     def _renewer(self) -> Renewer:
         """The client's renewer, made on first use; once closed, it refuses new guards."""
@@ -196,6 +197,7 @@ class Locks:
     def __repr__(self) -> str:
         return f"<Locks of {self._client!r}>"
 
+    @_tracing.traced("acquire")
     def acquire(
         self,
         key: str,
@@ -254,6 +256,7 @@ class Locks:
         )
         return self._client._acquire(acquisition).value
 
+    @_tracing.traced("renew")
     def renew(
         self,
         key: str,
@@ -283,6 +286,7 @@ class Locks:
         call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return self._client._send(call).value
 
+    @_tracing.traced("release")
     def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
     ) -> None:
@@ -298,6 +302,7 @@ class Locks:
         """
         self._client._send(_requests.release(key, lease, request_id=request_id))
 
+    @_tracing.traced("get")
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report whether `key` is held, until when, by whom and its version, without acquiring.
 
@@ -307,6 +312,7 @@ class Locks:
         """
         return self._client._send(_requests.get(key, request_id=request_id)).value
 
+    @_tracing.traced("force_release")
     def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
@@ -321,6 +327,7 @@ class Locks:
         """
         return self._client._send(_requests.force_release(key, request_id=request_id)).value
 
+    @_tracing.traced("check")
     def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

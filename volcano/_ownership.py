@@ -64,6 +64,7 @@ from ._exceptions import (
 
 if TYPE_CHECKING:
     from ._models import LockLease
+    from ._tracing import GuardTrace
     from ._transport import Answer, Call
 
 logger = logging.getLogger("volcano")
@@ -173,10 +174,11 @@ def backoff(failures: int, ttl: float) -> float:
 
 @attrs.frozen
 class Attempt:
-    """One renewal attempt: the request and how long it may take."""
+    """One renewal attempt: the request, how long it may take, and its guard's trace."""
 
     call: Call[LockLease]
     timeout: float
+    trace: GuardTrace | None = None
 
 
 @attrs.frozen
@@ -244,6 +246,7 @@ class Ownership:
         self._in_flight: tuple[Attempt, float] | None = None  # (attempt, when it began)
         self._reason: Error | None = None
         self._expired: LockLostError | None = None  # the DEADLINE reason, made once
+        self._trace: GuardTrace | None = None  # the guard's span, which renewals link to
 
     def __repr__(self) -> str:
         return f"<Ownership of {self.key!r}: {self._state.value}>"
@@ -306,8 +309,9 @@ class Ownership:
                 "call with_lock() again for a new lease"
             )
 
-    def acquired(self, answer: Answer[LockLease]) -> None:
-        """The acquisition (and the renewal that dates a replay) succeeded."""
+    def acquired(self, answer: Answer[LockLease], trace: GuardTrace | None = None) -> None:
+        """The acquisition (and the renewal that dates a replay) succeeded, in `trace`."""
+        self._trace = trace  # before the renewal loop sees the guard
         self._move(Event.ACQUIRED, change=functools.partial(self._adopt, answer))
 
     def acquisition_failed(self) -> None:
@@ -337,7 +341,9 @@ class Ownership:
             ):
                 return None
             attempt = Attempt(
-                _requests.renewal(self._lease), min(self._timeout, self._deadline - now)
+                _requests.renewal(self._lease),
+                min(self._timeout, self._deadline - now),
+                self._trace,
             )
             self._in_flight = (attempt, now)
             return attempt

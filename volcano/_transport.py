@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 import httpx
 
+from . import _tracing
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -327,19 +328,24 @@ class SyncTransport:
             call: The request.
             request_timeout: Seconds it may take; the client's timeout by default.
         """
-        routed = self._routed.for_request(request_timeout)
-        api = _generated_client(self._settings).set_httpx_client(routed)
-        sent_at = call.first_send.stamp(self._clock.monotonic())
-        started = time.monotonic()
-        try:
-            detailed = call.sync_detailed(client=api, x_request_id=call.request_id, **call.kwargs)
-        except _HTTPX_ERRORS as exc:
-            raise _send_error(call, exc, self._settings, started) from exc
-        except PARSE_ERRORS:
-            if routed.response is None:
-                raise  # not a body the generated parse refused: a bug, so let it show
-            detailed = None
-        return _answer(call, _received(routed.response), detailed, sent_at, started)
+        with _tracing.request(call, self._settings) as answered:
+            routed = self._routed.for_request(request_timeout)
+            api = _generated_client(self._settings).set_httpx_client(routed)
+            sent_at = call.first_send.stamp(self._clock.monotonic())
+            started = time.monotonic()
+            try:
+                detailed = call.sync_detailed(
+                    client=api, x_request_id=call.request_id, **call.kwargs
+                )
+            except _HTTPX_ERRORS as exc:
+                raise _send_error(call, exc, self._settings, started) from exc
+            except PARSE_ERRORS:
+                if routed.response is None:
+                    raise  # not a body the generated parse refused: a bug, so let it show
+                detailed = None
+            response = _received(routed.response)
+            answered(response.status_code)
+            return _answer(call, response, detailed, sent_at, started)
 
 
 class AsyncTransport:
@@ -352,21 +358,24 @@ class AsyncTransport:
 
     async def send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
         """Send `call` once; return its answer or raise a `volcano.Error`; see `SyncTransport`."""
-        routed = self._routed.for_request(request_timeout)
-        api = _generated_client(self._settings).set_async_httpx_client(routed)
-        sent_at = call.first_send.stamp(self._clock.monotonic())
-        started = time.monotonic()
-        try:
-            detailed = await call.asyncio_detailed(
-                client=api, x_request_id=call.request_id, **call.kwargs
-            )
-        except _HTTPX_ERRORS as exc:
-            raise _send_error(call, exc, self._settings, started) from exc
-        except PARSE_ERRORS:
-            if routed.response is None:
-                raise  # not a body the generated parse refused: a bug, so let it show
-            detailed = None
-        return _answer(call, _received(routed.response), detailed, sent_at, started)
+        with _tracing.request(call, self._settings) as answered:
+            routed = self._routed.for_request(request_timeout)
+            api = _generated_client(self._settings).set_async_httpx_client(routed)
+            sent_at = call.first_send.stamp(self._clock.monotonic())
+            started = time.monotonic()
+            try:
+                detailed = await call.asyncio_detailed(
+                    client=api, x_request_id=call.request_id, **call.kwargs
+                )
+            except _HTTPX_ERRORS as exc:
+                raise _send_error(call, exc, self._settings, started) from exc
+            except PARSE_ERRORS:
+                if routed.response is None:
+                    raise  # not a body the generated parse refused: a bug, so let it show
+                detailed = None
+            response = _received(routed.response)
+            answered(response.status_code)
+            return _answer(call, response, detailed, sent_at, started)
 
 
 class _NoTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
@@ -407,6 +416,7 @@ class _Routed(httpx.Client):
 
     def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
         """Send `request` through the caller's client, and keep its response."""
+        _tracing.inject(request.headers)
         self.response = self._through.send(request, **options)
         return self.response
 
@@ -428,6 +438,7 @@ class _AsyncRouted(httpx.AsyncClient):
 
     async def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
         """Send `request` through the caller's client, and keep its response."""
+        _tracing.inject(request.headers)
         self.response = await self._through.send(request, **options)
         return self.response
 

@@ -80,7 +80,8 @@ class LockService:
                 limit=limit,
                 label=label,
                 may_block=may_block,
-            )
+            ),
+            traced_as="acquire",
         )
         assert isinstance(answer, Answer)  # noqa: S101 - only a waiting acquire queues
         return answer
@@ -106,7 +107,8 @@ class LockService:
                 ttl_seconds,
                 label=label,
                 may_block=may_block,
-            )
+            ),
+            traced_as="renew",
         )
 
     async def release(
@@ -117,13 +119,17 @@ class LockService:
         return await self._run(
             lambda may_block: tx.release(
                 caller, key, owner_token, fencing_token, may_block=may_block
-            )
+            ),
+            traced_as="release",
         )
 
     async def force_release(self, caller: Caller, key: str) -> Answer:
         """End the live lease, whoever holds it; the next in line gets the key."""
         tx = self._tx
-        return await self._run(lambda may_block: tx.force_release(caller, key, may_block=may_block))
+        return await self._run(
+            lambda may_block: tx.force_release(caller, key, may_block=may_block),
+            traced_as="force_release",
+        )
 
     async def get(
         self,
@@ -152,7 +158,9 @@ class LockService:
             finally:
                 disconnected.cancel()
         tx = self._tx
-        return await self._run(lambda may_block: tx.get(caller, key, may_block=may_block))
+        return await self._run(
+            lambda may_block: tx.get(caller, key, may_block=may_block), traced_as="get"
+        )
 
     async def list_locks(self, caller: Caller, *, prefix: str, after: str, limit: int) -> Answer:
         """One page of the keys that are held or waited for."""
@@ -160,14 +168,16 @@ class LockService:
         return await self._run(
             lambda may_block: tx.list_locks(
                 caller, prefix=prefix, after=after, limit=limit, may_block=may_block
-            )
+            ),
+            traced_as="list",
         )
 
     async def check(self, caller: Caller, key: str, fencing_token: int) -> Answer:
         """Whether `fencing_token` names a live lease of the key."""
         tx = self._tx
         return await self._run(
-            lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block)
+            lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block),
+            traced_as="check",
         )
 
     async def synced(self, *, here: bool = False) -> None:

@@ -54,9 +54,8 @@ _QUIET_SECONDS = 30.0
 
 
 class _Storage(PostgresStorage):
-    """The server's storage, telling the explorer which backend each thread's transaction uses
-    and how many announcements each committed transaction sent, and taking announcements from
-    the explorer instead of a LISTEN of its own."""
+    """The server's storage, telling the explorer which backend each thread's transaction uses,
+    and taking announcements from the explorer instead of a LISTEN of its own."""
 
     def __init__(self, url: str, gates: ClockGates, server: str) -> None:
         super().__init__(
@@ -76,29 +75,6 @@ class _Storage(PostgresStorage):
         self._gates.checked_out(conn.info.backend_pid)
         return conn
 
-    @contextlib.contextmanager
-    def write(self, **options: Any) -> Iterator[Any]:
-        """A transaction whose announcements the explorer waits for once it has committed.
-
-        NOTIFY reaches the explorer's LISTEN a moment after the commit: collecting what has
-        come within a fixed time would make a schedule's choices depend on that moment.
-        """
-        sent: set[tuple[str, str]] = set()  # PostgreSQL folds repeats within a transaction
-        with super().write(**options) as tx:
-            reserve, change = tx.announce, tx.announce_change
-
-            def announce(server_id: str, seq: int) -> None:
-                sent.add((HANDOFF_CHANNEL, f"{server_id} {seq}"))
-                reserve(server_id, seq)
-
-            def announce_change(project_id: int, key: str) -> None:
-                sent.add((CHANGE_CHANNEL, f"{project_id} {key}"))
-                change(project_id, key)
-
-            tx.announce, tx.announce_change = announce, announce_change
-            yield tx
-        self._gates.expect(len(sent))
-
     async def listen(self, listener: Listener) -> None:
         self._gates.listeners[self._server] = listener
         listener.connected()
@@ -116,8 +92,7 @@ class ClockGates:
         self._pids: dict[int, int] = {}  # thread ident -> backend pid
         self.listeners: dict[str, Listener] = {}
         self.announcements: list[tuple[str, str]] = []  # (channel, payload)
-        self._expected = 0  # announcements committed transactions sent
-        self._received = 0  # announcements the LISTEN connection has collected
+        self._sentinels = 0
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
@@ -208,20 +183,23 @@ class ClockGates:
             raise KeyError(f"{pending} has no connection yet")
         return default
 
-    def expect(self, count: int) -> None:
-        """A transaction that sent `count` announcements committed (from its thread)."""
-        with self._lock:
-            self._expected += count
-
     def _collect_announcements(self) -> None:
-        """Collect every announcement the committed transactions sent, and only those."""
-        deadline = time.monotonic() + _QUIET_SECONDS
-        while self._received < self._expected:
-            if time.monotonic() > deadline:
-                raise AssertionError("announcements sent never reached the explorer")
-            for notify in self._listener.notifies(timeout=0.05, stop_after=1):
-                self.announcements.append((notify.channel, notify.payload))
-                self._received += 1
+        """Every announcement committed so far, however slowly NOTIFY travels.
+
+        A sentinel notified after the transactions came to rest arrives after all of theirs
+        (a listener hears notifications in commit order), so the schedule's next choice never
+        depends on how fast the machine is: a fixed wait here made Hypothesis's replays of a
+        failing schedule draw differently under load (FlakyStrategyDefinition) and lose it.
+        """
+        self._sentinels += 1
+        sentinel = f"explorer sentinel {self._sentinels}"
+        with self._lock:
+            self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, sentinel))
+        for notify in self._listener.notifies(timeout=_QUIET_SECONDS):
+            if notify.payload == sentinel:
+                return
+            self.announcements.append((notify.channel, notify.payload))
+        raise AssertionError(f"NOTIFY never brought back {sentinel!r}")
 
     def deliver(self, index: int) -> None:
         """One announcement reaches every server (each takes only what concerns it)."""

@@ -125,7 +125,8 @@ BEGIN
     END IF;
     clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
-            x.expires_at_us, x.ttl_seconds, x.label) ORDER BY x.fencing_token), '[]')
+            x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token),
+            '[]')
         INTO leases
         FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
@@ -260,14 +261,25 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         ),
         _CLOCK_FUNCTION,
         # The function's result columns change: it must be dropped, not replaced. (It is today's
-        # function: PL/pgSQL resolves the tables it names only when it runs, and 6 replaces it.)
+        # function: PL/pgSQL resolves the tables it names only when it runs, and 7 replaces it.)
+        "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
+        _OPEN_FUNCTION,
+    ),
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric); `volcano_open` returns it with the leases. NULL only for a slot
+    # reserved for a waiter, not yet taken; a lease granted before is dated from its last
+    # renewal (the latest it can have been granted).
+    6: (
+        "ALTER TABLE leases ADD COLUMN granted_at_us bigint",
+        ("UPDATE leases SET granted_at_us = expires_at_us - round(ttl_seconds * 1000000)::bigint"),
+        # Today's function (see 5), whose result columns may differ from the one in place.
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
     # Issue 22: a key's version (changes of its holders; it starts at the last fencing token,
     # which no reader has seen as a version), a waiter's label for the lease it is given, and
     # which servers watch which keys (they are told of each change by NOTIFY).
-    6: (
+    7: (
         "ALTER TABLE locks ADD COLUMN version bigint NOT NULL DEFAULT 0",
         "UPDATE locks SET version = fencing_token",
         "ALTER TABLE lock_waiters ADD COLUMN label text",
@@ -368,7 +380,7 @@ _UNWATCH = (
 _LISTED = (
     "SELECT l.key, l.fencing_token, l.limit_count, l.version,"
     " (SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,"
-    " x.expires_at_us, x.ttl_seconds, x.label) ORDER BY x.fencing_token), '[]')"
+    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token), '[]')"
     " FROM leases x WHERE x.project_id = l.project_id AND x.key = l.key),"
     " (SELECT count(*) FROM lock_waiters w WHERE w.project_id = l.project_id AND w.key = l.key"
     " AND w.state = 'waiting')"

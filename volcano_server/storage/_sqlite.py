@@ -167,9 +167,16 @@ ALTER TABLE locks DROP COLUMN owner_token;
 ALTER TABLE locks DROP COLUMN expires_at_us;
 ALTER TABLE locks DROP COLUMN ttl_seconds;
 """,
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric). NULL only for a slot reserved for a waiter, not yet taken; a lease
+    # granted before is dated from its last renewal (the latest it can have been granted).
+    5: """
+ALTER TABLE leases ADD COLUMN granted_at_us INTEGER;
+UPDATE leases SET granted_at_us = expires_at_us - CAST(round(ttl_seconds * 1000000) AS INTEGER);
+""",
     # Issue 22: a key's version (changes of its holders; it starts at the last fencing token,
     # which no reader has seen as a version), and a waiter's label for the lease it is given.
-    5: """
+    6: """
 ALTER TABLE locks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
 UPDATE locks SET version = fencing_token;
 ALTER TABLE lock_waiters ADD COLUMN label TEXT;

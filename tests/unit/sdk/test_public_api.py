@@ -32,6 +32,7 @@ INTERNAL = {
     "Clock",
     "Event",
     "GuardPlan",
+    "GuardTrace",
     "Notice",
     "Outcome",
     "Ownership",

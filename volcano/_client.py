@@ -381,6 +381,11 @@ class Locks:
         is retried after a backoff of 0.2 s doubling up to 5 s, from the last version seen;
         other errors end the watch (raised by the iteration).
 
+        Each watch holds one of the client's HTTP connections while it waits (httpx's pool
+        has 100 by default), and the renewals of the client's guards need them too: watch a key
+        once per process and share its states, and give watches a client of their own when
+        there are more than a few.
+
         Args:
             key: The lock's name.
             after_version: Start after this version (a `LockState.version` seen before):

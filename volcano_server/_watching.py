@@ -414,9 +414,16 @@ class Watches:
             log.warning("forgetting %d watch records failed: %s", len(done), exc)
 
     def stop(self) -> None:
-        """Cancel every timer and read (the server's loop is ending)."""
+        """Cancel every timer and read: the server's loop is ending.
+
+        A watcher still waiting for a read is answered 503, never left hanging.
+        """
+        gone = ApiError.unavailable("the server is shutting down; watch again")
         for keyed in self._keys.values():
             if keyed.timer is not None:
                 keyed.timer.cancel()
+            for watcher in keyed.watchers:
+                if not watcher.answer.done():
+                    watcher.answer.set_exception(gone)
         for task in self._tasks:
             task.cancel()

@@ -164,3 +164,13 @@ class TestWatches:
         await turns()
         view = reads.answer(1, 1)
         assert await task == view.answer
+
+    async def test_stopping_answers_a_watcher_whose_read_never_came(self) -> None:
+        """The loop ends with a read still under way: its watcher gets 503, not silence."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        watches.stop()
+        with pytest.raises(Exception, match="shutting down"):
+            await task

@@ -153,8 +153,11 @@ class ApiError(Exception):
 
     def answer(self, request_id: str) -> Answer:
         """The answer: this error's status, body and Retry-After."""
-        body = {"error": {"code": self.code, "message": self.message, "request_id": request_id}}
-        return Answer(self.status, dumps(body), self.retry_after)
+        return Answer(self.status, dumps({"error": self.detail(request_id)}), self.retry_after)
+
+    def detail(self, request_id: str) -> dict[str, str]:
+        """The error object of the body (also one refused entry's, in a batch's results)."""
+        return {"code": self.code, "message": self.message, "request_id": request_id}
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"

@@ -37,9 +37,10 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from ._base import (
     KeyRecord,
@@ -213,6 +214,26 @@ class _Tx:
             return None
         leases = leases_of(self._conn.execute(LEASES, (project_id, key)))
         return LockRow(project_id, key, row[0], row[1], leases)
+
+    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+        # BEGIN IMMEDIATE has locked every row already; the clock was read after it.
+        marks = ", ".join("?" * len(keys))
+        rows = self._conn.execute(
+            "SELECT key, fencing_token, limit_count FROM locks"  # noqa: S608 - marks only
+            f" WHERE project_id = ? AND key IN ({marks})",
+            (project_id, *keys),
+        ).fetchall()
+        leases: dict[str, list[tuple[Any, ...]]] = {}
+        for key, *lease in self._conn.execute(
+            "SELECT key, fencing_token, owner_token, expires_at_us, ttl_seconds, label"  # noqa: S608
+            f" FROM leases WHERE project_id = ? AND key IN ({marks}) ORDER BY key, fencing_token",
+            (project_id, *keys),
+        ):
+            leases.setdefault(key, []).append(lease)
+        found: dict[str, LockRow | None] = dict.fromkeys(keys)
+        for key, token, limit in rows:
+            found[key] = LockRow(project_id, key, token, limit, leases_of(leases.get(key, ())))
+        return found
 
     def waiting_count(self, project_id: int, key: str) -> int:
         (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()

@@ -29,9 +29,24 @@ from volcano_server._auth import make_project_keys
 from volcano_server._server import Listeners, uvicorn_config
 from volcano_server.storage import open_storage
 
-__all__ = ["Project", "ServerProcess", "create_project", "serve_in_thread"]
+__all__ = ["DEFAULT_SIGNALS", "Project", "ServerProcess", "create_project", "serve_in_thread"]
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
+
+# Put before a command line: runs it with SIGINT, SIGTERM and SIGHUP at their defaults, as from a
+# terminal. A suite started in the background by a shell without job control (`.ci/run &`)
+# inherits SIGINT ignored, and so would every child: a Ctrl-C test would test nohup instead.
+# (An exec wrapper, not preexec_fn, which is unsafe with threads.)
+DEFAULT_SIGNALS = (
+    sys.executable,
+    "-c",
+    (
+        "import os, signal, sys\n"
+        "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_DFL)\n"
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    ),
+)
 
 
 @attrs.frozen

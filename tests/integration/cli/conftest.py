@@ -15,7 +15,7 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
-from tests.support.server import create_project
+from tests.support.server import DEFAULT_SIGNALS, create_project
 
 VOLCANO = Path(sys.executable).with_name("volcano")
 """The console script pip installed beside this interpreter: what users run."""
@@ -54,28 +54,12 @@ class Shell:
     def start_with(self, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
         """Start `volcano ARGS...` with `env` and return at once."""
         return subprocess.Popen(
-            [*_DEFAULT_SIGNALS, str(VOLCANO), *args],
+            [*DEFAULT_SIGNALS, str(VOLCANO), *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-
-
-# Runs its arguments with SIGINT, SIGTERM and SIGHUP at their defaults, as from a terminal:
-# `volcano locks run` leaves alone a signal its caller ignores (nohup), and a suite started in
-# the background by a shell without job control inherits SIGINT ignored, so the SIGINT tests
-# would test nohup instead. (An exec wrapper, not preexec_fn, which is unsafe with threads.)
-_DEFAULT_SIGNALS = (
-    sys.executable,
-    "-c",
-    (
-        "import os, signal, sys\n"
-        "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
-        "    signal.signal(s, signal.SIG_DFL)\n"
-        "os.execv(sys.argv[1], sys.argv[1:])"
-    ),
-)
 
 
 @pytest.fixture

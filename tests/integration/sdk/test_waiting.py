@@ -16,6 +16,7 @@ import volcano
 from tests.conftest import LiveServer
 from tests.support.databases import queued
 from tests.support.raw import Locks, new_id, wait_for
+from tests.support.server import DEFAULT_SIGNALS
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ class TestLeavingTheQueue:
             """
         )
         process = subprocess.Popen(
-            [sys.executable, "-c", script], stderr=subprocess.PIPE, text=True
+            [*DEFAULT_SIGNALS, sys.executable, "-c", script], stderr=subprocess.PIPE, text=True
         )
         try:
             wait_for(lambda: queued(live_server.database_url, key) == 1, "in line")
@@ -70,5 +71,6 @@ class TestLeavingTheQueue:
             _, stderr = process.communicate(timeout=30)
         finally:
             process.kill()
+            process.communicate()
         assert "KeyboardInterrupt" in stderr
         wait_for(lambda: queued(live_server.database_url, key) == 0, "out of line")

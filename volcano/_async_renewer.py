@@ -1,9 +1,10 @@
-"""The renewal loop of an `AsyncClient`: one task serves every guard, one task per attempt sends.
+"""The renewal loop of an `AsyncClient`: one task serves every guard, one task per batch sends.
 
 The asyncio twin of `_renewer.py`, over the same `Schedule`: the loop task sleeps until the
-schedule needs it, takes a step, calls the user's callbacks, and starts each renewal attempt as
-a task of its own (at most `MAX_IN_FLIGHT` at once), which only sends and reports back. Leaving
-a block cancels a renewal of its guard that is under way (renewal keeps the owner and fencing
+schedule needs it, takes a step, calls the user's callbacks, and starts each batch as a task of
+its own (at most `MAX_IN_FLIGHT` at once), which only sends and reports back. Leaving a block
+lets go of a renewal of its guard that is under way: it stays under way for the other leases of
+its batch, and its answer for this guard is not taken in (renewal keeps the owner and fencing
 tokens, so the release still names the latest lease). Everything runs on the client's event
 loop, so the schedule needs no lock.
 """
@@ -16,16 +17,15 @@ from typing import TYPE_CHECKING
 
 from ._exceptions import LockLostError
 from ._ownership import deliver
-from ._schedule import MAX_IN_FLIGHT, Outcome, Schedule, failed
+from ._schedule import MAX_IN_FLIGHT, BatchesUnsupported, Schedule
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from ._clock import Clock
     from ._exceptions import Error
-    from ._models import LockLease
-    from ._ownership import Attempt, Ownership
-    from ._transport import Answer
+    from ._ownership import Ownership
+    from ._schedule import Batch, Outcome
 
 logger = logging.getLogger("volcano")
 
@@ -34,14 +34,15 @@ class AsyncRenewer:
     """Renews the leases of an async client's guards from one lazily started task.
 
     Args:
-        send: Sends one renewal attempt and returns its answer (raising a volcano error).
+        send: Sends one batch and returns each lease's outcome, in order (never raising but
+            `BatchesUnsupported`).
         clock: The client's clock.
-        limit: How many renewals may be under way at once.
+        limit: How many requests may be under way at once.
     """
 
     def __init__(
         self,
-        send: Callable[[Attempt], Awaitable[Answer[LockLease]]],
+        send: Callable[[Batch], Awaitable[Sequence[Outcome]]],
         clock: Clock,
         limit: int = MAX_IN_FLIGHT,
     ) -> None:
@@ -50,7 +51,7 @@ class AsyncRenewer:
         self._schedule = Schedule(limit)
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._renewals: dict[Ownership, asyncio.Task[None]] = {}
+        self._batches: set[asyncio.Task[None]] = set()
         self._waiting = False
 
     def add(self, guard: Ownership) -> None:
@@ -65,13 +66,9 @@ class AsyncRenewer:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="volcano-renewer")
         self._changed.set()
 
-    async def remove(self, guard: Ownership) -> None:
-        """Stop renewing `guard`, cancelling a renewal of it that is under way."""
-        self._schedule.remove(guard)
-        renewal = self._renewals.get(guard)
-        if renewal is not None:
-            renewal.cancel()
-            await asyncio.wait([renewal])
+    def remove(self, guard: Ownership) -> None:
+        """Stop renewing `guard`, letting go of a renewal of it that is under way."""
+        self._schedule.remove(guard, let_go=True)
 
     def refuse(self, reason: Error) -> None:
         """Take no guards from now on (the client closed before this loop ever ran)."""
@@ -80,7 +77,7 @@ class AsyncRenewer:
     async def stop(self, reason: Error) -> None:
         """Stop the loop and its renewals; every guard still served is lost for `reason`."""
         notices = self._schedule.stop(reason)
-        tasks = [*self._renewals.values(), *([self._task] if self._task is not None else [])]
+        tasks = [*self._batches, *([self._task] if self._task is not None else [])]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -98,10 +95,12 @@ class AsyncRenewer:
             while self._schedule.stopped is None:
                 work = self._schedule.step(self._clock.monotonic())
                 deliver(work.notices)
-                for guard, attempt in work.starts:
-                    self._renewals[guard] = asyncio.get_running_loop().create_task(
-                        self._renew(guard, attempt), name=f"volcano-renew-{guard.key}"
+                for batch in work.starts:
+                    task = asyncio.get_running_loop().create_task(
+                        self._renew(batch), name=f"volcano-renew-{batch.request_id}"
                     )
+                    self._batches.add(task)
+                    task.add_done_callback(self._batches.discard)
                 pause = self._schedule.next_wake(self._clock.monotonic())
                 if pause is None and not self._schedule and self._schedule.idle():
                     return  # nothing left to serve; the next guard starts a new task
@@ -120,13 +119,14 @@ class AsyncRenewer:
         finally:
             deliver(self._schedule.abandon(reason))  # cancelled from outside, or broken
 
-    async def _renew(self, guard: Ownership, attempt: Attempt) -> None:
-        outcome = Outcome()
+    async def _renew(self, batch: Batch) -> None:
+        outcomes: Sequence[Outcome] = batch.unsent()
         try:
-            outcome = Outcome(answer=await self._send(attempt))
-        except Exception as exc:  # noqa: BLE001 - a bug loses this guard, never the loop
-            outcome = failed(guard, exc)
+            outcomes = await self._send(batch)
+        except BatchesUnsupported:
+            self._schedule.singles()
+        except Exception as exc:  # noqa: BLE001 - a bug loses this batch, never the loop
+            outcomes = batch.failed(exc)
         finally:
-            del self._renewals[guard]
-            self._schedule.finish(guard, outcome)
+            self._schedule.finish(batch, outcomes)
             self._changed.set()

@@ -1,12 +1,13 @@
 """The renewal loop of a `Client`: one thread serves every guard, a few threads send.
 
 The loop thread sleeps until its `Schedule` needs it (a renewal due, an at-risk point, a deadline, a
-new guard, or close), takes a step, calls the user's callbacks, and hands the renewal attempts to at
-most `MAX_IN_FLIGHT` sender threads. A sender sends, takes its outcome in with a step of its own
-(calling the callbacks it brings) and goes on with whatever fell due meanwhile, so one slow answer
-holds up its own guard and no other, and a busy loop does not pass every renewal between threads; a
-sender thread starts only when all the others are busy. All are daemon threads, like the loop: a
-program that never closes its client is not kept from exiting by a renewal waiting for its answer.
+new guard, or close), takes a step, calls the user's callbacks, and hands the batches of renewals to
+at most `MAX_IN_FLIGHT` sender threads. A sender sends, takes its outcomes in with a step of its own
+(calling the callbacks they bring) and goes on with whatever fell due meanwhile, so one slow answer
+holds up only the leases of its own batch, and a busy loop does not pass every batch between
+threads; a sender thread starts only when all the others are busy. All are daemon threads, like the
+loop: a program that never closes its client is not kept from exiting by a renewal waiting for its
+answer.
 
 State is shared behind one `threading.Condition`; the loop's `finally` leaves every guard it still
 serves lost, so a guard is never left looking held by a loop that is gone.
@@ -22,17 +23,15 @@ from typing import TYPE_CHECKING
 
 from ._exceptions import LockLostError
 from ._ownership import deliver
-from ._schedule import MAX_IN_FLIGHT, Outcome, Schedule, failed
+from ._schedule import MAX_IN_FLIGHT, BatchesUnsupported, Schedule
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ._clock import Clock
     from ._exceptions import Error
-    from ._models import LockLease
-    from ._ownership import Attempt, Ownership
-    from ._schedule import Work
-    from ._transport import Answer
+    from ._ownership import Ownership
+    from ._schedule import Batch, Outcome, Work
 
 logger = logging.getLogger("volcano")
 
@@ -41,14 +40,15 @@ class Renewer:
     """Renews the leases of a client's guards from one lazily started thread.
 
     Args:
-        send: Sends one renewal attempt and returns its answer (raising a volcano error).
+        send: Sends one batch and returns each lease's outcome, in order (never raising but
+            `BatchesUnsupported`).
         clock: The client's clock.
-        limit: How many renewals may be under way at once.
+        limit: How many requests may be under way at once.
     """
 
     def __init__(
         self,
-        send: Callable[[Attempt], Answer[LockLease]],
+        send: Callable[[Batch], Sequence[Outcome]],
         clock: Clock,
         limit: int = MAX_IN_FLIGHT,
     ) -> None:
@@ -103,8 +103,8 @@ class Renewer:
         try:
             while (work := self._next_work()) is not None:
                 deliver(work.notices)
-                for guard, attempt in work.starts:
-                    self._senders.run(functools.partial(self._renew, guard, attempt))
+                for batch in work.starts:
+                    self._senders.run(functools.partial(self._renew, batch))
         except Exception:
             logger.exception("the lease renewer stopped unexpectedly")
         finally:
@@ -129,29 +129,34 @@ class Renewer:
                 self._waiting = False
             return None
 
-    def _renew(self, guard: Ownership, attempt: Attempt) -> None:
-        """Send `attempt`, take its outcome in, and go on with any renewal now due.
+    def _renew(self, batch: Batch) -> None:
+        """Send `batch`, take its outcomes in, and go on with any batch now due.
 
-        A sender takes in its own outcome and starts what has fallen due meanwhile itself, so
-        a busy loop does not hand every renewal from thread to thread twice.
+        A sender takes in its own outcomes and starts what has fallen due meanwhile itself, so
+        a busy loop does not hand every batch from thread to thread twice.
         """
         while True:
-            outcome = Outcome()
+            outcomes: Sequence[Outcome] = batch.unsent()
+            unsupported = False
             try:
-                outcome = Outcome(answer=self._send(attempt))
-            except Exception as exc:  # noqa: BLE001 - a bug loses this guard, never the loop
-                outcome = failed(guard, exc)
+                outcomes = self._send(batch)
+            except BatchesUnsupported:
+                unsupported = True
+            except Exception as exc:  # noqa: BLE001 - a bug loses this batch, never the loop
+                outcomes = batch.failed(exc)
             finally:
                 with self._changed:
-                    self._schedule.finish(guard, outcome)
+                    if unsupported:
+                        self._schedule.singles()
+                    self._schedule.finish(batch, outcomes)
                     work = self._schedule.step(self._clock.monotonic())
                     self._changed.notify_all()  # remove() waits for this; the loop re-plans
             deliver(work.notices)
             if not work.starts:
                 return
-            (guard, attempt), *others = work.starts
+            batch, *others = work.starts
             for other in others:
-                self._senders.run(functools.partial(self._renew, *other))
+                self._senders.run(functools.partial(self._renew, other))
 
 
 class _Senders:

@@ -28,7 +28,7 @@ from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
 from tests.support.sdk import PATIENCE, LostSamples, Sdk
 from volcano._ownership import GuardState, Ownership
-from volcano._transport import Answer
+from volcano._seam import Answer
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import volcano
 from tests.unit.sdk.support import EXPIRES, REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
 from volcano._ownership import Ownership
 from volcano._renewer import Renewer
-from volcano._transport import Answer
+from volcano._seam import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""What the seam (volcano/_transport.py) relies on in the generated client, pinned.
+"""What the seam (volcano/_seam/) relies on in the generated client, pinned.
 
 The seam hands each generated `*_detailed` function a generated `Client` whose httpx client it
 set with `set_httpx_client` / `set_async_httpx_client`, and reads back `parsed` (status and
@@ -28,7 +28,7 @@ from _volcano_api.api.locks import (
 from _volcano_api.types import Response
 
 from tests.unit.sdk.support import REQUEST_ID, TOKEN
-from volcano._transport import PARSE_ERRORS
+from volcano._seam import PARSE_ERRORS
 
 BASE = "https://volcano.test/prefix"
 LEASE = {

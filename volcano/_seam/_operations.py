@@ -1,0 +1,89 @@
+"""The table of operations, and the `Call` of each request: its body, and how to read it."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from . import _reading
+from ._calls import Call, Operation
+from ._reading import models
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._models import ForceReleaseResult, LockLease, LockState
+    from ._reading import Renewed
+
+
+ACQUIRE = Operation("acquire", "acquire_lock", 200)
+RENEW = Operation("renew", "renew_lock", 200)
+RENEW_MANY = Operation("renew_many", "renew_leases", 200)
+RELEASE = Operation("release", "release_lock", 204)
+GET = Operation("get", "get_lock", 200)
+FORCE_RELEASE = Operation("force_release", "force_release_lock", 200)
+
+
+def acquire(
+    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0
+) -> Call[LockLease]:
+    """The request that acquires `key` for `owner_token` for `ttl` seconds.
+
+    With `wait`, it queues for the key up to that many seconds (the body then carries
+    `wait_seconds`; without it, it is exactly the request of a client that never waits).
+    """
+    body = models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
+    if wait > 0:
+        body.wait_seconds = wait
+    expected = functools.partial(_reading.lease, key=key, owner_token=owner_token)
+    return Call(ACQUIRE, key, request_id, {"key": key, "body": body}, expected)
+
+
+def renew(lease: LockLease, *, ttl: float, request_id: str) -> Call[LockLease]:
+    """The request that extends `lease` to `ttl` seconds from now."""
+    body = models().RenewRequest(
+        owner_token=lease.owner_token, fencing_token=lease.fencing_token, ttl_seconds=ttl
+    )
+    expected = functools.partial(
+        _reading.lease,
+        key=lease.key,
+        owner_token=lease.owner_token,
+        fencing_token=lease.fencing_token,
+    )
+    return Call(RENEW, lease.key, request_id, {"key": lease.key, "body": body}, expected)
+
+
+def renew_many(leases: Sequence[LockLease], *, request_id: str) -> Call[list[Renewed]]:
+    """The request that renews each of `leases` for its own ttl, in one batch."""
+    made = models()
+    body = made.RenewLeasesRequest(
+        leases=[
+            made.LeaseRenewal(
+                key=lease.key,
+                owner_token=lease.owner_token,
+                fencing_token=lease.fencing_token,
+                ttl_seconds=lease.ttl_seconds,
+            )
+            for lease in leases
+        ]
+    )
+    expected = functools.partial(_reading.renewals, leases=tuple(leases), request_id=request_id)
+    return Call(RENEW_MANY, f"{len(leases)} leases", request_id, {"body": body}, expected)
+
+
+def release(lease: LockLease, *, request_id: str) -> Call[None]:
+    """The request that ends `lease`."""
+    body = models().ReleaseRequest(owner_token=lease.owner_token, fencing_token=lease.fencing_token)
+    key = lease.key
+    return Call(RELEASE, key, request_id, {"key": key, "body": body}, _reading.nothing)
+
+
+def get(key: str, *, request_id: str) -> Call[LockState]:
+    """The request that reads `key`'s state."""
+    return Call(GET, key, request_id, {"key": key}, functools.partial(_reading.state, key=key))
+
+
+def force_release(key: str, *, request_id: str) -> Call[ForceReleaseResult]:
+    """The request that removes `key`'s live leases, whatever their owners."""
+    convert = functools.partial(_reading.force_release, key=key)
+    return Call(FORCE_RELEASE, key, request_id, {"key": key}, convert)

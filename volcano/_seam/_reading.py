@@ -1,0 +1,393 @@
+"""Reading what arrived: a success into the SDK's own frozen values, anything else into errors.
+
+The generated functions parse a body before they return; what they parsed is checked here
+field by field (a body that breaks the spec is an `UnexpectedResponseError`, never a generated
+type or an `Unset` passed on). A refusal becomes the `APIStatusError` subclass of its status and
+code (`status_error`); an httpx exception, the connection or timeout error it stands for.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from datetime import datetime
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+import httpx
+
+from .._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    Error,
+    InvalidArgumentError,
+    UnexpectedResponseError,
+    parse_retry_after,
+    status_error,
+)
+from .._models import ForceReleaseResult, LockHolder, LockLease, LockState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
+
+    from _volcano_api.types import Response as DetailedResponse
+
+    from .._config import Settings
+    from ._calls import Call
+
+logger = logging.getLogger("volcano")
+
+T = TypeVar("T")
+
+FENCING_TOKEN_MAX = 2**53 - 1
+
+# What the generated parse raises on a body that is not what the spec promises (JSONDecodeError
+# and UnicodeDecodeError are ValueErrors), or on a status HTTPStatus does not know. Caught only
+# once a response has arrived, so they never hide a failure to build or send the request.
+PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
+
+Renewed = LockLease | APIStatusError
+"""One lease's result in a batch renewal: the renewed lease, or the refusal in its place."""
+
+
+@attrs.frozen
+class Answer(Generic[T]):
+    """A successful answer: the value, when its request was first sent, whether replayed.
+
+    `sent_at` (the client's monotonic clock) is the only send time the SDK uses: the server made
+    whatever the answer describes no earlier than that, so a lease lives at least until
+    `sent_at + ttl`.
+    """
+
+    value: T
+    sent_at: float
+    replayed: bool
+
+
+class SpecMismatchError(Exception):
+    """A body that parsed but does not match the spec; the text says how."""
+
+
+@functools.cache
+def models() -> ModuleType:
+    """The generated models (request bodies and response shapes), imported on first use."""
+    from _volcano_api import models
+
+    return models
+
+
+def answer(
+    call: Call[T],
+    response: httpx.Response,
+    detailed: DetailedResponse[Any] | None,
+    sent_at: float,
+    started: float,
+) -> Answer[T]:
+    """Turn what arrived into the call's answer, or raise the error it stands for.
+
+    `detailed` is None when the generated parse refused the body.
+    """
+    _log_outcome(call, response, started)
+    if response.status_code != call.operation.success_status:
+        raise _status_error(call, response, detailed)
+    try:
+        value = call.convert(None if detailed is None else detailed.parsed)
+    except SpecMismatchError as exc:
+        raise UnexpectedResponseError(
+            f"{call.operation.name}: HTTP {response.status_code}, a body that breaks the spec:"
+            f" {exc}",
+            status_code=response.status_code,
+            request_id=response.headers.get("X-Request-Id", call.request_id),
+        ) from None
+    return Answer(value, sent_at, _replayed(response))
+
+
+def send_error(call: Call[Any], exc: Exception, settings: Settings, started: float) -> Error:
+    """The volcano error for an exception httpx raised while sending `call`."""
+    elapsed = time.monotonic() - started
+    name = call.operation.name
+    logger.debug(
+        "%s %s failed after %.3fs: %s (request_id=%s)",
+        name,
+        call.subject,
+        elapsed,
+        type(exc).__name__,
+        call.request_id,
+    )
+    text = _scrub(f"{type(exc).__name__}: {exc}", settings)
+    if isinstance(exc, httpx.TimeoutException):
+        return APITimeoutError(f"{name} timed out: {text}", request_id=call.request_id)
+    if isinstance(exc, httpx.RequestError):
+        return APIConnectionError(f"{name} failed: {text}", request_id=call.request_id)
+    return Error(f"{name} could not be sent: {text}")
+
+
+def _replayed(response: httpx.Response) -> bool:
+    """Whether the server answered with an outcome stored under the request id."""
+    value: str = response.headers.get("Idempotent-Replayed", "")
+    return value.lower() == "true"
+
+
+def _status_error(
+    call: Call[Any], response: httpx.Response, detailed: DetailedResponse[Any] | None
+) -> APIStatusError:
+    # A proxy's page carries no id; the one sent still names the request.
+    header_request_id = response.headers.get("X-Request-Id", call.request_id)
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    detail = _error_detail(response, detailed)
+    if detail is None:
+        return status_error(
+            response.status_code,
+            code=None,
+            message=f"{call.operation.name}: {_status_text(response)} without a Volcano error body",
+            request_id=header_request_id,
+            retry_after=retry_after,
+        )
+    code, message, request_id = detail
+    return status_error(
+        response.status_code,
+        code=code,
+        message=message,
+        request_id=request_id or header_request_id,
+        retry_after=retry_after,
+    )
+
+
+def _error_detail(
+    response: httpx.Response, detailed: DetailedResponse[Any] | None
+) -> tuple[str, str, str] | None:
+    """The (code, message, request_id) of a Volcano error body, or None for anything else.
+
+    The body is read once: the generated parse read it for the statuses the spec lists (None:
+    it refused the body); only for another status (a 404 or 405 from routing) is it read here.
+    """
+    if detailed is None:
+        return None
+    parsed = detailed.parsed
+    if parsed is None:
+        try:
+            parsed = models().Error.from_dict(response.json())
+        except PARSE_ERRORS:
+            return None
+    if not isinstance(parsed, models().Error):
+        return None
+    return _detail(parsed.error)
+
+
+def _detail(error: object) -> tuple[str, str, str] | None:
+    """(code, message, request_id) of a generated ErrorDetail whose fields are all strings."""
+    code, message, request_id = (
+        getattr(error, name, None) for name in ("code", "message", "request_id")
+    )
+    if isinstance(code, str) and isinstance(message, str) and isinstance(request_id, str):
+        return code, message, request_id
+    return None
+
+
+def _scrub(text: str, settings: Settings) -> str:
+    # httpx and h11 sometimes quote header values in their messages.
+    for secret in (settings.service_key, settings.anon_key):
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
+def _log_outcome(call: Call[Any], response: httpx.Response, started: float) -> None:
+    logger.debug(
+        "%s %s -> %s in %.3fs (request_id=%s)",
+        call.operation.name,
+        call.subject,
+        response.status_code,
+        time.monotonic() - started,
+        call.request_id,
+    )
+
+
+def _status_text(response: httpx.Response) -> str:
+    try:
+        return f"HTTP {response.status_code} {HTTPStatus(response.status_code).phrase}"
+    except ValueError:
+        return f"HTTP {response.status_code}"
+
+
+# -- successes ---------------------------------------------------------------------------------
+
+
+def nothing(parsed: object) -> None:
+    """A success without a body (release's 204)."""
+
+
+def lease(
+    parsed: object, *, key: str, owner_token: str, fencing_token: int | None = None
+) -> LockLease:
+    """A LockLease body, which must describe the lease asked for (renew: its fencing token)."""
+    body = _body(parsed, models().LockLease, "LockLease")
+    made = _value(
+        LockLease,
+        key=_string(body.key, "key"),
+        owner_token=_string(body.owner_token, "owner_token"),
+        fencing_token=_fencing_token(body.fencing_token),
+        expires_at=_timestamp(body.expires_at),
+        ttl_seconds=_ttl_seconds(body.ttl_seconds),
+    )
+    if made.key != key:
+        raise SpecMismatchError(f"key {made.key!r} is not the key {key!r} asked for")
+    if made.owner_token != owner_token:
+        raise SpecMismatchError("owner_token differs from the one sent")
+    if fencing_token is not None and made.fencing_token != fencing_token:
+        raise SpecMismatchError(
+            f"renew changed fencing_token {fencing_token} to {made.fencing_token}"
+        )
+    return made
+
+
+def renewals(parsed: object, *, leases: Sequence[LockLease], request_id: str) -> list[Renewed]:
+    """A batch's results, one per lease sent, in order: each renewed lease or its refusal.
+
+    A result that breaks the spec is an `UnexpectedResponseError` in its place (as a single
+    renew's would be); results that do not match the leases sent, one for one, break the whole.
+    """
+    body = _body(parsed, models().RenewLeasesResult, "RenewLeasesResult")
+    if not isinstance(body.results, list) or len(body.results) != len(leases):
+        raise SpecMismatchError(f"it does not hold one result for each of {len(leases)} leases")
+    return [
+        _renewed(result, sent, request_id)
+        for result, sent in zip(body.results, leases, strict=True)
+    ]
+
+
+def _renewed(result: object, sent: LockLease, request_id: str) -> Renewed:
+    try:
+        return _judged(result, sent)
+    except SpecMismatchError as exc:
+        return UnexpectedResponseError(
+            f"renew_many: the result for {sent.key} breaks the spec: {exc}",
+            status_code=200,
+            request_id=request_id,
+        )
+
+
+def _judged(result: object, sent: LockLease) -> Renewed:
+    """One result of a batch: the renewed lease (which must be the one sent), or its refusal."""
+    made = models()
+    if getattr(result, "key", None) != sent.key:
+        raise SpecMismatchError(f"a result for {getattr(result, 'key', None)!r} in its place")
+    if isinstance(result, made.LeaseRenewed):
+        return lease(
+            result.lease,
+            key=sent.key,
+            owner_token=sent.owner_token,
+            fencing_token=sent.fencing_token,
+        )
+    if not isinstance(result, made.LeaseRefused) or not isinstance(result.status, int):
+        raise SpecMismatchError("it is neither a renewed lease nor a refusal")
+    detail = _detail(result.error)
+    if detail is None:
+        raise SpecMismatchError("its error is not a Volcano error object")
+    code, message, refused_id = detail
+    return status_error(result.status, code=code, message=message, request_id=refused_id)
+
+
+def state(parsed: object, *, key: str) -> LockState:
+    """A LockState body, which must be the state of `key`."""
+    body = _body(parsed, models().LockState, "LockState")
+    made = _value(
+        LockState,
+        key=_string(body.key, "key"),
+        held=_boolean(body.held, "held"),
+        expires_at=None if body.expires_at is None else _timestamp(body.expires_at),
+        fencing_token=None if body.fencing_token is None else _fencing_token(body.fencing_token),
+        limit=_count(body.limit, "limit"),
+        holders=tuple(_holder(holder) for holder in body.holders),
+        waiters=_count(body.waiters, "waiters"),
+    )
+    if made.key != key:
+        raise SpecMismatchError(f"key {made.key!r} is not the key {key!r} asked for")
+    return made
+
+
+def force_release(parsed: object, *, key: str) -> ForceReleaseResult:
+    """A ForceReleaseResult body, which must be about `key`."""
+    body = _body(parsed, models().ForceReleaseResult, "ForceReleaseResult")
+    made = ForceReleaseResult(
+        key=_string(body.key, "key"),
+        released=_boolean(body.released, "released"),
+        fencing_token=None if body.fencing_token is None else _fencing_token(body.fencing_token),
+        released_count=_count(body.released_count, "released_count"),
+    )
+    if made.key != key:
+        raise SpecMismatchError(f"key {made.key!r} is not the key {key!r} asked for")
+    return made
+
+
+_B = TypeVar("_B")
+_V = TypeVar("_V")
+
+
+def _body(parsed: object, cls: type[_B], name: str) -> _B:
+    if not isinstance(parsed, cls):
+        raise SpecMismatchError(f"it is not a {name} object")
+    return parsed
+
+
+def _holder(holder: object) -> LockHolder:
+    body = _body(holder, models().LockHolder, "LockHolder")
+    label = body.label
+    if label is not None and not isinstance(label, str):
+        raise SpecMismatchError("a holder's label is not a string")
+    return _value(
+        LockHolder,
+        fencing_token=_fencing_token(body.fencing_token),
+        expires_at=_timestamp(body.expires_at),
+        label=label,
+    )
+
+
+def _count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecMismatchError(f"{name} is not a count")
+    return value
+
+
+def _string(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise SpecMismatchError(f"{name} is not a string")
+    return value
+
+
+def _boolean(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecMismatchError(f"{name} is not a boolean")
+    return value
+
+
+def _fencing_token(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecMismatchError("fencing_token is not an integer")
+    if not 1 <= value <= FENCING_TOKEN_MAX:
+        raise SpecMismatchError(f"fencing_token {value} is outside 1..2^53-1")
+    return value
+
+
+def _timestamp(value: object) -> datetime:
+    # Its offset is the model's to judge (LockLease and LockState keep UTC only).
+    if not isinstance(value, datetime):
+        raise SpecMismatchError("expires_at is not an RFC 3339 timestamp")
+    return value
+
+
+def _value(cls: Callable[..., _V], **fields: Any) -> _V:
+    """An SDK value from checked fields; what its own converters refuse breaks the spec."""
+    try:
+        return cls(**fields)
+    except InvalidArgumentError as exc:
+        raise SpecMismatchError(str(exc)) from None
+
+
+def _ttl_seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise SpecMismatchError("ttl_seconds is not a positive number")
+    return float(value)

@@ -10,8 +10,9 @@ Each step gathers the renewals that are due, and those due within `EARLY` second
 twentieth of their ttl: `Ownership.due`), into batches of up to `BATCH_SIZE` leases: one request
 each, so a client's guards cost a request per batch, not per guard (a batch of one is a plain
 renew). Up to `MAX_IN_FLIGHT` requests are under way at once, so a slow or failed one holds up
-only the leases it carries, never the next batch; past that, due leases wait in the order they
-fell due. Each lease's outcome is judged by its own guard: a refusal inside a batch loses that
+only the leases it carries (which share its fate: a request that never answers is given up when
+its most pressed lease runs out), never the next batch; past that, due leases wait in the order
+they fell due. Each lease's outcome is judged by its own guard: a refusal inside a batch loses that
 guard only, a transient failure retries that lease after its own backoff. A guard whose renewal
 is under way is still woken for its at-risk point and deadline, so those moves (and their
 callbacks) happen on time however long the answer takes.
@@ -40,9 +41,9 @@ if TYPE_CHECKING:
 
 MAX_IN_FLIGHT = 8
 """How many renewal requests of one client may be under way at once."""
-BATCH_SIZE = 1
+BATCH_SIZE = 500
 """The most leases one request renews (the server's limit)."""
-EARLY = 0.0
+EARLY = 0.1
 """Seconds before it is due that a renewal may go out, to share a request with others."""
 
 logger = logging.getLogger("volcano")

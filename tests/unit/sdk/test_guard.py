@@ -505,10 +505,11 @@ class TestRenewerFaults:
     def test_a_bug_in_one_renewal_loses_that_guard_only(
         self, client: volcano.Client, api: FakeApi, clock: FakeClock
     ) -> None:
-        """An unexpected exception while renewing marks that guard lost; others go on."""
+        """An unexpected exception while renewing marks the guards of that request lost (here
+        one: the other's renewal is not due with it); others go on."""
         with (
             client.locks.with_lock("broken", ttl=30) as broken,
-            client.locks.with_lock("fine", ttl=30) as fine,
+            client.locks.with_lock("fine", ttl=60) as fine,
         ):
             api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
             clock.advance(10)

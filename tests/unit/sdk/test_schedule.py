@@ -12,7 +12,7 @@ import pytest
 import volcano
 from tests.unit.sdk.support import EXPIRES, TOKEN
 from volcano._ownership import GuardState, Ownership
-from volcano._schedule import Batch, Outcome, Schedule
+from volcano._schedule import EARLY, Batch, Outcome, Schedule
 from volcano._seam import Answer
 
 
@@ -55,13 +55,51 @@ def served(*guards: Ownership, **options: int) -> Schedule:
     return schedule
 
 
-class TestStarting:
+class TestBatching:
     def test_nothing_starts_before_it_is_due(self) -> None:
         """The loop is told to sleep until the first renewal is due, and starts it then."""
         schedule = served(guard("a"))
         assert schedule.step(105.0).starts == []
         assert schedule.next_wake(105.0) == 5.0
         assert keys(schedule.step(110.0).starts) == [["a"]]
+
+    def test_renewals_due_together_share_one_request(self) -> None:
+        """Three guards due at 110, 110.03 and 110.09 go out in one batch at 110 (each due
+        within EARLY); one due at 110.2 waits for its own time."""
+        offsets = {"a": 0.0, "b": 0.03, "c": 0.09, "d": 0.2}
+        made = [guard(key, at=100.0 + offset) for key, offset in offsets.items()]
+        schedule = served(*made)
+        (batch,) = schedule.step(110.0).starts
+        assert [g.key for g, _ in batch.entries] == ["a", "b", "c"]
+        assert batch.leases == tuple(g.lease() for g in made[:3])
+        assert {r.request_id for _, r in batch.entries} == {batch.request_id}
+        assert schedule.next_wake(110.0) == pytest.approx(0.2)
+        assert keys(schedule.step(110.2).starts) == [["d"]]
+
+    def test_a_short_ttl_goes_out_early_by_a_twentieth_of_it_at_most(self) -> None:
+        """A 1 s lease (due at 100.333) joins a batch at most 0.05 s early: not at 100.25."""
+        schedule = served(guard("short", ttl=1.0), guard("other", ttl=0.75))  # due 100.333, .25
+        assert keys(schedule.step(100.25).starts) == [["other"]]
+        assert keys(schedule.step(100.29).starts) == [["short"]]
+        assert EARLY > 0.05
+
+    def test_at_most_batch_size_leases_per_request(self) -> None:
+        """1,200 leases due at once: requests of 500, 500 and 200, in the order they fell due."""
+        made = [guard(f"k{n:04d}") for n in range(1200)]
+        schedule = served(*made)
+        batches = schedule.step(110.0).starts
+        assert [len(b.entries) for b in batches] == [500, 500, 200]
+        assert [g for b in batches for g, _ in b.entries] == made
+        assert len({b.request_id for b in batches}) == 3
+
+    def test_the_timeout_is_the_most_pressed_leases(self) -> None:
+        """A batch may wait no longer than the lease in it with the least time left."""
+        late = guard("late", at=98.0)
+        late.renewal_failed(volcano.APITimeoutError("slow"), 108.0)  # retry at 108.1; lost at 128
+        schedule = served(late, guard("fresh"))
+        (batch,) = schedule.step(125.0).starts  # fresh: lost at 130, 5 s left; late: 3 s
+        assert keys([batch]) == [["late", "fresh"]]
+        assert batch.timeout == pytest.approx(3.0)
 
     def test_after_singles_one_lease_per_request(self) -> None:
         """A server without batch renewal: from then on each lease goes alone."""
@@ -120,36 +158,57 @@ class TestBoundedInFlight:
 
 
 class TestOutcomes:
-    def test_a_transient_failure_is_retried_after_the_backoff(self) -> None:
-        """A failed attempt is taken in at the next step and retried 0.1 s later."""
-        made = guard("a")
-        schedule = served(made)
+    def test_a_lease_refused_inside_a_batch_loses_only_its_guard(self) -> None:
+        """One 409 among three results: that guard is lost; the other two are renewed, dated
+        from the batch's send, and served on."""
+        a, b, c = guard("a"), guard("b"), guard("c")
+        schedule = served(a, b, c)
         (batch,) = schedule.step(110.0).starts
-        schedule.finish(batch, [Outcome(error=volcano.APIConnectionError("refused"))])
+        no = refusal()
+        schedule.finish(
+            batch, [renewed(batch, 110.0)[0], Outcome(error=no), renewed(batch, 110.0)[2]]
+        )
+        schedule.step(110.5)
+        assert b.reason(110.5) is no
+        assert (a.state(139.9), c.state(139.9)) == (GuardState.AT_RISK, GuardState.AT_RISK)
+        assert a.state(140.0) is GuardState.LOST  # deadline 110 + 30: from the batch's send
+        assert len(schedule) == 2
+
+    def test_a_transient_failure_retries_that_lease_after_its_backoff(self) -> None:
+        """A 503 for one lease of a batch: that lease alone goes again 0.1 s later."""
+        a, b = guard("a"), guard("b")
+        schedule = served(a, b)
+        (batch,) = schedule.step(110.0).starts
+        unavailable = volcano._exceptions.status_error(
+            503, code="unavailable", message="m", request_id=None
+        )
+        schedule.finish(batch, [Outcome(error=unavailable), renewed(batch, 110.0)[1]])
         assert schedule.step(110.0).starts == []
         assert schedule.next_wake(110.0) == pytest.approx(0.1)
         assert keys(schedule.step(110.1).starts) == [["a"]]
 
-    def test_a_refusal_loses_the_guard_and_forgets_it(self) -> None:
-        """A 409 is taken in: the guard is lost and no longer served."""
-        made = guard("a")
-        schedule = served(made)
+    def test_a_bug_loses_the_guards_of_that_batch_with_its_cause(self) -> None:
+        """An unexpected exception from sending a batch loses its guards (only them), each
+        with a LockLostError caused by it."""
+        a, b, other = guard("a"), guard("b"), guard("other", at=105.0)
+        schedule = served(a, b, other)
         (batch,) = schedule.step(110.0).starts
-        no = refusal()
-        schedule.finish(batch, [Outcome(error=no)])
+        schedule.finish(batch, batch.failed(ZeroDivisionError("bug")))
         schedule.step(110.0)
-        assert made.reason(110.0) is no
-        assert len(schedule) == 0
-        assert schedule.idle()
+        for made in (a, b):
+            reason = made.reason(110.0)
+            assert isinstance(reason, volcano.LockLostError)
+            assert isinstance(reason.__cause__, ZeroDivisionError)
+        assert other.state(110.0) is GuardState.HELD
+        assert keys(schedule.step(115.0).starts) == [["other"]]
 
-    def test_a_bug_loses_that_guard_with_its_cause(self) -> None:
-        """An unexpected exception from sending becomes a LockLostError caused by it."""
-        made = guard("a")
-        schedule = served(made)
+    def test_unsent_leases_are_due_again_at_once(self) -> None:
+        """A batch that never went out (the server lacks batches) leaves its leases due."""
+        schedule = served(guard("a"), guard("b"))
         (batch,) = schedule.step(110.0).starts
-        (outcome,) = batch.failed(ZeroDivisionError("bug"))
-        assert isinstance(outcome.error, volcano.LockLostError)
-        assert isinstance(outcome.error.__cause__, ZeroDivisionError)
+        schedule.finish(batch, batch.unsent())
+        schedule.singles()
+        assert keys(schedule.step(110.0).starts) == [["a"], ["b"]]
 
 
 class TestLeaving:
@@ -167,6 +226,21 @@ class TestLeaving:
         assert made.state(110.5) is GuardState.HELD
         assert made.lease() is not None
         assert schedule.step(200.0).starts == []
+
+    def test_let_go_while_out_never_takes_its_outcome_in(self) -> None:
+        """A guard let go of during its batch (an AsyncClient's exit) is free at once; the
+        batch's refusal of it, arriving later, is not taken in; the others' outcomes are."""
+        leaving, staying = guard("leaving"), guard("staying")
+        schedule = served(leaving, staying)
+        (batch,) = schedule.step(110.0).starts
+        assert schedule.remove(leaving, let_go=True) is False
+        assert not schedule.busy(leaving)
+        assert leaving._in_flight is None
+        no = refusal()
+        schedule.finish(batch, [Outcome(error=no), Outcome(error=no)])
+        schedule.step(110.5)
+        assert leaving.state(110.5) is GuardState.HELD
+        assert staying.reason(110.5) is no
 
     def test_stop_loses_every_guard(self) -> None:
         """Stopping loses each served guard for the reason given, and remembers it."""

@@ -3,7 +3,8 @@
 Prints a table of medians with min and max, and writes DIR/results.json and DIR/chart.png.
 Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
 contention (workers waiting for one key, beside redis-py Lock, python-redis-lock and PostgreSQL
-advisory locks; 1,000 queued waiters), keys (1,000 vs 1,000,000 keys), retention (the
+advisory locks; 1,000 queued waiters), semaphore (8 workers on a limit-4 key beside kazoo's
+Semaphore on a local ZooKeeper), keys (1,000 vs 1,000,000 keys), retention (the
 request-id store under sustained load), guards (10,000 with_lock guards, one key's renewals
 slowed, sync and async), import (import time).
 """
@@ -14,6 +15,8 @@ import argparse
 import contextlib
 import json
 import platform
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +25,13 @@ import attrs
 
 from ._contention import SYSTEMS, Pool, as_dict, queued_waiters, run_system
 from ._measure import Summary, Workers, interleaved, time_ratio
+from ._peers import PeerError
 from ._report import print_table, write_chart
 from ._scale import bounded_outcomes, import_time, many_guards, many_keys
+from ._semaphore import semaphore_rounds
 from ._servers import deployment, postgres_admin_url, postgres_available
 
-SECTIONS = ("cycles", "contention", "keys", "retention", "guards", "import")
+SECTIONS = ("cycles", "contention", "semaphore", "keys", "retention", "guards", "import")
 
 
 @attrs.frozen
@@ -41,6 +46,8 @@ class Plan:
     slow_key_delay: float
     import_rounds: int
     contention_seconds: float
+    semaphore_seconds: float
+    semaphore_rounds: int
 
 
 FULL = Plan(
@@ -54,6 +61,8 @@ FULL = Plan(
     slow_key_delay=3.0,
     import_rounds=15,
     contention_seconds=6.0,
+    semaphore_seconds=5.0,
+    semaphore_rounds=5,
 )
 QUICK = Plan(
     rounds=3,
@@ -66,6 +75,8 @@ QUICK = Plan(
     slow_key_delay=3.0,
     import_rounds=5,
     contention_seconds=1.5,
+    semaphore_seconds=1.5,
+    semaphore_rounds=2,
 )
 
 
@@ -85,6 +96,9 @@ def main() -> None:
     )
     parser.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     args = parser.parse_args()
+    # SIGTERM (a timeout, a CI runner) unwinds like Ctrl-C, so the servers and peers each
+    # section started are stopped and their temporary data removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.only:
         args.skip = [section for section in SECTIONS if section not in args.only]
     plan = QUICK if args.quick else FULL
@@ -108,6 +122,8 @@ def main() -> None:
         cycles(plan, postgres, results)
     if "contention" not in args.skip:
         contention(plan, postgres, results)
+    if "semaphore" not in args.skip:
+        semaphore(plan, postgres, results)
     if "keys" not in args.skip:
         for backend in ("sqlite", "postgres") if postgres else ("sqlite",):
             print(
@@ -259,6 +275,25 @@ def contention(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
         pool.close()
     print("... 1,000 queued waiters", flush=True)
     results["scale"]["queued_waiters"] = queued_waiters(1000)
+
+
+def semaphore(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
+    """The issue's semaphore figures: 8 workers, a limit-4 key, a 2 ms hold, beside kazoo."""
+    pool = Pool(8)
+    try:
+        results["semaphore"] = semaphore_rounds(
+            pool,
+            workers=8,
+            limit=4,
+            hold=0.002,
+            seconds=plan.semaphore_seconds,
+            rounds=plan.semaphore_rounds,
+            postgres=postgres,
+        )
+    except PeerError as error:
+        print(f"semaphore figures skipped: {error}")
+    finally:
+        pool.close()
 
 
 def _ratios(

@@ -9,17 +9,21 @@ Systems, measured in one run side by side (`SYSTEMS`):
 - `python_redis_lock`: python-redis-lock (wakes waiters with BLPOP) on the local Redis;
 - `pg_advisory_lock`: PostgreSQL session advisory locks on the local PostgreSQL.
 
+And for semaphores (a key with `limit` holders; bench/_semaphore.py runs them):
+- `volcano_semaphore`: the SDK's `acquire(limit=, wait=)`;
+- `kazoo_semaphore`: kazoo's `Semaphore(max_leases=)` on a local ZooKeeper (bench/_peers.py).
+
 Each worker notes, by CLOCK_MONOTONIC (one clock for every process on the machine), when it
 asked, when it got the lock and when it began to release it. From those: grants per second;
-handoff (from a holder beginning its release to the next holder having the lock) p50 and p99;
-the longest and the mean wait for the lock; grants per worker and their spread.
+handoff (from a holder beginning its release to the next holder having the lock; with `limit`
+N, from the release that freed a slot to the grant that took it) p50 and p99; the longest and
+the mean wait for the lock; grants per worker and their spread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import math
 import multiprocessing
 import statistics
@@ -55,6 +59,8 @@ class Job:
     anon: str = attrs.field(default="", repr=False)
     service: str = attrs.field(default="", repr=False)
     postgres_url: str = ""
+    limit: int = 1  # holders at once (the semaphores)
+    peer: str = ""  # host:port of the peer server (ZooKeeper)
 
 
 # (asked, granted, release began), monotonic seconds
@@ -120,6 +126,50 @@ def _volcano(job: Job, *, poll: float | None) -> Iterator[Session]:
 
 
 @contextlib.contextmanager
+def _volcano_semaphore(job: Job) -> Iterator[Session]:
+    import volcano
+
+    with volcano.Client(anon_key=job.anon, service_key=job.service, api_url=job.url) as client:
+        lease: list[volcano.LockLease] = []
+
+        def acquire(left: float) -> bool:
+            try:
+                lease.append(client.locks.acquire(job.key, ttl=30, limit=job.limit, wait=left))
+            except volcano.LockHeldError:
+                return False
+            return True
+
+        def release() -> None:
+            client.locks.release(job.key, lease.pop())
+
+        client.locks.get(job.key)  # connect and load the generated client before the start
+        yield acquire, release
+
+
+@contextlib.contextmanager
+def _kazoo_semaphore(job: Job) -> Iterator[Session]:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import LockTimeout
+
+    client = KazooClient(hosts=job.peer, timeout=30)
+    client.start(timeout=30)
+    try:
+        semaphore = client.Semaphore(f"/bench/{job.key}", max_leases=job.limit)
+
+        def acquire(left: float) -> bool:
+            try:
+                return bool(semaphore.acquire(timeout=left))
+            except LockTimeout:
+                return False
+
+        client.ensure_path("/bench")  # connected and warm before the start
+        yield acquire, semaphore.release
+    finally:
+        client.stop()
+        client.close()
+
+
+@contextlib.contextmanager
 def _redis_py(job: Job) -> Iterator[Session]:
     import redis
 
@@ -168,6 +218,8 @@ _SESSIONS: dict[str, Callable[[Job], contextlib.AbstractContextManager[Session]]
     "redis_py_lock": _redis_py,
     "python_redis_lock": _python_redis_lock,
     "pg_advisory_lock": _pg_advisory,
+    "volcano_semaphore": _volcano_semaphore,
+    "kazoo_semaphore": _kazoo_semaphore,
 }
 
 
@@ -181,6 +233,13 @@ class Figures:
     longest_wait_ms: float
     mean_wait_ms: float
     grants_per_worker: tuple[int, ...]
+    out_of_order: float = 0.0
+    """The share of grants that went to a request asked after another that was still waiting
+    (0: first asked, first served)."""
+    out_of_order_5ms: float = 0.0
+    """The same, counting only requests asked more than 5 ms before: what is left once the
+    order among requests that reach a busy server together (which it reads in any order) is
+    set aside."""
 
     @property
     def spread(self) -> float:
@@ -190,15 +249,17 @@ class Figures:
         return (max(counts) - min(counts)) / mean if mean else math.inf
 
     @classmethod
-    def of(cls, per_worker: Sequence[list[Event]], seconds: float) -> Figures:
-        grants = sorted(
-            (granted, released) for events in per_worker for _, granted, released in events
-        )
+    def of(cls, per_worker: Sequence[list[Event]], seconds: float, limit: int = 1) -> Figures:
+        """The figures of a run; with `limit` N, grant i (in time order) took the slot that
+        release i-N freed (no more than N are ever held, so that release came first)."""
+        grants = sorted(granted for events in per_worker for _, granted, _ in events)
+        releases = sorted(released for events in per_worker for _, _, released in events)
         handoffs = [
-            (granted - previous_release) * 1000
-            for (_, previous_release), (granted, _) in itertools.pairwise(grants)
+            (granted - freed) * 1000
+            for granted, freed in zip(grants[limit:], releases, strict=False)
         ]
         waits = [(granted - asked) * 1000 for events in per_worker for asked, granted, _ in events]
+        requests = [(asked, granted) for events in per_worker for asked, granted, _ in events]
         return cls(
             grants_per_s=len(grants) / seconds,
             handoff_p50_ms=_percentile(handoffs, 50),
@@ -206,7 +267,22 @@ class Figures:
             longest_wait_ms=max(waits, default=math.nan),
             mean_wait_ms=statistics.fmean(waits) if waits else math.nan,
             grants_per_worker=tuple(len(events) for events in per_worker),
+            out_of_order=_out_of_order(requests),
+            out_of_order_5ms=_out_of_order(requests, slack=0.005),
         )
+
+
+def _out_of_order(requests: Sequence[tuple[float, float]], slack: float = 0.0) -> float:
+    """The share of (asked, granted) requests granted while one asked more than `slack` seconds
+    earlier still waited."""
+    if not requests:
+        return math.nan
+    asked_in_grant_order = [asked for asked, _ in sorted(requests, key=lambda r: r[1])]
+    overtaking, earliest_later = 0, math.inf  # the earliest ask among those granted later
+    for asked in reversed(asked_in_grant_order):
+        overtaking += earliest_later < asked - slack
+        earliest_later = min(earliest_later, asked)
+    return overtaking / len(requests)
 
 
 def _percentile(values: Sequence[float], percent: float) -> float:
@@ -224,12 +300,16 @@ class Pool:
         self._pool = ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"))
 
     def run(
-        self, make: Callable[[int, float, float], Job], workers: int, seconds: float
+        self,
+        make: Callable[[int, float, float], Job],
+        workers: int,
+        seconds: float,
+        limit: int = 1,
     ) -> Figures:
         start_at = time.monotonic() + 1.5  # every worker connected and warm first
         jobs = [make(worker, start_at, start_at + seconds) for worker in range(workers)]
         per_worker = list(self._pool.map(run_job, jobs))
-        return Figures.of(per_worker, seconds)
+        return Figures.of(per_worker, seconds, limit)
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -246,9 +326,11 @@ def run_system(
     anon: str = "",
     service: str = "",
     postgres_url: str = "",
+    limit: int = 1,
+    peer: str = "",
 ) -> Figures:
-    """One run of `workers` processes of `system` on a fresh key; with several Volcano servers,
-    workers take turns among them."""
+    """One run of `workers` processes of `system` on a fresh key (with `limit` holders at
+    once); with several Volcano servers, workers take turns among them."""
     key = f"contended-{uuid.uuid4().hex[:8]}"
 
     def make(worker: int, start_at: float, end_at: float) -> Job:
@@ -263,9 +345,11 @@ def run_system(
             anon=anon,
             service=service,
             postgres_url=postgres_url,
+            limit=limit,
+            peer=peer,
         )
 
-    return pool.run(make, workers, seconds)
+    return pool.run(make, workers, seconds, limit)
 
 
 def as_dict(figures: Figures) -> dict[str, Any]:

@@ -25,6 +25,10 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"{name:46} {figure['median']:8.3f} {spread} {figure['unit']}{verdict}")
     if results.get("contention"):
         print_contention(results["contention"])
+    if results.get("semaphore"):
+        from ._semaphore import print_semaphore
+
+        print_semaphore(results["semaphore"])
     for name, values in results["scale"].items():
         print(f"\n== {name} ==")
         for field, value in values.items():

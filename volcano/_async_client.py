@@ -109,6 +109,7 @@ class AsyncLocks:
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
@@ -119,7 +120,9 @@ class AsyncLocks:
         id, key, ttl and credentials; nothing else is retried. Cancelling a waiting acquire
         closes its connection, which takes it out of the key's queue.
         """
-        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        acquisition = _requests.acquire(
+            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+        )
         return (await self._engine.acquire(acquisition)).value
 
     async def renew(
@@ -151,11 +154,19 @@ class AsyncLocks:
         call = _requests.force_release(key, request_id=request_id)
         return (await self._engine.send(call)).value
 
+    async def check(
+        self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
+    ) -> bool:
+        """Whether `fencing_token` names a live lease of `key` now; see `Locks.check`."""
+        call = _requests.check(key, fencing_token, request_id=request_id)
+        return (await self._engine.send(call)).value
+
     def with_lock(
         self,
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
@@ -175,6 +186,7 @@ class AsyncLocks:
         plan = _requests.with_lock(
             key,
             ttl=ttl,
+            limit=limit,
             wait=wait,
             token=token,
             request_id=request_id,

@@ -60,7 +60,7 @@ class BaseClient(Generic[HttpT, EngineT, LocksT]):
 
     @property
     def locks(self) -> LocksT:
-        """The lock operations: acquire, renew, release, get, force_release, with_lock."""
+        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
         return self._locks
 
     @property

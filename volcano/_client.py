@@ -109,11 +109,16 @@ class Locks:
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
         """Acquire a lease on `key` for `ttl` seconds, waiting up to `wait` seconds for it.
+
+        With `limit` N above 1 the key is a semaphore: up to N callers hold a lease on it at
+        once, each with its own owner token and its own fencing token (every grant takes the
+        key's next token), and callers beyond N wait for a slot in order of arrival.
 
         With `wait`, a key held by another owner puts this caller in the key's queue on the
         server: callers are served in order of arrival, and the lock is handed over the moment
@@ -131,20 +136,26 @@ class Locks:
             key: The lock's name: 1 to 255 characters, a letter or digit, then letters,
                 digits, `.`, `_`, `:` or `-`.
             ttl: The lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            limit: How many leases the key may have at once: 1 (the default, a lock) to
+                1000. The limit belongs to the key while it has a live lease or a waiter;
+                every caller of one key must ask for the same.
             wait: How long to wait for a held lock: seconds or a `timedelta`; 0 (the default)
                 answers at once.
             token: The owner token (a UUID); a fresh one by default. Keep it private.
             request_id: The request id (a UUID) of the first request; a fresh one by default.
 
         Returns:
-            The new lease. Acquiring again with the live holder's own token returns that
+            The new lease. Acquiring again with a live holder's own token returns that
             lease, its expiry moved to now + ttl.
 
         Raises:
-            LockHeldError: Another owner holds a live lease and the wait ran out
-                (`retry_after` says how long the current lease has left).
+            LockHeldError: Other owners hold the lease (every slot, with a limit) and the wait
+                ran out (`retry_after` says how long the soonest lease has left).
+            LimitMismatchError: The key is in use with another limit (`limit` says which).
         """
-        acquisition = _requests.acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+        acquisition = _requests.acquire(
+            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+        )
         return self._engine.acquire(acquisition).value
 
     def renew(
@@ -211,11 +222,42 @@ class Locks:
         """
         return self._engine.send(_requests.force_release(key, request_id=request_id)).value
 
+    def check(
+        self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
+    ) -> bool:
+        """Whether `fencing_token` names a live lease of `key` now: the fence check.
+
+        For the protected resource (a database, a file store) that is handed work fenced with
+        a token: asking before it accepts the work turns away a holder whose lease has ended
+        (released, expired or force-released), for any limit. A token that was never issued is
+        not live either. The answer is true when the server sends it; a lease may end a moment
+        later, so a store that can also keep the highest token it has accepted per key (and
+        refuse lower ones) should, with a limit of 1. It is not retried.
+
+        ```python
+        lease = client.locks.acquire("daily-report", ttl=30)
+        assert client.locks.check("daily-report", lease.fencing_token)
+        client.locks.release("daily-report", lease)
+        assert not client.locks.check("daily-report", lease.fencing_token)
+        ```
+
+        Args:
+            key: The lock's name.
+            fencing_token: The token to check, a whole number from 1 to 2^53-1.
+            request_id: The request id (a UUID); a fresh one by default.
+
+        Returns:
+            True while the lease with this fencing token is live by the server's clock.
+        """
+        call = _requests.check(key, fencing_token, request_id=request_id)
+        return self._engine.send(call).value
+
     def with_lock(
         self,
         key: str,
         *,
         ttl: float | timedelta,
+        limit: int = 1,
         wait: float | timedelta = 0,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
@@ -232,18 +274,19 @@ class Locks:
                 write(item, fence=guard.lease.fencing_token)
         ```
 
-        Entering acquires like `acquire` (same retry-once and waiting, with `wait`, `token`
-        and `request_id`); renewals and the release use fresh request ids. With `request_id`,
-        a replayed answer may describe an earlier acquisition whose age this client cannot
-        know; and after a wait the lease was granted at a moment this client cannot know
-        either. So when the answer is a replay, or a wait outlasted a third of the ttl, entering
-        renews the lease once (not retried) and dates it from that renewal; a lease that has
-        meanwhile expired raises `LeaseNotHeldError`. Arguments are checked here, before
-        entering. Exiting does not raise when the lease was lost: check the guard.
+        Entering acquires like `acquire` (same retry-once and waiting, with `limit`, `wait`,
+        `token` and `request_id`); renewals and the release use fresh request ids. With
+        `request_id`, a replayed answer may describe an earlier acquisition whose age this
+        client cannot know; and after a wait the lease was granted at a moment this client
+        cannot know either. So when the answer is a replay, or a wait outlasted a third of the
+        ttl, entering renews the lease once (not retried) and dates it from that renewal; a
+        lease that has meanwhile expired raises `LeaseNotHeldError`. Arguments are checked
+        here, before entering. Exiting does not raise when the lease was lost: check the guard.
 
         Args:
             key: The lock's name.
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
+            limit: How many leases the key may have at once (see `acquire`); default 1.
             wait: How long entering may wait for a held lock (see `acquire`); default 0.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
@@ -260,6 +303,7 @@ class Locks:
         plan = _requests.with_lock(
             key,
             ttl=ttl,
+            limit=limit,
             wait=wait,
             token=token,
             request_id=request_id,

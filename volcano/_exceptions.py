@@ -17,6 +17,7 @@ Error
     ├── ConflictError                   409  (any other code)
     │   ├── LockHeldError               409 lock_held
     │   ├── LeaseNotHeldError           409 lease_not_held
+    │   ├── LimitMismatchError          409 limit_mismatch
     │   └── RequestIdReusedError        409 request_id_reused
     ├── PayloadTooLargeError            413
     ├── UnprocessableEntityError        422
@@ -163,11 +164,34 @@ class ConflictError(APIStatusError):
 
 
 class LockHeldError(ConflictError):
-    """409 lock_held: another owner holds a live lease; `retry_after` says for how long."""
+    """409 lock_held: other owners hold the lease, or every slot of a semaphore.
+
+    Also when others wait in line first. `retry_after` says how long until the soonest lease
+    ends.
+    """
 
 
 class LeaseNotHeldError(ConflictError):
     """409 lease_not_held: the lease expired, was released, force-released or taken over."""
+
+
+class LimitMismatchError(ConflictError):
+    """409 limit_mismatch: the key is in use with another limit than this acquire asked for.
+
+    A key's limit belongs to it while it has a live lease or a waiter; once it is free, the
+    next acquire sets it. Acquire with the key's own limit, or wait until it is free.
+
+    Attributes:
+        limit: The limit the key is in use with, or None when the answer did not say.
+    """
+
+    def __init__(self, message: str, *, limit: int | None = None, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        rebuild, (cls, args, fields) = super().__reduce__()
+        return (rebuild, (cls, args, {**fields, "limit": self.limit}))
 
 
 class RequestIdReusedError(ConflictError):
@@ -215,6 +239,7 @@ _BY_STATUS: dict[int, type[APIStatusError]] = {
 _CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
     "lock_held": LockHeldError,
     "lease_not_held": LeaseNotHeldError,
+    "limit_mismatch": LimitMismatchError,
     "request_id_reused": RequestIdReusedError,
 }
 
@@ -226,16 +251,22 @@ def status_error(
     message: str,
     request_id: str | None,
     retry_after: float | None = None,
+    limit: int | None = None,
 ) -> APIStatusError:
-    """Build the error for an unsuccessful answer, choosing its class by status and code."""
+    """Build the error for an unsuccessful answer, choosing its class by status and code.
+
+    `limit` is the key's limit that a `limit_mismatch` answer names; other errors ignore it.
+    """
     cls = _status_class(status_code, code)
-    return cls(
-        message,
-        status_code=status_code,
-        code=code,
-        request_id=request_id,
-        retry_after=retry_after,
-    )
+    fields: dict[str, Any] = {
+        "status_code": status_code,
+        "code": code,
+        "request_id": request_id,
+        "retry_after": retry_after,
+    }
+    if issubclass(cls, LimitMismatchError):
+        return cls(message, limit=limit, **fields)
+    return cls(message, **fields)
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -34,11 +34,17 @@ class Acquisition:
     ttl: float
     wait: float
     request_id: str
+    limit: int = 1
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
         return _seam.acquire(
-            self.key, owner_token=self.owner_token, ttl=self.ttl, request_id=request_id, wait=wait
+            self.key,
+            owner_token=self.owner_token,
+            ttl=self.ttl,
+            request_id=request_id,
+            wait=wait,
+            limit=self.limit,
         )
 
 
@@ -58,6 +64,7 @@ def acquire(
     key: object,
     *,
     ttl: object,
+    limit: object = 1,
     wait: object = 0.0,
     token: str | uuid.UUID | None,
     request_id: str | uuid.UUID | None,
@@ -69,6 +76,7 @@ def acquire(
         ttl=_validate.ttl(ttl),
         wait=_validate.wait(wait),
         request_id=_request_id(request_id),
+        limit=_validate.limit(limit),
     )
 
 
@@ -76,6 +84,7 @@ def with_lock(
     key: object,
     *,
     ttl: object,
+    limit: object = 1,
     wait: object = 0.0,
     token: str | uuid.UUID | None,
     request_id: str | uuid.UUID | None,
@@ -84,7 +93,7 @@ def with_lock(
     on_at_risk: object,
 ) -> GuardPlan:
     """The plan of a with_lock guard for these arguments."""
-    acquisition = acquire(key, ttl=ttl, wait=wait, token=token, request_id=request_id)
+    acquisition = acquire(key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id)
     return GuardPlan(
         acquisition,
         replayable=request_id is not None,
@@ -120,6 +129,15 @@ def get(key: object, *, request_id: str | uuid.UUID | None) -> Call[LockState]:
 def force_release(key: object, *, request_id: str | uuid.UUID | None) -> Call[ForceReleaseResult]:
     """The force release request for these arguments."""
     return _seam.force_release(_validate.key(key), request_id=_request_id(request_id))
+
+
+def check(key: object, fencing_token: object, *, request_id: str | uuid.UUID | None) -> Call[bool]:
+    """The fence check for these arguments: is `fencing_token` a live lease of `key`?"""
+    return _seam.check(
+        _validate.key(key),
+        _validate.fencing_token(fencing_token),
+        request_id=_request_id(request_id),
+    )
 
 
 def _request_id(value: str | uuid.UUID | None) -> str:

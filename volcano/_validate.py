@@ -29,6 +29,8 @@ UUID_PATTERN = re.compile(
 TTL_MIN_SECONDS = 0.1
 TTL_MAX_SECONDS = 86400.0
 TIMEOUT_MAX_SECONDS = 3600.0
+LIMIT_MAX = 1000
+FENCING_TOKEN_MAX = 2**53 - 1
 
 
 def key(value: object) -> str:
@@ -59,6 +61,30 @@ def wait(value: object) -> float:
     if seconds < 0:
         raise InvalidArgumentError(f"wait must be 0 or more seconds, got {seconds!r}")
     return seconds
+
+
+def limit(value: object) -> int:
+    """Return a key's limit: how many live leases it may have at once, 1 (a lock) to 1000."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(
+            f"limit must be a whole number (int) from 1 to {LIMIT_MAX}, got {type(value).__name__}"
+        )
+    if not 1 <= value <= LIMIT_MAX:
+        raise InvalidArgumentError(f"limit must be from 1 to {LIMIT_MAX}, got {value!r}")
+    return int(value)
+
+
+def fencing_token(value: object) -> int:
+    """Return a fencing token to check: a whole number from 1 to 2^53-1."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(
+            f"fencing_token must be a whole number (int), got {type(value).__name__}"
+        )
+    if not 1 <= value <= FENCING_TOKEN_MAX:
+        raise InvalidArgumentError(
+            f"fencing_token must be from 1 to 2^53-1 ({FENCING_TOKEN_MAX}), got {value!r}"
+        )
+    return int(value)
 
 
 def timeout(value: object) -> float:

@@ -2,7 +2,8 @@
 
 Every error the server answers is an `ApiError`, whoever decides it: request handling raises
 it, the lock rules return it as a refusal, the HTTP protocol answers it on a broken connection.
-`ApiError.answer` is the one place an error body is rendered.
+`ApiError.answer` is the one place an error body is rendered. A `limit_mismatch` answer also
+carries `limit`, the key's own, for clients to read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class ApiError(Exception):
     message: str
     retry_after: int | None = None
     allow: tuple[str, ...] = ()
+    limit: int | None = None
 
     @classmethod
     def invalid_request(cls, message: str) -> ApiError:
@@ -86,9 +88,9 @@ class ApiError(Exception):
         return cls(409, "lease_not_held", message)
 
     @classmethod
-    def limit_mismatch(cls, message: str) -> ApiError:
-        """409: the key is in use with another limit."""
-        return cls(409, "limit_mismatch", message)
+    def limit_mismatch(cls, message: str, limit: int) -> ApiError:
+        """409: the key is in use with another limit, `limit` (in the body as `limit`)."""
+        return cls(409, "limit_mismatch", message, limit=limit)
 
     @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:
@@ -155,9 +157,16 @@ class ApiError(Exception):
         """The answer: this error's status, body and Retry-After."""
         return Answer(self.status, dumps({"error": self.detail(request_id)}), self.retry_after)
 
-    def detail(self, request_id: str) -> dict[str, str]:
+    def detail(self, request_id: str) -> dict[str, object]:
         """The error object of the body (also one refused entry's, in a batch's results)."""
-        return {"code": self.code, "message": self.message, "request_id": request_id}
+        detail: dict[str, object] = {
+            "code": self.code,
+            "message": self.message,
+            "request_id": request_id,
+        }
+        if self.limit is not None:
+            detail["limit"] = self.limit
+        return detail
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"

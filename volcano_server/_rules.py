@@ -100,7 +100,7 @@ def limit_mismatch(row: LockRow, key: str, limit: int) -> Decision:
         f"{key} is in use with limit {row.limit}; this acquire asks for limit {limit}"
         f" (a key's limit can change only once it has no live lease and no waiter)"
     )
-    return Decision(None, 409, refusal=ApiError.limit_mismatch(message))
+    return Decision(None, 409, refusal=ApiError.limit_mismatch(message, row.limit))
 
 
 def lock_held(row: LockRow, now: int, key: str) -> Decision:

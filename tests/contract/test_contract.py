@@ -29,7 +29,8 @@ def test_operation(case: schemathesis.Case) -> None:
 
 
 def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveServer) -> None:
-    """Scenarios chained through the spec's links (acquire -> renew/release/get) pass every check.
+    """Scenarios chained through the spec's links (acquire -> renew/release/get/check) pass every
+    check.
 
     The links carry the key; the lease's owner token and fencing token go into the renew and
     release bodies here (a link's requestBody may only be one runtime expression, and the whole
@@ -100,6 +101,7 @@ def test_stateful(contract_schema: schemathesis.BaseSchema, contract_env: LiveSe
     ReleasingMachine.run()
     assert chained["POST /v1/locks/{key}/renew 200"], chained
     assert chained["POST /v1/locks/{key}/release 204"], chained
+    assert chained["GET /v1/locks/{key}/leases/{fencing_token} 200"], chained
 
 
 def _valid_holder(body: Any) -> bool:

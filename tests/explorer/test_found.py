@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
+import attrs
 import pytest
 
 from tests.conftest import BACKENDS
 from tests.explorer._checks import Checks
 from tests.explorer._world import Request, World
 from tests.explorer.test_schedules import KEY, open_world
+from volcano_server import _transactions
 
 
 @pytest.fixture(params=BACKENDS)
@@ -168,4 +171,42 @@ class TestStalled:
             world.resume(world.paused()[0])
         world.settle()
         assert holder.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []
+
+
+class TestTheJudge:
+    """The checks themselves, on a server broken on purpose: a judge that cannot fail would
+    pass every schedule."""
+
+    def test_a_third_holder_of_a_limit_2_key_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Rules that grant past a key's limit (its row still says 2) break 'at most limit
+        holders': the explorer reports TwoHolders, from the answers and from the database."""
+        honest = _transactions.decide_acquire
+
+        def past_the_limit(row: Any, now: int, **kwargs: Any) -> Any:
+            decision = honest(row, now, **kwargs)
+            if row is None or not decision.held_by_another:
+                return decision
+            granted = honest(
+                attrs.evolve(row, limit=row.limit + 1), now, **{**kwargs, "limit": row.limit + 1}
+            )
+            return attrs.evolve(granted, row=attrs.evolve(granted.row, limit=row.limit))
+
+        monkeypatch.setattr(_transactions, "decide_acquire", past_the_limit)
+        for client in (1, 2, 3):
+            run_through(world, request := acquire(world, client, limit=2))
+            assert request.status == 200
+        found = verdict(world)
+        assert any(line.startswith("TwoHolders: ") and "limit 2" in line for line in found), found
+
+    def test_two_holders_of_a_limit_2_key_are_not_a_violation(self, world: World) -> None:
+        """The honest rules: two holders of a limit-2 key at once, a third refused, no
+        violation."""
+        for client in (1, 2):
+            run_through(world, request := acquire(world, client, limit=2))
+            assert request.status == 200
+        run_through(world, third := acquire(world, 3, limit=2))
+        assert third.status == 409
         assert verdict(world) == []

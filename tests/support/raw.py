@@ -21,9 +21,10 @@ def new_id() -> str:
 
 
 def operation(request: httpx.Request) -> str:
-    """The lock operation a request performs: acquire, renew, release, get or force_release."""
+    """The lock operation a request performs: acquire, renew, release, get, force_release or
+    check (the fence check)."""
     if request.method == "GET":
-        return "get"
+        return "check" if "/leases/" in request.url.path else "get"
     if request.method == "DELETE":
         return "force_release"
     return request.url.path.rsplit("/", 1)[-1]

@@ -275,6 +275,9 @@ class Sdk:
     def force_release(self, key: str, **kwargs: Any) -> volcano.ForceReleaseResult:
         return self._call("force_release", key, **kwargs)  # type: ignore[no-any-return]
 
+    def check(self, key: str, fencing_token: int, **kwargs: Any) -> bool:
+        return self._call("check", key, fencing_token, **kwargs)  # type: ignore[no-any-return]
+
     def with_lock(self, key: str, **kwargs: Any) -> Any:
         """A guard, not yet entered (enter it with `enter`)."""
         return self.client.locks.with_lock(key, **kwargs)

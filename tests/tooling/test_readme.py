@@ -244,12 +244,15 @@ class TestShellRecipes:
     def test_owner_token_in_the_environment(
         self, sqlite_server: LiveServer, project: Project, tmp_path: Path
     ) -> None:
-        """acquire, then renew and release with the owner token in VOLCANO_OWNER_TOKEN only."""
+        """acquire, then renew, check and release with the owner token in VOLCANO_OWNER_TOKEN
+        only (check exits 0 while the lease is live, and bash -e stops on anything else)."""
         script = readme_lines(
             "lease=$(volcano locks acquire daily-report --ttl 60 --json)",
             'export VOLCANO_OWNER_TOKEN=$(echo "$lease" | jq -r .owner_token)',
             'fence=$(echo "$lease" | jq -r .fencing_token)',
             'volcano locks renew daily-report --fencing-token "$fence" --ttl 60',
+            'volcano locks check daily-report "$fence"    # exit 0: that lease is live (1 once it'
+            " is not)",
             'volcano locks release daily-report --fencing-token "$fence"',
         )
         result = bash(script, project.child_env(sqlite_server.url), tmp_path)

@@ -1,11 +1,12 @@
 """`volcano`, the command-line tool: Volcano locks from the shell.
 
     volcano locks get KEY [--json]
-    volcano locks acquire KEY --ttl S [--token T] [--request-id R] [--json]
+    volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--token T] [--request-id R] [--json]
     volcano locks renew KEY [--token-file PATH | --token T] --fencing-token N --ttl S [--json]
     volcano locks release KEY [--token-file PATH | --token T] --fencing-token N [--json]
     volcano locks force-release KEY [--json]
-    volcano locks run KEY [--ttl 30] [--wait 0] [--grace 10] -- COMMAND [ARGS...]
+    volcano locks check KEY TOKEN [--json]          (exit 0: live, 1: not live)
+    volcano locks run KEY [--ttl 30] [--limit 1] [--wait 0] [--grace 10] -- COMMAND [ARGS...]
 
 It reads VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL like `volcano.Client`
 (and VOLCANO_OWNER_TOKEN for renew and release), and uses nothing but the SDK's public API.
@@ -62,9 +63,10 @@ def _dispatch(args: argparse.Namespace, held: HeldWarnings) -> int:
                 return run(client, args, held)
             fields = COMMANDS[args.handler](client, args)
         except volcano.Error as error:
-            raise failure(error, key=args.key, api_url=client.api_url) from None
+            limit = getattr(args, "limit", 1)
+            raise failure(error, key=args.key, api_url=client.api_url, limit=limit) from None
     print(_output.render(fields, as_json=args.json))
-    return Exit.OK
+    return Exit.NOT_LIVE if fields.get("live") is False else Exit.OK
 
 
 def _client() -> volcano.Client:

@@ -1,4 +1,4 @@
-"""The one-request lock commands: get, acquire, renew, release, force-release.
+"""The one-request lock commands: get, acquire, renew, release, force-release, check.
 
 Each makes one call on a `volcano.Client` and returns the fields to print. renew and release
 name a lease by its owner and fencing tokens, as the HTTP API does (the owner token from a file,
@@ -30,7 +30,7 @@ def get(client: volcano.Client, args: argparse.Namespace) -> Fields:
 
 
 def acquire(client: volcano.Client, args: argparse.Namespace) -> Fields:
-    """`volcano locks acquire KEY --ttl S [--token T] [--request-id R]`."""
+    """`volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--token T] [--request-id R]`."""
     return _output.lease(client.locks.acquire(args.key, **acquisition_options(args)))
 
 
@@ -42,15 +42,24 @@ def renew(client: volcano.Client, args: argparse.Namespace) -> Fields:
 def release(client: volcano.Client, args: argparse.Namespace) -> Fields:
     """`volcano locks release KEY [--token-file PATH | --token T] --fencing-token N`."""
     client.locks.release(args.key, _named_lease(args))
-    return _output.released(args.key, released=True, fencing_token=args.fencing_token)
+    return _output.released(args.key, released=True, fencing_token=args.fencing_token, count=1)
 
 
 def force_release(client: volcano.Client, args: argparse.Namespace) -> Fields:
     """`volcano locks force-release KEY`."""
     result = client.locks.force_release(args.key)
     return _output.released(
-        result.key, released=result.released, fencing_token=result.fencing_token
+        result.key,
+        released=result.released,
+        fencing_token=result.fencing_token,
+        count=result.released_count,
     )
+
+
+def check(client: volcano.Client, args: argparse.Namespace) -> Fields:
+    """`volcano locks check KEY TOKEN`: the exit status says whether it is live (`_exit`)."""
+    live = client.locks.check(args.key, args.fencing_token)
+    return _output.checked(args.key, args.fencing_token, live=live)
 
 
 COMMANDS: dict[str, Callable[[volcano.Client, argparse.Namespace], Fields]] = {
@@ -59,6 +68,7 @@ COMMANDS: dict[str, Callable[[volcano.Client, argparse.Namespace], Fields]] = {
     "renew": renew,
     "release": release,
     "force-release": force_release,
+    "check": check,
 }
 
 

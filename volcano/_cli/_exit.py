@@ -4,10 +4,12 @@ Statuses follow the BSD sysexits convention where one fits, so scripts and super
 tell "someone else has the lock" (75) from "the server is down" (69) without reading text:
 
     0     success (for `locks run`: the command's own status, whatever it is)
-    64    usage error: a bad or missing argument or variable
+    1     `locks check`: the fencing token is not live
+    64    usage error: a bad or missing argument or variable, or a --limit other than the
+          key's own
     69    the server could not be reached (or answered 5xx / 429)
     70    the server gave an answer this tool did not expect
-    75    the lock is held by another owner
+    75    the lock is held by another owner (every slot, with a --limit)
     76    ownership was lost (the lease expired, was released, force-released or taken over)
     77    the server refused the credentials
     126   `locks run`: the command could not be executed
@@ -26,6 +28,7 @@ class Exit(enum.IntEnum):
     """The exit statuses `volcano` chooses itself."""
 
     OK = 0
+    NOT_LIVE = 1
     USAGE = 64
     UNAVAILABLE = 69
     UNEXPECTED = 70
@@ -46,18 +49,32 @@ class Failure(Exception):
         self.message = message
 
 
-def failure(error: volcano.Error, *, key: str, api_url: str) -> Failure:
-    """The exit status and one-line explanation for an error the SDK raised."""
-    status, message = _explain(error, repr(key), api_url)
+def failure(error: volcano.Error, *, key: str, api_url: str, limit: int = 1) -> Failure:
+    """The exit status and one-line explanation for an error the SDK raised.
+
+    `limit` is the --limit asked for, which names what was held (a lock or every slot).
+    """
+    status, message = _explain(error, repr(key), api_url, limit)
     return Failure(status, message)
 
 
-def _explain(error: volcano.Error, lock: str, api_url: str) -> tuple[Exit, str]:  # noqa: PLR0911 - one branch per class of error
+def _explain(error: volcano.Error, lock: str, api_url: str, limit: int) -> tuple[Exit, str]:  # noqa: PLR0911 - one branch per class of error
     if isinstance(error, volcano.InvalidArgumentError):
         return Exit.USAGE, str(error)
     if isinstance(error, volcano.LockHeldError):
-        later = "" if error.retry_after is None else f"; its lease ends in {error.retry_after:g}s"
-        return Exit.BUSY, f"{lock} is held by another owner{later}"
+        if limit == 1:
+            later = (
+                "" if error.retry_after is None else f"; its lease ends in {error.retry_after:g}s"
+            )
+            return Exit.BUSY, f"{lock} is held by another owner{later}"
+        later = "" if error.retry_after is None else f"; the first ends in {error.retry_after:g}s"
+        return Exit.BUSY, f"all {limit} slots of {lock} are held by other owners{later}"
+    if isinstance(error, volcano.LimitMismatchError):
+        theirs = "another limit" if error.limit is None else f"--limit {error.limit}"
+        return Exit.USAGE, (
+            f"{lock} is in use with {theirs}, not --limit {limit}: every holder of a key gives "
+            "the same limit (it can change once the key is free)"
+        )
     if isinstance(error, volcano.LeaseNotHeldError):
         return Exit.LOST, f"the lease on {lock} is not held: {error}"
     if isinstance(error, volcano.UnprocessableEntityError):  # the server judged an argument

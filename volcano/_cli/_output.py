@@ -1,7 +1,8 @@
 """What the lock commands print: the API's field names, for people or (`--json`) for scripts.
 
-Human output is one `field  value` line per field; `--json` is one JSON object on one line,
-with the fields named and typed as the HTTP API names them (`expires_at` in RFC 3339, UTC).
+Human output is one `field  value` line per field (a list of holders: its length, then one
+indented line per holder under a header); `--json` is one JSON object on one line, with the
+fields named and typed as the HTTP API names them (`expires_at` in RFC 3339, UTC).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
     import volcano
 
-Fields = dict[str, str | int | float | bool | None]
+Scalar = str | int | float | bool | None
+Fields = dict[str, Scalar | list[dict[str, Scalar]]]
 
 
 def lease(value: volcano.LockLease) -> Fields:
@@ -29,18 +31,38 @@ def lease(value: volcano.LockLease) -> Fields:
 
 
 def state(value: volcano.LockState) -> Fields:
-    """A key's state, as `get` reports it."""
+    """A key's state, as `get` reports it: its holders too (never an owner token)."""
     return {
         "key": value.key,
         "held": value.held,
         "expires_at": None if value.expires_at is None else _timestamp(value.expires_at),
         "fencing_token": value.fencing_token,
+        "limit": value.limit,
+        "waiters": value.waiters,
+        "holders": [
+            {
+                "fencing_token": holder.fencing_token,
+                "expires_at": _timestamp(holder.expires_at),
+                "label": holder.label,
+            }
+            for holder in value.holders
+        ],
     }
 
 
-def released(key: str, *, released: bool, fencing_token: int | None) -> Fields:
+def released(key: str, *, released: bool, fencing_token: int | None, count: int) -> Fields:
     """What `release` and `force-release` ended: the shape of the API's ForceReleaseResult."""
-    return {"key": key, "released": released, "fencing_token": fencing_token}
+    return {
+        "key": key,
+        "released": released,
+        "fencing_token": fencing_token,
+        "released_count": count,
+    }
+
+
+def checked(key: str, fencing_token: int, *, live: bool) -> Fields:
+    """What `check` found."""
+    return {"key": key, "fencing_token": fencing_token, "live": live}
 
 
 def render(fields: Fields, *, as_json: bool) -> str:
@@ -48,10 +70,30 @@ def render(fields: Fields, *, as_json: bool) -> str:
     if as_json:
         return json.dumps(fields)
     width = max(len(name) for name in fields) + 2
-    return "\n".join(f"{name:<{width}}{_human(value)}" for name, value in fields.items())
+    lines = []
+    for name, value in fields.items():
+        if isinstance(value, list):
+            lines.append(f"{name:<{width}}{len(value)}")
+            lines.extend(_table(value))
+        else:
+            lines.append(f"{name:<{width}}{_human(value)}")
+    return "\n".join(lines)
 
 
-def _human(value: str | int | float | bool | None) -> str:
+def _table(rows: list[dict[str, Scalar]]) -> list[str]:
+    """Rows as aligned columns under a header, indented by two spaces; nothing for no rows."""
+    if not rows:
+        return []
+    cells = [list(rows[0])] + [[_human(value) for value in row.values()] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]
+    return [
+        "  "
+        + "  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+
+
+def _human(value: Scalar) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):

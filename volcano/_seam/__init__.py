@@ -14,7 +14,7 @@ tests/unit/sdk/test_seam.py pins what it relies on in the generated code.
 from __future__ import annotations
 
 from ._calls import Call
-from ._operations import acquire, force_release, get, release, renew, renew_many
+from ._operations import acquire, check, force_release, get, release, renew, renew_many
 from ._reading import PARSE_ERRORS, Answer, Renewed
 from ._sending import AsyncSender, Sender
 
@@ -26,6 +26,7 @@ __all__ = [
     "Renewed",
     "Sender",
     "acquire",
+    "check",
     "force_release",
     "get",
     "release",

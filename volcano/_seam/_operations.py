@@ -22,19 +22,24 @@ RENEW_MANY = Operation("renew_many", "renew_leases", 200)
 RELEASE = Operation("release", "release_lock", 204)
 GET = Operation("get", "get_lock", 200)
 FORCE_RELEASE = Operation("force_release", "force_release_lock", 200)
+CHECK = Operation("check", "check_lease", 200)
 
 
 def acquire(
-    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0
+    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0, limit: int = 1
 ) -> Call[LockLease]:
     """The request that acquires `key` for `owner_token` for `ttl` seconds.
 
     With `wait`, it queues for the key up to that many seconds (the body then carries
-    `wait_seconds`; without it, it is exactly the request of a client that never waits).
+    `wait_seconds`; without it, it is exactly the request of a client that never waits). A
+    `limit` above 1 asks for one of that many slots; 1, the server's default, is not sent, so a
+    plain lock's request stays the one a client without semaphores sends.
     """
     body = models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
     if wait > 0:
         body.wait_seconds = wait
+    if limit != 1:
+        body.limit = limit
     expected = functools.partial(_reading.lease, key=key, owner_token=owner_token)
     return Call(ACQUIRE, key, request_id, {"key": key, "body": body}, expected)
 
@@ -81,6 +86,13 @@ def release(lease: LockLease, *, request_id: str) -> Call[None]:
 def get(key: str, *, request_id: str) -> Call[LockState]:
     """The request that reads `key`'s state."""
     return Call(GET, key, request_id, {"key": key}, functools.partial(_reading.state, key=key))
+
+
+def check(key: str, fencing_token: int, *, request_id: str) -> Call[bool]:
+    """The fence check: whether `fencing_token` names a live lease of `key`."""
+    convert = functools.partial(_reading.live, key=key, fencing_token=fencing_token)
+    kwargs = {"key": key, "fencing_token": fencing_token}
+    return Call(CHECK, key, request_id, kwargs, convert)
 
 
 def force_release(key: str, *, request_id: str) -> Call[ForceReleaseResult]:

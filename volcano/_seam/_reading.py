@@ -29,6 +29,7 @@ from .._exceptions import (
     status_error,
 )
 from .._models import ForceReleaseResult, LockHolder, LockLease, LockState
+from .._validate import FENCING_TOKEN_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("volcano")
 
 T = TypeVar("T")
-
-FENCING_TOKEN_MAX = 2**53 - 1
 
 # What the generated parse raises on a body that is not what the spec promises (JSONDecodeError
 # and UnicodeDecodeError are ValueErrors), or on a status HTTPStatus does not know. Caught only
@@ -147,20 +146,23 @@ def _status_error(
             request_id=header_request_id,
             retry_after=retry_after,
         )
-    code, message, request_id = detail
+    code, message, request_id, limit = detail
     return status_error(
         response.status_code,
         code=code,
         message=message,
         request_id=request_id or header_request_id,
         retry_after=retry_after,
+        limit=limit,
     )
 
 
 def _error_detail(
     response: httpx.Response, detailed: DetailedResponse[Any] | None
-) -> tuple[str, str, str] | None:
-    """The (code, message, request_id) of a Volcano error body, or None for anything else.
+) -> tuple[str, str, str, int | None] | None:
+    """The (code, message, request_id, limit) of a Volcano error body, or None for anything else.
+
+    `limit` is the key's limit a `limit_mismatch` names, None when absent or not a limit.
 
     The body is read once: the generated parse read it for the statuses the spec lists (None:
     it refused the body); only for another status (a 404 or 405 from routing) is it read here.
@@ -178,14 +180,19 @@ def _error_detail(
     return _detail(parsed.error)
 
 
-def _detail(error: object) -> tuple[str, str, str] | None:
-    """(code, message, request_id) of a generated ErrorDetail whose fields are all strings."""
-    code, message, request_id = (
-        getattr(error, name, None) for name in ("code", "message", "request_id")
+def _detail(error: object) -> tuple[str, str, str, int | None] | None:
+    """(code, message, request_id, limit) of a generated ErrorDetail, or None.
+
+    None unless the first three are strings; `limit` is None unless it is a limit.
+    """
+    code, message, request_id, limit = (
+        getattr(error, name, None) for name in ("code", "message", "request_id", "limit")
     )
-    if isinstance(code, str) and isinstance(message, str) and isinstance(request_id, str):
-        return code, message, request_id
-    return None
+    if not (isinstance(code, str) and isinstance(message, str) and isinstance(request_id, str)):
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        limit = None
+    return code, message, request_id, limit
 
 
 def _scrub(text: str, settings: Settings) -> str:
@@ -287,8 +294,20 @@ def _judged(result: object, sent: LockLease) -> Renewed:
     detail = _detail(result.error)
     if detail is None:
         raise SpecMismatchError("its error is not a Volcano error object")
-    code, message, refused_id = detail
-    return status_error(result.status, code=code, message=message, request_id=refused_id)
+    code, message, refused_id, limit = detail
+    return status_error(
+        result.status, code=code, message=message, request_id=refused_id, limit=limit
+    )
+
+
+def live(parsed: object, *, key: str, fencing_token: int) -> bool:
+    """A LeaseCheck body, which must be about `key` and `fencing_token`: whether it is live."""
+    body = _body(parsed, models().LeaseCheck, "LeaseCheck")
+    if _string(body.key, "key") != key:
+        raise SpecMismatchError(f"key {body.key!r} is not the key {key!r} asked for")
+    if _fencing_token(body.fencing_token) != fencing_token:
+        raise SpecMismatchError(f"fencing_token {body.fencing_token} is not {fencing_token}")
+    return _boolean(body.live, "live")
 
 
 def state(parsed: object, *, key: str) -> LockState:

@@ -6,6 +6,8 @@ from typing import Any, Self, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..types import UNSET, Unset
+
 T = TypeVar("T", bound="ErrorDetail")
 
 
@@ -22,11 +24,14 @@ class ErrorDetail:
         request_id (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
             the spelling of a token sent in a body.
+        limit (int | Unset): With `limit_mismatch` only: the limit the key is in use with (the message names it
+            too). Absent from every other error.
     """
 
     code: str
     message: str
     request_id: str
+    limit: int | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -35,6 +40,8 @@ class ErrorDetail:
         message = self.message
 
         request_id = self.request_id
+
+        limit = self.limit
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -45,6 +52,8 @@ class ErrorDetail:
                 "request_id": request_id,
             }
         )
+        if limit is not UNSET:
+            field_dict["limit"] = limit
 
         return field_dict
 
@@ -57,10 +66,13 @@ class ErrorDetail:
 
         request_id = d.pop("request_id")
 
+        limit = d.pop("limit", UNSET)
+
         error_detail = cls(
             code=code,
             message=message,
             request_id=request_id,
+            limit=limit,
         )
 
         error_detail.additional_properties = d

@@ -1,4 +1,4 @@
-"""`volcano locks get/acquire/renew/release/force-release`, run as users run them."""
+"""`volcano locks get/acquire/renew/release/force-release/check`, run as users run them."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class TestGet:
         result = shell.run("locks", "get", "daily-report")
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [
-            "key", "daily-report", "held", "no", "expires_at", "-", "fencing_token", "-"
+            "key", "daily-report", "held", "no", "expires_at", "-", "fencing_token", "-",
+            "limit", "1", "waiters", "0", "holders", "0",
         ]  # fmt: skip
         assert result.stderr == ""
 
@@ -44,13 +45,40 @@ class TestGet:
         result = shell.run("locks", "get", "daily-report", "--json")
         assert result.returncode == 0, result.stderr
         state = json.loads(result.stdout)
+        holder = {
+            "fencing_token": lease.fencing_token,
+            "expires_at": state["expires_at"],
+            "label": None,
+        }
         assert state == {
             "key": "daily-report",
             "held": True,
             "expires_at": state["expires_at"],
             "fencing_token": lease.fencing_token,
+            "limit": 1,
+            "waiters": 0,
+            "holders": [holder],
         }
         assert timestamp(state["expires_at"]) == lease.expires_at
+
+    def test_holders_of_a_semaphore_for_people(self, shell: Shell) -> None:
+        """A limit-3 key with two holders: its limit, then one line per holder (fencing token,
+        expiry, label) under a header, soonest expiry first, and no owner token."""
+        soon = shell.client.locks.acquire("slots", ttl=30, limit=3)
+        later = shell.client.locks.acquire("slots", ttl=90, limit=3)
+        result = shell.run("locks", "get", "slots")
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert re.fullmatch(r"limit\s+3", lines[4])
+        assert re.fullmatch(r"holders\s+2", lines[6])
+        assert lines[7].split() == ["fencing_token", "expires_at", "label"]
+        rows = [line.split() for line in lines[8:]]
+        assert rows == [
+            [str(lease.fencing_token), lease.expires_at.isoformat().replace("+00:00", "Z"), "-"]
+            for lease in (soon, later)
+        ]
+        assert soon.owner_token not in result.stdout
+        assert later.owner_token not in result.stdout
 
 
 class TestAcquire:
@@ -134,6 +162,7 @@ class TestRelease:
             "key": "k",
             "released": True,
             "fencing_token": lease.fencing_token,
+            "released_count": 1,
         }
         assert not shell.client.locks.get("k").held
 
@@ -159,10 +188,63 @@ class TestForceRelease:
             "key": "k",
             "released": True,
             "fencing_token": lease.fencing_token,
+            "released_count": 1,
         }
         again = shell.run("locks", "force-release", "k")
         assert again.returncode == 0
         assert re.search(r"^released\s+no$", again.stdout, re.MULTILINE)
+
+
+class TestLimit:
+    def test_acquire_takes_a_slot(self, shell: Shell) -> None:
+        """acquire --limit 2 twice: two holders; a third exits 75 naming every slot."""
+        for _ in range(2):
+            result = shell.run("locks", "acquire", "slots", "--ttl", "60", "--limit", "2")
+            assert result.returncode == 0, result.stderr
+        state = shell.client.locks.get("slots")
+        assert (state.limit, len(state.holders)) == (2, 2)
+        refused = shell.run("locks", "acquire", "slots", "--ttl", "60", "--limit", "2")
+        assert refused.returncode == 75
+        assert "all 2 slots of 'slots' are held by other owners" in one_line(refused.stderr)
+
+    def test_another_limit_exits_64_naming_the_keys(self, shell: Shell) -> None:
+        """--limit 3 on a key in use with limit 2: 64, and the line says the key's limit."""
+        shell.client.locks.acquire("slots", ttl=60, limit=2)
+        result = shell.run("locks", "acquire", "slots", "--ttl", "60", "--limit", "3")
+        assert result.returncode == 64
+        line = one_line(result.stderr)
+        assert "'slots' is in use with --limit 2, not --limit 3" in line
+
+    def test_force_release_counts_every_slot(self, shell: Shell) -> None:
+        """force-release on a key with three holders says it removed three."""
+        for _ in range(3):
+            shell.client.locks.acquire("slots", ttl=60, limit=3)
+        result = shell.run("locks", "force-release", "slots", "--json")
+        assert json.loads(result.stdout)["released_count"] == 3
+        assert shell.client.locks.get("slots").holders == ()
+
+
+class TestCheck:
+    def test_live_exits_0_and_ended_exits_1(self, shell: Shell) -> None:
+        """check KEY TOKEN: 0 while the lease is live, 1 once released; --json says the same."""
+        lease = shell.client.locks.acquire("k", ttl=60)
+        token = str(lease.fencing_token)
+        live = shell.run("locks", "check", "k", token)
+        assert (live.returncode, live.stderr) == (0, "")
+        assert re.search(r"^live\s+yes$", live.stdout, re.MULTILINE)
+        shell.client.locks.release("k", lease)
+        ended = shell.run("locks", "check", "k", token, "--json")
+        assert (ended.returncode, ended.stderr) == (1, "")
+        assert json.loads(ended.stdout) == {
+            "key": "k",
+            "fencing_token": lease.fencing_token,
+            "live": False,
+        }
+
+    def test_a_token_never_issued_exits_1(self, shell: Shell) -> None:
+        """A key nobody acquired: not live, exit 1, not an error."""
+        result = shell.run("locks", "check", "never-held", "1")
+        assert (result.returncode, result.stderr) == (1, "")
 
 
 class TestFailures:
@@ -204,6 +286,11 @@ class TestFailures:
             (("locks", "release", "k", "--token", "t", "--fencing-token", "0"), "1 to 2^53-1"),
             (("locks", "get", "k", "--", "extra"), "unexpected arguments after --"),
             (("locks", "run", "k"), "give the command to run after --"),
+            (("locks", "acquire", "k", "--ttl", "5", "--limit", "x"), "--limit: expected a whole"),
+            (("locks", "acquire", "k", "--ttl", "5", "--limit", "0"), "limit must be from 1 to"),
+            (("locks", "run", "k", "--limit", "1001", "--", "true"), "limit must be from 1 to"),
+            (("locks", "check", "k"), "TOKEN"),
+            (("locks", "check", "k", "seven"), "expected a fencing token"),
         ],
     )
     def test_usage_errors_exit_64(self, shell: Shell, args: tuple[str, ...], says: str) -> None:
@@ -226,7 +313,10 @@ class TestHelp:
         [
             (),
             ("locks",),
-            *(("locks", name) for name in ("get", "acquire", "renew", "release", "force-release")),
+            *(
+                ("locks", name)
+                for name in ("get", "acquire", "renew", "release", "force-release", "check")
+            ),
             ("locks", "run"),
         ],
     )

@@ -192,6 +192,33 @@ class TestRunWaits:
         assert "--wait" in one_line(result.stderr)
 
 
+class TestRunLimit:
+    def test_two_commands_share_a_limit_2_key_and_a_third_waits(
+        self, shell: Shell, tmp_path: Path
+    ) -> None:
+        """--limit 2: two commands run at once with tokens 1 and 2; a third waits in line and
+        runs, with token 3, once one of them ends."""
+        first, _ = hold(shell, tmp_path / "first", "--limit", "2")
+        second, _ = hold(shell, tmp_path / "second", "--limit", "2")
+        report = tmp_path / "third"
+        third = shell.start(
+            "locks", "run", "k", "--limit", "2", "--wait", "30", "--",
+            "sh", "-c", f'echo "$VOLCANO_FENCING_TOKEN" > {report}',
+        )  # fmt: skip
+        until(lambda: queued(shell.database_url, "k") == 1, "the third in line")
+        tokens = {(tmp_path / name).read_text().split()[2] for name in ("first", "second")}
+        assert tokens == {"1", "2"}
+        assert not report.exists()
+        first.send_signal(signal.SIGTERM)
+        finish(first)
+        status, _, stderr = finish(third)
+        assert status == 0, stderr
+        assert report.read_text().strip() == "3"
+        second.send_signal(signal.SIGTERM)
+        finish(second)
+        assert shell.client.locks.get("k").holders == ()
+
+
 class TestRunRefused:
     def test_busy_lock_exits_75_without_running(self, shell: Shell, tmp_path: Path) -> None:
         """Another owner holds the lock: 75, one line, and the command never starts."""

@@ -73,6 +73,7 @@ class TestSlots:
         error = refused.json()["error"]
         assert error["code"] == "limit_mismatch"
         assert "limit 2" in error["message"]
+        assert error["limit"] == 2
         locks.release(key, owner, lease["fencing_token"])
         assert locks.acquire(key, new_id(), limit=3).status_code == 200
         assert locks.state(key)["limit"] == 3

@@ -19,6 +19,7 @@ EXPECTED: list[tuple[volcano.Error, Exit]] = [
     (status_error(volcano.LockHeldError, 409), Exit.BUSY),
     (status_error(volcano.LeaseNotHeldError, 409), Exit.LOST),
     (status_error(volcano.RequestIdReusedError, 409), Exit.USAGE),
+    (status_error(volcano.LimitMismatchError, 409), Exit.USAGE),
     (status_error(volcano.UnprocessableEntityError, 422), Exit.USAGE),
     (status_error(volcano.AuthenticationError, 401), Exit.REFUSED),
     (status_error(volcano.PermissionDeniedError, 403), Exit.REFUSED),
@@ -63,3 +64,19 @@ class TestFailure:
         assert (Exit.USAGE, Exit.UNAVAILABLE, Exit.BUSY, Exit.LOST, Exit.REFUSED) == (
             64, 69, 75, 76, 77
         )  # fmt: skip
+
+
+class TestLimits:
+    def test_every_slot_held_names_the_limit(self) -> None:
+        """With --limit 4, a refusal says all 4 slots are held, not that one owner holds it."""
+        error = status_error(volcano.LockHeldError, 409)
+        assert (
+            "all 4 slots of 'k' are held" in failure(error, key="k", api_url="x", limit=4).message
+        )
+        assert "'k' is held by another owner" in failure(error, key="k", api_url="x").message
+
+    def test_limit_mismatch_names_both_limits(self) -> None:
+        """The key's limit (from the answer) and the one asked for are both in the line."""
+        error = volcano.LimitMismatchError("in use", status_code=409, limit=2)
+        message = failure(error, key="k", api_url="x", limit=3).message
+        assert "'k' is in use with --limit 2, not --limit 3" in message

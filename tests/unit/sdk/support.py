@@ -102,6 +102,16 @@ class FakeApi:
             )
         if operation == "release":
             return httpx.Response(204, headers=echo(request))
+        if operation == "check":
+            fence = int(request.url.path.rsplit("/", 1)[-1])
+            live = fence == self.fencing_token
+            check = {
+                "key": key,
+                "fencing_token": fence,
+                "live": live,
+                "expires_at": "2026-11-29T21:15:30.250000Z" if live else None,
+            }
+            return httpx.Response(200, json=check, headers=echo(request))
         if operation == "get":
             expires = "2026-11-29T21:15:30.250000Z"
             holder = {"fencing_token": self.fencing_token, "expires_at": expires, "label": None}
@@ -164,7 +174,7 @@ def operation_of(request: httpx.Request) -> str:
     if request.method == "DELETE":
         return "force"
     if request.method == "GET":
-        return "get"
+        return "check" if "/leases/" in path else "get"
     return path.rsplit("/", 1)[-1]
 
 
@@ -184,8 +194,10 @@ def error(
     message: str = "explained",
     request_id: str = SERVER_REQUEST_ID,
     retry_after: str | None = None,
+    **extra: object,
 ) -> Responder:
-    """A responder answering with a Volcano error body (or, with code None, `{}`)."""
+    """A responder answering with a Volcano error body (or, with code None, `{}`); `extra`
+    fields join the error object (`limit=4` for a limit_mismatch)."""
 
     def respond(request: httpx.Request) -> httpx.Response:
         headers = {"X-Request-Id": request_id}
@@ -193,7 +205,8 @@ def error(
             headers["Retry-After"] = retry_after
         body: dict[str, Any] = {}
         if code is not None:
-            body = {"error": {"code": code, "message": message, "request_id": request_id}}
+            detail = {"code": code, "message": message, "request_id": request_id, **extra}
+            body = {"error": detail}
         return httpx.Response(status, json=body, headers=headers)
 
     return respond

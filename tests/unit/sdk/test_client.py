@@ -299,6 +299,100 @@ class TestAcquire:
         assert caught.value.message == "k is held"
 
 
+class TestLimit:
+    def test_a_limit_above_one_is_sent(self, sdk: Sdk, api: FakeApi) -> None:
+        """acquire(limit=4) sends `limit: 4`; the lease it returns is an ordinary LockLease."""
+        lease = sdk.acquire("slots", ttl=30, limit=4, token=TOKEN)
+        assert json.loads(api.requests[0].content) == {
+            "owner_token": TOKEN,
+            "ttl_seconds": 30,
+            "limit": 4,
+        }
+        assert lease.fencing_token == 7
+
+    def test_limit_one_sends_the_plain_lock_request(
+        self, client: volcano.Client, api: FakeApi
+    ) -> None:
+        """limit=1 (a lock, the server's default) is not sent: the request a lock always sent."""
+        client.locks.acquire("k", ttl=1, limit=1, token=TOKEN)
+        assert json.loads(api.requests[0].content) == {"owner_token": TOKEN, "ttl_seconds": 1}
+
+    def test_with_lock_acquires_with_its_limit(self, sdk: Sdk, api: FakeApi) -> None:
+        """with_lock(limit=3) acquires one of three slots."""
+        with sdk.lock("slots", ttl=30, limit=3):
+            pass
+        assert json.loads(api.of("acquire")[0].content)["limit"] == 3
+
+    def test_every_request_of_a_long_wait_keeps_the_limit(
+        self, client: volcano.Client, api: FakeApi
+    ) -> None:
+        """A chained wait asks each time for the same limit (and the same owner token)."""
+        api.then(error(409, "lock_held"))
+        client.locks.acquire("slots", ttl=1, limit=2, wait=120, token=TOKEN)
+        bodies = [json.loads(r.content) for r in api.of("acquire")]
+        assert [(b["limit"], b["owner_token"]) for b in bodies] == [(2, TOKEN), (2, TOKEN)]
+
+    def test_limit_mismatch(self, sdk: Sdk, api: FakeApi) -> None:
+        """409 limit_mismatch raises LimitMismatchError carrying the key's own limit; no retry."""
+        api.then(error(409, "limit_mismatch", message="slots is in use with limit 4", limit=4))
+        with pytest.raises(volcano.LimitMismatchError) as caught:
+            sdk.acquire("slots", ttl=30, limit=2)
+        assert isinstance(caught.value, volcano.ConflictError)
+        assert caught.value.limit == 4
+        assert "limit 4" in str(caught.value)
+        assert len(api.requests) == 1
+
+
+class TestCheck:
+    def test_request_and_live(self, sdk: Sdk, api: FakeApi) -> None:
+        """check GETs /v1/locks/{key}/leases/{token} and answers the body's `live`."""
+        assert sdk.check("daily-report", 7, request_id=REQUEST_ID) is True
+        (request,) = api.requests
+        assert request.method == "GET"
+        assert request.url.path == "/v1/locks/daily-report/leases/7"
+        assert request.content == b""
+        assert_credentials(request)
+        assert request.headers["X-Request-Id"] == REQUEST_ID
+
+    def test_not_live(self, client: volcano.Client, api: FakeApi) -> None:
+        """A token that is not live is False, not an error."""
+        assert client.locks.check("daily-report", 6) is False
+
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            {"key": "other", "fencing_token": 7, "live": True, "expires_at": None},
+            {"key": "k", "fencing_token": 8, "live": True, "expires_at": None},
+            {"key": "k", "fencing_token": 7, "live": "yes", "expires_at": None},
+            {"key": "k", "fencing_token": 7},
+        ],
+    )
+    def test_an_answer_about_something_else_breaks_the_spec(
+        self, client: volcano.Client, api: FakeApi, answer: dict[str, object]
+    ) -> None:
+        """An answer for another key or token, or without a boolean `live`, is never read as
+        live: UnexpectedResponseError."""
+        api.then(body(200, answer))
+        with pytest.raises(volcano.UnexpectedResponseError):
+            client.locks.check("k", 7)
+
+    @pytest.mark.parametrize("token", [0, -1, 2**53, True, 1.0, "7", None])
+    def test_a_bad_token_is_refused_before_sending(
+        self, client: volcano.Client, api: FakeApi, token: object
+    ) -> None:
+        """The fencing token is a whole number from 1 to 2^53-1; the error names it."""
+        with pytest.raises(volcano.InvalidArgumentError, match="fencing_token"):
+            client.locks.check("k", token)  # type: ignore[arg-type]
+        assert api.requests == []
+
+    def test_not_retried(self, client: volcano.Client, api: FakeApi) -> None:
+        """A 503 to a check is raised at once: only acquisitions retry."""
+        api.then(error(503, "unavailable"))
+        with pytest.raises(volcano.ServiceUnavailableError):
+            client.locks.check("k", 7)
+        assert len(api.requests) == 1
+
+
 class TestRenew:
     def test_request_and_new_lease(self, sdk: Sdk, api: FakeApi) -> None:
         """renew POSTs {owner_token, fencing_token, ttl_seconds}; it returns a new lease."""
@@ -429,6 +523,7 @@ class TestClosedClient:
             lambda: sdk.release("daily-report", lease_for()),
             lambda: sdk.get("k"),
             lambda: sdk.force_release("k"),
+            lambda: sdk.check("k", 1),
             lambda: sdk.enter(sdk.with_lock("k", ttl=1)),
             lambda: sdk.enter(sdk.client),
         ]

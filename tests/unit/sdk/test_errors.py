@@ -34,6 +34,7 @@ DOCUMENTED = [
     (405, "method_not_allowed", volcano.MethodNotAllowedError),
     (409, "lock_held", volcano.LockHeldError),
     (409, "lease_not_held", volcano.LeaseNotHeldError),
+    (409, "limit_mismatch", volcano.LimitMismatchError),
     (409, "request_id_reused", volcano.RequestIdReusedError),
     (409, "a_newer_code", volcano.ConflictError),
     (413, "payload_too_large", volcano.PayloadTooLargeError),
@@ -49,6 +50,7 @@ OPERATIONS: dict[str, Callable[[volcano.Client], object]] = {
     "release": lambda c: c.locks.release("daily-report", _lease()),
     "get": lambda c: c.locks.get("daily-report"),
     "force_release": lambda c: c.locks.force_release("daily-report"),
+    "check": lambda c: c.locks.check("daily-report", 7),
 }
 
 
@@ -177,6 +179,21 @@ class TestStatusMapping:
         assert caught.value.code is None
         assert caught.value.retry_after == 2.0
         assert caught.value.request_id == REQUEST_ID  # the one sent, as nothing came back
+
+    @pytest.mark.parametrize(
+        ("extra", "limit"),
+        [({"limit": 4}, 4), ({}, None), ({"limit": "4"}, None), ({"limit": True}, None)],
+    )
+    def test_limit_mismatch_carries_the_keys_limit(
+        self, client: volcano.Client, api: FakeApi, extra: dict[str, object], limit: int | None
+    ) -> None:
+        """LimitMismatchError.limit is the body's `limit` when it is one; else None, and the
+        error is still a LimitMismatchError."""
+        api.then(error(409, "limit_mismatch", message="in use with limit 4", **extra))
+        with pytest.raises(volcano.LimitMismatchError) as caught:
+            client.locks.acquire("daily-report", ttl=30)
+        assert caught.value.limit == limit
+        assert caught.value.message == "in use with limit 4"
 
     def test_request_id_falls_back_to_the_response_header(
         self, client: volcano.Client, api: FakeApi
@@ -381,6 +398,9 @@ class TestErrorValues:
                 "gone", status_code=409, code="lease_not_held", request_id=REQUEST_ID
             ),
             volcano.ServiceUnavailableError("down", status_code=503, retry_after=1.5),
+            volcano.LimitMismatchError(
+                "in use with limit 4", status_code=409, code="limit_mismatch", limit=4
+            ),
             volcano.APITimeoutError("slow", request_id=REQUEST_ID),
             volcano.InvalidArgumentError("bad key"),
         ],

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 import volcano
+from tests.support.sdk import Sdk
 from tests.unit.sdk.support import EXPIRES, TOKEN, FakeApi
 
 GOOD_KEYS = ["a", "0", "daily-report", "jobs:daily.report_1-a", "A" * 255]
@@ -96,6 +97,29 @@ class TestTtl:
         )
         with pytest.raises(volcano.InvalidArgumentError, match="ttl"):
             client.locks.renew("k", lease, ttl=0)
+
+
+class TestLimit:
+    @pytest.mark.parametrize("limit", [1, 2, 1000])
+    def test_good_limits(self, client: volcano.Client, api: FakeApi, limit: int) -> None:
+        """1 to 1000 are accepted."""
+        client.locks.acquire("k", ttl=1, limit=limit)
+        assert len(api.requests) == 1
+
+    @pytest.mark.parametrize("limit", [0, -1, 1001, 10**9])
+    def test_out_of_range_limits(self, sdk: Sdk, api: FakeApi, limit: int) -> None:
+        """Outside 1..1000: InvalidArgumentError naming `limit` and the value, nothing sent."""
+        with pytest.raises(volcano.InvalidArgumentError, match=rf"limit must be .*{limit}"):
+            sdk.acquire("k", ttl=1, limit=limit)
+        with pytest.raises(volcano.InvalidArgumentError, match="limit"):
+            sdk.with_lock("k", ttl=1, limit=limit)
+        assert api.requests == []
+
+    @pytest.mark.parametrize("limit", [2.0, "2", True, None])
+    def test_wrong_type_limits(self, client: volcano.Client, limit: object) -> None:
+        """A limit is an int: no float, string, bool or None."""
+        with pytest.raises(volcano.InvalidArgumentError, match="limit must be a whole number"):
+            client.locks.acquire("k", ttl=1, limit=limit)  # type: ignore[arg-type]
 
 
 class TestIdentifiers:

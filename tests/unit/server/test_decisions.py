@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from volcano_server._rules import (
@@ -118,12 +120,15 @@ class TestSemaphore:
         assert refusal.retry_after == 2
 
     def test_another_limit_while_in_use_is_a_mismatch(self) -> None:
-        """A key in use with limit 3 refuses an acquire asking for 2, naming both."""
+        """A key in use with limit 3 refuses an acquire asking for 2, naming both; the body
+        gives the key's limit as a field too."""
         refusal = acquire(semaphore(lease(A, 1)), 1, B, limit=2).refusal
         assert refusal is not None
         assert refusal.code == "limit_mismatch"
         assert "limit 3" in refusal.message
         assert "limit 2" in refusal.message
+        answered = json.loads(refusal.answer("7C9E6679-7425-40DE-944B-E07FC1F90AE7").body)
+        assert answered["error"]["limit"] == 3
 
     def test_a_free_key_takes_a_new_limit(self) -> None:
         """Once every lease has ended, the next acquire sets the key's limit."""

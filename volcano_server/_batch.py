@@ -17,9 +17,7 @@ from typing import Any
 import attrs
 
 from ._errors import ApiError
-from ._rules import lease_payload
 from ._wire import Answer, dumps, parse_rfc3339_us
-from .storage import Lease
 
 __all__ = ["Renewal", "Result", "answer", "refused", "renewed", "replayed", "still_true"]
 
@@ -37,9 +35,9 @@ class Renewal:
     ttl_seconds: float
 
 
-def renewed(key: str, lease: Lease) -> Result:
-    """The result of an entry whose lease was renewed."""
-    return {"key": key, "lease": lease_payload(key, lease)}, lease.expires_at_us
+def renewed(key: str, lease: dict[str, Any], until_us: int) -> Result:
+    """The result of an entry whose lease was renewed: its LockLease body, and its expiry."""
+    return {"key": key, "lease": lease}, until_us
 
 
 def refused(key: str, error: ApiError, request_id: str) -> Result:

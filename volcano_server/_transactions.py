@@ -252,10 +252,15 @@ class Transactions:
                     results.append(_batch.refused(renewal.key, decision.refusal, request_id))
                     continue
                 assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
+                assert decision.payload is not None  # noqa: S101 - and its body
                 rows[renewal.key] = decision.row
-                results.append(_batch.renewed(renewal.key, decision.lease))
+                results.append(
+                    _batch.renewed(renewal.key, decision.payload, decision.lease.expires_at_us)
+                )
+            changed = [(rows[key], loaded[key]) for key in keys if rows[key] != loaded[key]]
+            tx.save_locks([(row, before) for row, before in changed if row is not None])
             for key in keys:
-                self._save(tx, effects, loaded[key], rows[key], now)
+                self._retime(effects, rows[key], now)
             answer = _batch.answer(results)
             if print_ is not None:
                 tx.save_outcome(project_id, request_id, self._stored(print_, answer, now))
@@ -653,6 +658,12 @@ class Transactions:
             return
         if row != loaded:
             tx.save_lock(row, loaded)
+        self._retime(effects, row, now)
+
+    def _retime(self, effects: _Effects, row: LockRow | None, now: int) -> None:
+        """Re-time the key's hand-off after this transaction, if requests wait here for it."""
+        if row is None:
+            return
         key_ref = (row.project_id, row.key)
         if self._registry.entries_of(key_ref):
             soonest = row.soonest_expiry(now)

@@ -232,6 +232,10 @@ class WriteTx(ReadTx, Protocol):
         """
         ...
 
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        """`save_lock` for each (row, loaded) pair, rows of different keys, at once."""
+        ...
+
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         """The unexpired stored outcome for this request id, or None after reserving the id.
 

@@ -572,6 +572,10 @@ class _WriteTx:
         if locked is not None:
             locked.replaced()
 
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        for row, loaded in changes:  # queued: they go with COMMIT, one round trip
+            self.save_lock(row, loaded)
+
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
 

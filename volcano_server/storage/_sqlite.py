@@ -244,6 +244,16 @@ class _Tx:
         for statement, params in lock_writes(row, loaded):
             self._conn.execute(statement, params)
 
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        # Statements of one kind go to SQLite together; rows of different keys never conflict.
+        self.durable = True
+        grouped: dict[str, list[tuple[object, ...]]] = {}
+        for row, loaded in changes:
+            for statement, params in lock_writes(row, loaded):
+                grouped.setdefault(statement, []).append(params)
+        for statement, rows in grouped.items():
+            self._conn.executemany(statement, rows)
+
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.
         row = self._conn.execute(

@@ -6,6 +6,7 @@ import json
 
 from volcano_server import _batch
 from volcano_server._errors import ApiError
+from volcano_server._rules import lease_payload
 from volcano_server._wire import rfc3339_us
 from volcano_server.storage import Lease
 
@@ -13,17 +14,16 @@ RID = "7C9E6679-7425-40DE-944B-E07FC1F90AE7"
 OWNER = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 
 
-def lease(token: int, until_us: int) -> Lease:
-    return Lease(token, OWNER, until_us, 30.0)
+def renewed(key: str, token: int, until_us: int) -> _batch.Result:
+    """The result of a renewed lease of `key` with this token, live until `until_us`."""
+    return _batch.renewed(key, lease_payload(key, Lease(token, OWNER, until_us, 30.0)), until_us)
 
 
 class TestAnswer:
     def test_it_is_timed_by_its_soonest_lease(self) -> None:
         """The answer's lease_until is the soonest expiry among its leases, refusals aside."""
         refusal = _batch.refused("c", ApiError.lease_not_held("gone"), RID)
-        answer = _batch.answer(
-            [_batch.renewed("a", lease(1, 9_000)), _batch.renewed("b", lease(2, 5_000)), refusal]
-        )
+        answer = _batch.answer([renewed("a", 1, 9_000), renewed("b", 2, 5_000), refusal])
         assert answer.lease_until_us == 5_000
         assert json.loads(answer.body)["results"][2] == {
             "key": "c",
@@ -41,9 +41,7 @@ class TestStillTrue:
     def test_an_expired_lease_is_refused_in_its_place(self) -> None:
         """At `now`, the lease that expired turns 409 lease_not_held; the live one is kept, and
         the answer is timed by it."""
-        answer = _batch.answer(
-            [_batch.renewed("a", lease(1, 9_000)), _batch.renewed("b", lease(2, 5_000))]
-        )
+        answer = _batch.answer([renewed("a", 1, 9_000), renewed("b", 2, 5_000)])
         checked = _batch.still_true(answer, 5_000, RID)
         first, second = json.loads(checked.body)["results"]
         assert first["lease"]["fencing_token"] == 1
@@ -57,7 +55,7 @@ class TestStillTrue:
 
     def test_a_replay_stays_a_replay(self) -> None:
         """A replayed answer checked again is still marked replayed."""
-        answer = _batch.answer([_batch.renewed("a", lease(1, 5_000))], replay=True)
+        answer = _batch.answer([renewed("a", 1, 5_000)], replay=True)
         assert _batch.still_true(answer, 6_000, RID).replayed
 
 
@@ -65,9 +63,7 @@ class TestReplayed:
     def test_an_ended_lease_is_refused_and_a_live_one_kept(self) -> None:
         """Replaying a stored batch asks whether each lease is still live."""
         until = 1_800_000_000_000_000
-        stored = _batch.answer(
-            [_batch.renewed("a", lease(1, until)), _batch.renewed("b", lease(2, until))]
-        )
+        stored = _batch.answer([renewed("a", 1, until), renewed("b", 2, until)])
         replay = _batch.replayed(stored.body, lambda lease: lease["key"] == "a", RID)
         first, second = json.loads(replay.body)["results"]
         assert first == json.loads(stored.body)["results"][0]

@@ -1,37 +1,39 @@
-"""What a client hands its parts: sending, acquiring, renewing, and the clock.
+"""What a `Client` hands its parts: sending, acquiring, the renewal loop, and the clock.
 
-`Engine` (for `Client`) and `AsyncEngine` (for `AsyncClient`) are made by their client and given
-to its `locks` namespace and to every guard at construction, so no part reaches into the client:
+The client makes its `Engine` and gives it to its `locks` and to every guard at construction, so
+no part reaches into the client: `send` (one request, once), `acquire` (each request retried
+once, a long wait chained: `WaitChain`; the answer dates from its request's first send), `renew`
+and `release` (one each, not retried), `hold` and `let_go` (a guard's lease renewed in the
+background, and no longer), `clock` and `timeout`.
 
-- `send`: one request, once (a closed client refuses);
-- `acquire`: the one path every acquisition takes, each request retried once, a long wait
-  chained (`WaitChain`); the answer dates from its request's first send;
-- `renew` and `release`: one renewal or release of a lease the SDK made (not retried);
-- `hold` and `let_go`: a guard's lease renewed in the background by the client's one renewal
-  loop (made on first use), and no longer;
-- `clock` and `timeout`.
-
-The renewal loop sends each batch through `_renew_batch`: a batch of one is a plain renew, more
-go out as one `POST /v1/leases/renew`. A server without it (an older one: 404, or 405) is sent
-one lease per request from then on; a 413 sends that batch's leases one by one. Each lease's
-outcome is its own: a refusal inside the batch, or the whole answer's error for every lease.
+The renewal loop is one thread per client. It sleeps until its `Schedule` needs it, takes a
+step, calls the user's callbacks, and hands the batches it starts to at most `MAX_IN_FLIGHT`
+daemon sender threads, which send (`_renew`: a plain renew for one lease, `POST
+/v1/leases/renew` for more) and report each lease's outcome. A server without batch renewal
+(404 or 405; 413 from a smaller body limit) is sent the same leases at once one by one, and one
+lease per request from then on. The loop's `finally` leaves every guard it serves lost, so none
+is left looking held by a loop that is gone; daemon threads never keep a program from exiting.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import queue
 import threading
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _seam
-from ._exceptions import APIStatusError, ClientClosedError, Error, LockHeldError
-from ._renewer import Renewer
+from ._exceptions import APIStatusError, ClientClosedError, Error, LockHeldError, LockLostError
+from ._ownership import deliver
 from ._retry import retry_once
-from ._schedule import BatchesUnsupported, Outcome
+from ._schedule import MAX_IN_FLIGHT, BatchesUnsupported, Outcome, Schedule
 from ._validate import new_uuid
 from ._waiting import WaitChain
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     import httpx
 
     from ._clock import Clock
@@ -39,8 +41,10 @@ if TYPE_CHECKING:
     from ._models import LockLease
     from ._ownership import Ownership
     from ._requests import Acquisition
-    from ._schedule import Batch
+    from ._schedule import Batch, Work
     from ._seam import Answer, Call
+
+logger = logging.getLogger("volcano")
 
 T = TypeVar("T")
 
@@ -51,7 +55,7 @@ _NO_BATCHES = (404, 405, 413)
 
 
 class EngineBase:
-    """What both engines share: settings, the clock, whether the client is closed."""
+    """What both engines share: settings, the clock, the schedule, whether the client is closed."""
 
     def __init__(self, settings: Settings, clock: Clock, name: str) -> None:
         self.settings = settings
@@ -59,6 +63,7 @@ class EngineBase:
         self.timeout = settings.timeout
         self.closed = False
         self._name = name
+        self._schedule = Schedule()
 
     def describe(self) -> str:
         """The client, as its repr shows it (never a key)."""
@@ -70,49 +75,37 @@ class EngineBase:
         if self.closed:
             raise ClientClosedError(f"this volcano.{self._name} is closed")
 
+    @staticmethod
+    def outcomes(batch: Batch, answer: Answer[list[_seam.Renewed]] | Error) -> list[Outcome]:
+        """Each lease's outcome, in order, from the answer to `batch` (or its whole error).
 
-def renew_one(batch: Batch) -> Call[LockLease]:
-    """The plain renew that carries a batch of one lease."""
-    (lease,) = batch.leases
-    return _seam.renew(lease, ttl=lease.ttl_seconds, request_id=batch.request_id)
+        A renewed lease dates from the request's first send; a refusal is that lease's alone.
 
+        Raises:
+            BatchesUnsupported: The server has no batch renewal (`_NO_BATCHES`).
+        """
+        if isinstance(answer, Error):
+            status = answer.status_code if isinstance(answer, APIStatusError) else None
+            if status in _NO_BATCHES and len(batch.entries) > 1:
+                raise BatchesUnsupported from answer
+            return [Outcome(error=answer) for _ in batch.entries]
+        return [
+            Outcome(error=result)
+            if isinstance(result, Error)
+            else Outcome(answer=_seam.Answer(result, answer.sent_at, replayed=answer.replayed))
+            for result in answer.value
+        ]
 
-def renew_many(batch: Batch) -> Call[list[_seam.Renewed]]:
-    """The batch renewal that carries a batch of several leases."""
-    return _seam.renew_many(batch.leases, request_id=batch.request_id)
-
-
-def renewed(answer: Answer[LockLease]) -> list[Outcome]:
-    """The outcome of a plain renew's answer."""
-    return [Outcome(answer=answer)]
-
-
-def each_renewed(answer: Answer[list[_seam.Renewed]]) -> list[Outcome]:
-    """Each lease's outcome from a batch's answer, in order.
-
-    A renewed lease dates from the batch's first send; a refusal is that lease's alone.
-    """
-    return [
-        Outcome(error=result)
-        if isinstance(result, Error)
-        else Outcome(answer=_seam.Answer(result, answer.sent_at, replayed=answer.replayed))
-        for result in answer.value
-    ]
-
-
-def batch_failed(batch: Batch, error: Error) -> list[Outcome]:
-    """Each lease's outcome when the whole request failed with `error`: that error.
-
-    Raises:
-        BatchesUnsupported: The server has no batch renewal (`_NO_BATCHES`).
-    """
-    if (
-        isinstance(error, APIStatusError)
-        and error.status_code in _NO_BATCHES
-        and len(batch.entries) > 1
-    ):
-        raise BatchesUnsupported from error
-    return [Outcome(error=error) for _ in batch.entries]
+    def finish(self, batch: Batch, send: Exception | Sequence[Outcome]) -> None:
+        """Hand the schedule how `batch` fared: its outcomes, or what its send raised."""
+        outcomes = batch.unsent()
+        if isinstance(send, BatchesUnsupported):
+            self._schedule.singles()
+        elif isinstance(send, Exception):
+            outcomes = batch.failed(send)  # a bug: it loses this batch, never the loop
+        else:
+            outcomes = list(send)
+        self._schedule.finish(batch, outcomes)
 
 
 class Engine(EngineBase):
@@ -127,8 +120,11 @@ class Engine(EngineBase):
     def __init__(self, http: httpx.Client, settings: Settings, clock: Clock) -> None:
         super().__init__(settings, clock, "Client")
         self._sender = _seam.Sender(http, settings)
-        self._lifecycle = threading.Lock()
-        self._renewer_made: Renewer | None = None
+        self._changed = threading.Condition()  # guards the schedule; the loop sleeps on it
+        self._thread: threading.Thread | None = None
+        self._batches: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        self._senders: list[threading.Thread] = []
+        self._waiting = False
 
     def send(
         self, call: Call[T], *, request_timeout: float | None = None, sent_at: float | None = None
@@ -142,7 +138,7 @@ class Engine(EngineBase):
         """Acquire, each request retried once; the answer dates from its request's first send.
 
         A wait longer than one request may hold is a chain of requests with the same owner
-        token (`WaitChain`); each request's timeout stretches over its wait.
+        token; each request's timeout stretches over its wait.
         """
         clock = self.clock
         chain = WaitChain(acquisition, clock.monotonic())
@@ -166,45 +162,108 @@ class Engine(EngineBase):
         self.send(_seam.release(lease, request_id=new_uuid()))
 
     def hold(self, ownership: Ownership) -> None:
-        """Renew `ownership`'s lease in the background from now on."""
-        self._renewer().add(ownership)
+        """Renew `ownership`'s lease in the background from now on; once closed, it is lost."""
+        with self._changed:
+            reason = self._schedule.stopped
+            if reason is None:
+                self._schedule.add(ownership)
+                if self._thread is None:
+                    self._thread = _daemon(self._run, "volcano-renewer")
+                self._changed.notify_all()
+        if reason is not None:
+            deliver(ownership.stop(reason))
 
     def let_go(self, ownership: Ownership) -> None:
         """Renew it no more, once a renewal of it that is under way has ended."""
-        self._renewer().remove(ownership)
+        with self._changed:
+            self._schedule.remove(ownership)
+            while self._schedule.busy(ownership):
+                self._changed.wait()
 
     def close(self) -> bool:
         """Refuse every request from now on; stop renewing, each guard still held lost.
 
         Returns whether this call closed it (False: it was closed already).
         """
-        with self._lifecycle:
+        with self._changed:
             if self.closed:
                 return False
             self.closed = True
-            renewer = self._renewer_made
-        if renewer is not None:
-            renewer.stop(ClientClosedError("the client was closed"))
+            notices = self._schedule.stop(ClientClosedError("the client was closed"))
+            self._changed.notify_all()
+            thread, senders, self._senders = self._thread, self._senders, []
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        for _ in senders:
+            self._batches.put(None)
+        for sender in senders:  # renewals under way end within their own timeouts
+            sender.join()
+        deliver(notices)
         return True
 
     def settled(self) -> bool:
-        """Whether the renewal loop is asleep with nothing under way (a test's fake clock)."""
-        return self._renewer_made is None or self._renewer_made.settled()
+        """Whether the loop is asleep with no renewal under way (a test's fake clock asks)."""
+        with self._changed:
+            return (self._thread is None or self._waiting) and self._schedule.idle()
 
-    def _renewer(self) -> Renewer:
-        """The client's renewal loop, made on first use; once closed, it refuses new guards."""
-        with self._lifecycle:
-            if self._renewer_made is None:
-                self._renewer_made = Renewer(self._renew_batch, self.clock)
-                if self.closed:
-                    self._renewer_made.stop(ClientClosedError("the client was closed"))
-            return self._renewer_made
-
-    def _renew_batch(self, batch: Batch) -> list[Outcome]:
-        """Send one batch of renewals; each lease's outcome, in order."""
+    def _run(self) -> None:
         try:
-            if len(batch.entries) == 1:
-                return renewed(self.send(renew_one(batch), request_timeout=batch.timeout))
-            return each_renewed(self.send(renew_many(batch), request_timeout=batch.timeout))
+            while (work := self._next_work()) is not None:
+                deliver(work.notices)
+                for batch in work.starts:
+                    self._batches.put(batch)
+        except Exception:
+            logger.exception("the lease renewer stopped unexpectedly")
+        finally:
+            with self._changed:
+                notices = self._schedule.stop(LockLostError("the lease renewer stopped"))
+                self._changed.notify_all()
+            deliver(notices)
+
+    def _next_work(self) -> Work | None:
+        """Sleep until the schedule has something to do, and take that step; None once stopped."""
+        with self._changed:
+            while self._schedule.stopped is None:
+                work = self._schedule.step(self.clock.monotonic())
+                self._changed.notify_all()  # for let_go(): a finished renewal was taken in
+                if work.starts and not self._senders:  # the first batch starts the senders
+                    self._senders = [
+                        _daemon(self._send_batches, f"volcano-renewal-{n}")
+                        for n in range(MAX_IN_FLIGHT)
+                    ]
+                if work.starts or work.notices:
+                    return work
+                pause = self._schedule.next_wake(self.clock.monotonic())
+                if pause == 0:
+                    continue
+                self._waiting = True
+                self.clock.wait(self._changed, pause)
+                self._waiting = False
+            return None
+
+    def _send_batches(self) -> None:
+        """A sender thread: send each batch handed over, and report how it fared."""
+        while (batch := self._batches.get()) is not None:
+            fared = self._fared(batch)
+            with self._changed:
+                self.finish(batch, fared)
+                self._changed.notify_all()
+
+    def _fared(self, batch: Batch) -> Exception | Sequence[Outcome]:
+        try:
+            return self.outcomes(batch, self._answer(batch))
+        except Exception as exc:  # noqa: BLE001 - BatchesUnsupported, or a bug: see finish()
+            return exc
+
+    def _answer(self, batch: Batch) -> Answer[list[_seam.Renewed]] | Error:
+        call = _seam.renewals(batch.leases, request_id=batch.request_id)
+        try:
+            return self.send(call, request_timeout=batch.timeout)
         except Error as error:
-            return batch_failed(batch, error)
+            return error
+
+
+def _daemon(target: Callable[[], None], name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread

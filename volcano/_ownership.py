@@ -328,11 +328,6 @@ class Ownership:
                 wake = min(wake, timeline.renew_at)
             return wake
 
-    def renew_at(self) -> float:
-        """When the next renewal is due (inf: none is)."""
-        with self._lock:
-            return self._timeline.renew_at
-
     # -- events --------------------------------------------------------------------------------
 
     def enter(self) -> None:

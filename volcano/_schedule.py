@@ -2,7 +2,7 @@
 
 A `Schedule` knows when each guard needs the loop next (a renewal due, its at-risk point, its
 deadline: a heap of those times), which renewals are under way, and what came back; it does no
-I/O and takes `now` as an argument. The loops (`_renewer.py`, `_async_renewer.py`) only wait,
+I/O and takes `now` as an argument. The loops (in `_engine.py`, `_async_engine.py`) only wait,
 hand the batches a step starts to the engine's send, report their outcomes, and call the user's
 callbacks outside their lock.
 

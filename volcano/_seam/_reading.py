@@ -1,31 +1,23 @@
-"""Reading what arrived: a success into the SDK's own frozen values, anything else into errors.
+"""Reading a success: what the generated parse made of a body, as the SDK's own frozen values.
 
 The generated functions parse a body before they return; what they parsed is checked here
 field by field (a body that breaks the spec is an `UnexpectedResponseError`, never a generated
-type or an `Unset` passed on). A refusal becomes the `APIStatusError` subclass of its status and
-code (`status_error`); an httpx exception, the connection or timeout error it stands for.
+type or an `Unset` passed on); a batch's refused entry becomes the `APIStatusError` of its
+status and code (`status_error`), as a whole answer's does.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from datetime import datetime
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
-import httpx
 
 from .._exceptions import (
-    APIConnectionError,
     APIStatusError,
-    APITimeoutError,
-    Error,
     InvalidArgumentError,
     UnexpectedResponseError,
-    parse_retry_after,
     status_error,
 )
 from .._models import ForceReleaseResult, LockHolder, LockLease, LockState
@@ -35,12 +27,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import ModuleType
 
-    from _volcano_api.types import Response as DetailedResponse
-
-    from .._config import Settings
-    from ._calls import Call
-
-logger = logging.getLogger("volcano")
 
 T = TypeVar("T")
 
@@ -79,108 +65,7 @@ def models() -> ModuleType:
     return models
 
 
-def answer(
-    call: Call[T],
-    response: httpx.Response,
-    detailed: DetailedResponse[Any] | None,
-    sent_at: float,
-    started: float,
-) -> Answer[T]:
-    """Turn what arrived into the call's answer, or raise the error it stands for.
-
-    `detailed` is None when the generated parse refused the body.
-    """
-    _log_outcome(call, response, started)
-    if response.status_code != call.operation.success_status:
-        raise _status_error(call, response, detailed)
-    try:
-        value = call.convert(None if detailed is None else detailed.parsed)
-    except SpecMismatchError as exc:
-        raise UnexpectedResponseError(
-            f"{call.operation.name}: HTTP {response.status_code}, a body that breaks the spec:"
-            f" {exc}",
-            status_code=response.status_code,
-            request_id=response.headers.get("X-Request-Id", call.request_id),
-        ) from None
-    return Answer(value, sent_at, _replayed(response))
-
-
-def send_error(call: Call[Any], exc: Exception, settings: Settings, started: float) -> Error:
-    """The volcano error for an exception httpx raised while sending `call`."""
-    elapsed = time.monotonic() - started
-    name = call.operation.name
-    logger.debug(
-        "%s %s failed after %.3fs: %s (request_id=%s)",
-        name,
-        call.subject,
-        elapsed,
-        type(exc).__name__,
-        call.request_id,
-    )
-    text = _scrub(f"{type(exc).__name__}: {exc}", settings)
-    if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"{name} timed out: {text}", request_id=call.request_id)
-    if isinstance(exc, httpx.RequestError):
-        return APIConnectionError(f"{name} failed: {text}", request_id=call.request_id)
-    return Error(f"{name} could not be sent: {text}")
-
-
-def _replayed(response: httpx.Response) -> bool:
-    """Whether the server answered with an outcome stored under the request id."""
-    value: str = response.headers.get("Idempotent-Replayed", "")
-    return value.lower() == "true"
-
-
-def _status_error(
-    call: Call[Any], response: httpx.Response, detailed: DetailedResponse[Any] | None
-) -> APIStatusError:
-    # A proxy's page carries no id; the one sent still names the request.
-    header_request_id = response.headers.get("X-Request-Id", call.request_id)
-    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-    detail = _error_detail(response, detailed)
-    if detail is None:
-        return status_error(
-            response.status_code,
-            code=None,
-            message=f"{call.operation.name}: {_status_text(response)} without a Volcano error body",
-            request_id=header_request_id,
-            retry_after=retry_after,
-        )
-    code, message, request_id, limit = detail
-    return status_error(
-        response.status_code,
-        code=code,
-        message=message,
-        request_id=request_id or header_request_id,
-        retry_after=retry_after,
-        limit=limit,
-    )
-
-
-def _error_detail(
-    response: httpx.Response, detailed: DetailedResponse[Any] | None
-) -> tuple[str, str, str, int | None] | None:
-    """The (code, message, request_id, limit) of a Volcano error body, or None for anything else.
-
-    `limit` is the key's limit a `limit_mismatch` names, None when absent or not a limit.
-
-    The body is read once: the generated parse read it for the statuses the spec lists (None:
-    it refused the body); only for another status (a 404 or 405 from routing) is it read here.
-    """
-    if detailed is None:
-        return None
-    parsed = detailed.parsed
-    if parsed is None:
-        try:
-            parsed = models().Error.from_dict(response.json())
-        except PARSE_ERRORS:
-            return None
-    if not isinstance(parsed, models().Error):
-        return None
-    return _detail(parsed.error)
-
-
-def _detail(error: object) -> tuple[str, str, str, int | None] | None:
+def error_detail(error: object) -> tuple[str, str, str, int | None] | None:
     """(code, message, request_id, limit) of a generated ErrorDetail, or None.
 
     None unless the first three are strings; `limit` is None unless it is a limit.
@@ -193,31 +78,6 @@ def _detail(error: object) -> tuple[str, str, str, int | None] | None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         limit = None
     return code, message, request_id, limit
-
-
-def _scrub(text: str, settings: Settings) -> str:
-    # httpx and h11 sometimes quote header values in their messages.
-    for secret in (settings.service_key, settings.anon_key):
-        text = text.replace(secret, "<redacted>")
-    return text
-
-
-def _log_outcome(call: Call[Any], response: httpx.Response, started: float) -> None:
-    logger.debug(
-        "%s %s -> %s in %.3fs (request_id=%s)",
-        call.operation.name,
-        call.subject,
-        response.status_code,
-        time.monotonic() - started,
-        call.request_id,
-    )
-
-
-def _status_text(response: httpx.Response) -> str:
-    try:
-        return f"HTTP {response.status_code} {HTTPStatus(response.status_code).phrase}"
-    except ValueError:
-        return f"HTTP {response.status_code}"
 
 
 # -- successes ---------------------------------------------------------------------------------
@@ -291,7 +151,7 @@ def _judged(result: object, sent: LockLease) -> Renewed:
         )
     if not isinstance(result, made.LeaseRefused) or not isinstance(result.status, int):
         raise SpecMismatchError("it is neither a renewed lease nor a refusal")
-    detail = _detail(result.error)
+    detail = error_detail(result.error)
     if detail is None:
         raise SpecMismatchError("its error is not a Volcano error object")
     code, message, refused_id, limit = detail

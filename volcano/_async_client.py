@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests
+from . import _config, _requests, _tracing
 from ._async_engine import AsyncEngine
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
@@ -104,6 +104,7 @@ class AsyncLocks:
     def __repr__(self) -> str:
         return f"<AsyncLocks of {self._engine.describe()}>"
 
+    @_tracing.traced_async("acquire")
     async def acquire(
         self,
         key: str,
@@ -125,6 +126,7 @@ class AsyncLocks:
         )
         return (await self._engine.acquire(acquisition)).value
 
+    @_tracing.traced_async("renew")
     async def renew(
         self,
         key: str,
@@ -137,16 +139,19 @@ class AsyncLocks:
         call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
         return (await self._engine.send(call)).value
 
+    @_tracing.traced_async("release")
     async def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
     ) -> None:
         """End `lease`; see `Locks.release`."""
         await self._engine.send(_requests.release(key, lease, request_id=request_id))
 
+    @_tracing.traced_async("get")
     async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report `key`'s state without acquiring it; see `Locks.get`."""
         return (await self._engine.send(_requests.get(key, request_id=request_id))).value
 
+    @_tracing.traced_async("force_release")
     async def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
@@ -154,6 +159,7 @@ class AsyncLocks:
         call = _requests.force_release(key, request_id=request_id)
         return (await self._engine.send(call)).value
 
+    @_tracing.traced_async("check")
     async def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

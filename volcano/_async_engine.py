@@ -15,7 +15,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, TypeVar
 
-from . import _seam
+from . import _seam, _tracing
 from ._engine import EngineBase
 from ._exceptions import ClientClosedError, Error, LockHeldError, LockLostError
 from ._ownership import deliver
@@ -56,9 +56,21 @@ class AsyncEngine(EngineBase):
         self, call: Call[T], *, request_timeout: float | None = None, sent_at: float | None = None
     ) -> Answer[T]:
         """Send `call` once; see `Engine.send`."""
+        return await self._resend(call, False, request_timeout=request_timeout, sent_at=sent_at)
+
+    async def _resend(
+        self,
+        call: Call[T],
+        resend: bool,
+        *,
+        request_timeout: float | None = None,
+        sent_at: float | None = None,
+    ) -> Answer[T]:
         self.check_open()
         first = self.clock.monotonic() if sent_at is None else sent_at
-        return await self._sender.send(call, sent_at=first, request_timeout=request_timeout)
+        return await self._sender.send(
+            call, sent_at=first, resend=resend, request_timeout=request_timeout
+        )
 
     async def acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
         """Acquire, each request retried once; see `Engine.acquire`."""
@@ -67,7 +79,7 @@ class AsyncEngine(EngineBase):
         while True:
             call, wait = chain.next_call(clock.monotonic())
             send = functools.partial(
-                self.send, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
+                self._resend, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
             )
             try:
                 return await retry_once_async(send, clock.async_sleep, f"acquire {call.subject}")
@@ -163,7 +175,9 @@ class AsyncEngine(EngineBase):
 
     async def _answer(self, batch: Batch) -> Answer[list[_seam.Renewed]] | Error:
         call = _seam.renewals(batch.leases, request_id=batch.request_id)
+        traces = [renewal.trace for _, renewal in batch.entries]
         try:
-            return await self.send(call, request_timeout=batch.timeout)
+            with _tracing.renewals(traces, [lease.key for lease in batch.leases]):
+                return await self.send(call, request_timeout=batch.timeout)
         except Error as error:
             return error

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests
+from . import _config, _requests, _tracing
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
 from ._engine import Engine
@@ -104,6 +104,7 @@ class Locks:
     def __repr__(self) -> str:
         return f"<Locks of {self._engine.describe()}>"
 
+    @_tracing.traced("acquire")
     def acquire(
         self,
         key: str,
@@ -158,6 +159,7 @@ class Locks:
         )
         return self._engine.acquire(acquisition).value
 
+    @_tracing.traced("renew")
     def renew(
         self,
         key: str,
@@ -184,6 +186,7 @@ class Locks:
         call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
         return self._engine.send(call).value
 
+    @_tracing.traced("release")
     def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
     ) -> None:
@@ -199,6 +202,7 @@ class Locks:
         """
         self._engine.send(_requests.release(key, lease, request_id=request_id))
 
+    @_tracing.traced("get")
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report whether `key` is held, until when, and its fencing token, without acquiring.
 
@@ -208,6 +212,7 @@ class Locks:
         """
         return self._engine.send(_requests.get(key, request_id=request_id)).value
 
+    @_tracing.traced("force_release")
     def force_release(
         self, key: str, *, request_id: str | uuid.UUID | None = None
     ) -> ForceReleaseResult:
@@ -222,6 +227,7 @@ class Locks:
         """
         return self._engine.send(_requests.force_release(key, request_id=request_id)).value
 
+    @_tracing.traced("check")
     def check(
         self, key: str, fencing_token: int, *, request_id: str | uuid.UUID | None = None
     ) -> bool:

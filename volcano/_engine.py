@@ -23,7 +23,7 @@ import queue
 import threading
 from typing import TYPE_CHECKING, TypeVar
 
-from . import _seam
+from . import _seam, _tracing
 from ._exceptions import APIStatusError, ClientClosedError, Error, LockHeldError, LockLostError
 from ._ownership import deliver
 from ._retry import retry_once
@@ -130,9 +130,22 @@ class Engine(EngineBase):
         self, call: Call[T], *, request_timeout: float | None = None, sent_at: float | None = None
     ) -> Answer[T]:
         """Send `call` once; `sent_at`: when its request id was first sent (default: now)."""
+        return self._resend(call, False, request_timeout=request_timeout, sent_at=sent_at)
+
+    def _resend(
+        self,
+        call: Call[T],
+        resend: bool,
+        *,
+        request_timeout: float | None = None,
+        sent_at: float | None = None,
+    ) -> Answer[T]:
+        """Send `call`, the first time or (`resend`) again with its request id."""
         self.check_open()
         first = self.clock.monotonic() if sent_at is None else sent_at
-        return self._sender.send(call, sent_at=first, request_timeout=request_timeout)
+        return self._sender.send(
+            call, sent_at=first, resend=resend, request_timeout=request_timeout
+        )
 
     def acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
         """Acquire, each request retried once; the answer dates from its request's first send.
@@ -145,7 +158,7 @@ class Engine(EngineBase):
         while True:
             call, wait = chain.next_call(clock.monotonic())
             send = functools.partial(
-                self.send, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
+                self._resend, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
             )
             try:
                 return retry_once(send, clock.sleep, f"acquire {call.subject}")
@@ -257,8 +270,10 @@ class Engine(EngineBase):
 
     def _answer(self, batch: Batch) -> Answer[list[_seam.Renewed]] | Error:
         call = _seam.renewals(batch.leases, request_id=batch.request_id)
+        traces = [renewal.trace for _, renewal in batch.entries]
         try:
-            return self.send(call, request_timeout=batch.timeout)
+            with _tracing.renewals(traces, [lease.key for lease in batch.leases]):
+                return self.send(call, request_timeout=batch.timeout)
         except Error as error:
             return error
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._exceptions import GuardStateError, LockLostError
 from ._ownership import RENEW_AFTER_FRACTION, GuardState, Ownership, deliver
+from ._tracing import GuardTrace
 
 if TYPE_CHECKING:
     import asyncio
@@ -52,6 +53,7 @@ class _GuardBase:
     def __init__(self, plan: GuardPlan, *, clock: Clock, timeout: float) -> None:
         self._plan = plan
         self._clock = clock
+        self._trace: GuardTrace | None = None  # its span, from entering on (when tracing)
         self._ownership = Ownership(
             plan.acquisition.key,
             timeout=timeout,
@@ -136,6 +138,20 @@ class _GuardBase:
     def _wake(self) -> None:
         """Wake everything waiting for the guard's state to change."""
         raise NotImplementedError
+
+    def _start_trace(self) -> GuardTrace | None:
+        """The guard's span, from entering to the end of its release (None: not tracing)."""
+        acquisition = self._plan.acquisition
+        return GuardTrace.start(acquisition.key, acquisition.ttl, acquisition.wait)
+
+    def _traced(self) -> contextlib.AbstractContextManager[None]:
+        """The guard's own requests (acquisition, release) as children of its span."""
+        return self._trace.current() if self._trace is not None else contextlib.nullcontext()
+
+    def _end_trace(self, failure: BaseException | None) -> None:
+        if self._trace is not None:
+            lease = self._ownership.lease()
+            self._trace.end(lease.fencing_token if lease is not None else None, failure)
 
     def _poll_lost(self, end: float | None) -> tuple[bool | None, float | None]:
         """(lost, None) once the answer is known; else (None, seconds to wait and ask again).
@@ -227,14 +243,17 @@ class LockGuard(_GuardBase):
 
     def __enter__(self) -> LockGuard:
         self._ownership.enter()
+        self._trace = self._start_trace()
         try:
-            answer = self._engine.acquire(self._plan.acquisition)
-            if self._dates_replay(answer):
-                answer = self._engine.renew(answer.value)
-        except BaseException:
+            with self._traced():
+                answer = self._engine.acquire(self._plan.acquisition)
+                if self._dates_replay(answer):
+                    answer = self._engine.renew(answer.value)
+        except BaseException as failure:
             self._ownership.acquisition_failed()
+            self._end_trace(failure)
             raise
-        self._ownership.acquired(answer)
+        self._ownership.acquired(answer, self._trace)
         self._engine.hold(self._ownership)
         return self
 
@@ -247,13 +266,17 @@ class LockGuard(_GuardBase):
         self._stop_renewing()
         self._engine.let_go(self._ownership)  # a renewal under way ends first
         if (lease := self._to_release()) is None:
+            self._end_trace(self.lost_reason)
             return
         try:
-            self._engine.release(lease)
+            with self._traced():
+                self._engine.release(lease)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
             self._released(failure)
+            self._end_trace(failure)
         else:
             self._released(None)
+            self._end_trace(None)
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until ownership is lost or `timeout` seconds pass (None: no limit).
@@ -297,14 +320,17 @@ class AsyncLockGuard(_GuardBase):
 
     async def __aenter__(self) -> AsyncLockGuard:
         self._ownership.enter()
+        self._trace = self._start_trace()
         try:
-            answer = await self._engine.acquire(self._plan.acquisition)
-            if self._dates_replay(answer):
-                answer = await self._engine.renew(answer.value)
-        except BaseException:
+            with self._traced():
+                answer = await self._engine.acquire(self._plan.acquisition)
+                if self._dates_replay(answer):
+                    answer = await self._engine.renew(answer.value)
+        except BaseException as failure:
             self._ownership.acquisition_failed()
+            self._end_trace(failure)
             raise
-        self._ownership.acquired(answer)
+        self._ownership.acquired(answer, self._trace)
         self._engine.hold(self._ownership)
         return self
 
@@ -317,13 +343,17 @@ class AsyncLockGuard(_GuardBase):
         self._stop_renewing()
         self._engine.let_go(self._ownership)  # a renewal under way is let go of
         if (lease := self._to_release()) is None:
+            self._end_trace(self.lost_reason)
             return
         try:
-            await self._engine.release(lease)
+            with self._traced():
+                await self._engine.release(lease)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
             self._released(failure)
+            self._end_trace(failure)
         else:
             self._released(None)
+            self._end_trace(None)
 
     async def wait_lost(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the contract's name
         """Wait until ownership is lost or `timeout` seconds pass (None: no limit).

@@ -64,6 +64,7 @@ from ._validate import new_uuid
 if TYPE_CHECKING:
     from ._models import LockLease
     from ._seam import Answer
+    from ._tracing import GuardTrace
 
 logger = logging.getLogger("volcano")
 
@@ -176,12 +177,14 @@ def backoff(failures: int, ttl: float) -> float:
 class Renewal:
     """One renewal attempt to make: of which lease, how long it may take, and its request.
 
-    The request (`request_id`) carries it alone, or in a batch with others.
+    The request (`request_id`) carries it alone, or in a batch with others; its span links to
+    the guard's (`trace`).
     """
 
     lease: LockLease
     timeout: float
     request_id: str
+    trace: GuardTrace | None = None
 
 
 @attrs.frozen
@@ -281,6 +284,7 @@ class Ownership:
         self._in_flight: tuple[Renewal, float] | None = None  # (renewal, when it began)
         self._reason: Error | None = None
         self._expired: LockLostError | None = None  # the DEADLINE reason, made once
+        self._trace: GuardTrace | None = None  # the guard's span, which renewals link to
 
     def __repr__(self) -> str:
         return f"<Ownership of {self.key!r}: {self._state.value}>"
@@ -344,8 +348,9 @@ class Ownership:
                 "call with_lock() again for a new lease"
             )
 
-    def acquired(self, answer: Answer[LockLease]) -> None:
-        """The acquisition (and the renewal that dates a replay) succeeded."""
+    def acquired(self, answer: Answer[LockLease], trace: GuardTrace | None = None) -> None:
+        """The acquisition (and the renewal that dates a replay) succeeded, in `trace`."""
+        self._trace = trace  # before the renewal loop sees the guard
         self._move(Event.ACQUIRED, timeline=Timeline.of(answer, self._margin))
 
     def acquisition_failed(self) -> None:
@@ -390,6 +395,7 @@ class Ownership:
                 timeline.lease,
                 min(self._timeout, timeline.deadline - now),
                 request_id or new_uuid(),
+                self._trace,
             )
             self._in_flight = (renewal, now)
             return renewal

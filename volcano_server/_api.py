@@ -40,6 +40,7 @@ from ._schema import ValidationFailure, Validator
 from ._service import Caller, LockService, Renewal
 from ._shares import ProjectShares
 from ._spec import Operation
+from ._tracing import Tracing
 from ._wire import Answer, dumps
 from .storage import StorageUnavailable
 
@@ -119,6 +120,7 @@ class Api:
         metrics: Metrics,
         access_log: AccessLog,
         run: Runner,
+        tracing: Tracing | None = None,
     ) -> None:
         self._service = service
         self._auth = authenticator
@@ -131,8 +133,35 @@ class Api:
         self._report = access_log
         self._run = run
         self._in_flight = 0  # requests of operations being judged, run or held open
+        self._tracing = tracing
+        # Chosen once: untraced requests pay nothing for tracing.
+        self.endpoint = self._serve if tracing is None else self._traced
 
-    async def endpoint(
+    async def _traced(
+        self,
+        operation: Operation,
+        params: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """`_serve` in a span of its own (a lock operation's, not a health probe's)."""
+        tracing = self._tracing
+        if tracing is None or not operation.authenticated:
+            await self._serve(operation, params, scope, receive, send)
+            return
+        with tracing.request(operation, params, scope) as span:
+
+            async def answer(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    headers = dict(message["headers"])
+                    request_id = headers[b"x-request-id"].decode("latin-1")
+                    tracing.answered(span, message["status"], request_id)
+                await send(message)
+
+            await self._serve(operation, params, scope, receive, answer)
+
+    async def _serve(
         self,
         operation: Operation,
         params: dict[str, str],

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
@@ -19,6 +20,7 @@ from ._accesslog import AccessLog
 from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
+from ._lockmetrics import KeyPrefixes
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
 from ._pulse import Pulse
@@ -29,8 +31,12 @@ from ._routing import Endpoint, SpecRoute
 from ._service import LockService
 from ._shares import ProjectShares
 from ._spec import Operation, Spec, load_spec
+from ._tracing import Tracing
 from ._waiting import Waits
 from .storage import Storage, StorageUnavailable, open_storage
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["create_app"]
 
@@ -43,6 +49,7 @@ def create_app(
     storage: Storage | None = None,
     spec: Spec | None = None,
     offload: Offload | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Starlette:
     """Build the server.
 
@@ -50,7 +57,8 @@ def create_app(
     operations and the server's handlers are the same set before serving anything. Its
     `state.metrics` and `state.access_log` are what the server's listeners report to.
     `offload` runs its storage work (default: on the loop when SQLite need not block, else in
-    worker threads); the schedule explorer gives its own.
+    worker threads); the schedule explorer gives its own. Requests are traced on
+    `tracer_provider`, else on the process's global one if it is configured (`_tracing`).
     """
     config = config or ServerConfig()
     spec = spec or load_spec()
@@ -58,10 +66,17 @@ def create_app(
     storage = storage or open_storage(
         config.database_url, sqlite_synchronous=config.sqlite_synchronous
     )
-    metrics = Metrics()
+    metrics = Metrics(
+        KeyPrefixes(config.metric_key_prefixes) if config.metric_key_prefixes else None
+    )
     access_log = AccessLog(metrics, enabled=config.access_log)
     authenticator = Authenticator(storage, cache_seconds=config.auth_cache_seconds)
-    run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics)
+    tracing = Tracing.for_provider(
+        tracer_provider,
+        lock_keys=config.trace_lock_keys,
+        database="sqlite" if storage.runs_inline else "postgresql",
+    )
+    run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics, tracing)
     pulse = Pulse(round(config.waiting.heartbeat_lifetime * 1_000_000))
     waits = Waits(
         storage,
@@ -71,8 +86,11 @@ def create_app(
         run=run,
         pulse=pulse,
         revocations=authenticator,
+        metrics=metrics.locks,
+        tracing=tracing,
     )
     metrics.watch_waiters(waits)
+    metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
         LockService(waits, run),
         authenticator,
@@ -84,6 +102,7 @@ def create_app(
         metrics=metrics,
         access_log=access_log,
         run=run,
+        tracing=tracing,
     )
 
     @contextlib.asynccontextmanager
@@ -110,6 +129,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.access_log = access_log
     app.state.waits = waits
+    app.state.tracing = tracing
     return app
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 from .storage import DEFAULT_DATABASE_URL, Synchronous
 
-__all__ = ["Limits", "ServerConfig", "WaitingSettings"]
+__all__ = ["MAX_METRIC_KEY_PREFIXES", "Limits", "ServerConfig", "WaitingSettings"]
+
+# A lock key's pattern (openapi.yaml): a metric key prefix is the start of one.
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
+# Each prefix adds a series per outcome and bucket to every lock metric: keep them few.
+MAX_METRIC_KEY_PREFIXES = 32
 
 
 @attrs.frozen
@@ -119,6 +126,11 @@ class ServerConfig:
     limits: Limits = Limits()
     # Waiting for a lock: how long places and reservations last, heartbeats, polling.
     waiting: WaitingSettings = attrs.field(factory=WaitingSettings)
+    # The lock metrics carry no key; these prefixes (opt-in) label them, the rest is "_other".
+    metric_key_prefixes: tuple[str, ...] = ()
+    # Whether a request's span names its lock key (keys may say more than an operator wants
+    # a tracing backend to keep).
+    trace_lock_keys: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.retention_seconds < 600:
@@ -144,4 +156,15 @@ class ServerConfig:
         if self.sqlite_synchronous not in ("full", "normal"):
             raise ValueError(
                 f"sqlite synchronous must be full or normal, got {self.sqlite_synchronous!r}"
+            )
+        for prefix in self.metric_key_prefixes:
+            if not _KEY_PREFIX.fullmatch(prefix):
+                raise ValueError(
+                    f"a metric key prefix is the start of a lock key (1 to 255 of A-Z a-z 0-9"
+                    f" . _ : -, starting with a letter or digit), got {prefix!r}"
+                )
+        if len(set(self.metric_key_prefixes)) > MAX_METRIC_KEY_PREFIXES:
+            raise ValueError(
+                f"at most {MAX_METRIC_KEY_PREFIXES} metric key prefixes,"
+                f" got {len(set(self.metric_key_prefixes))}"
             )

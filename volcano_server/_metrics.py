@@ -1,12 +1,13 @@
 """Prometheus metrics of one server process, in a registry of its own.
 
 Served in the Prometheus text format on the listener `--metrics-port` opens (keep it private).
-A new metric is one attribute in `Metrics.__init__`, registered in `self.registry`.
+A new metric is one attribute in `Metrics.__init__`, registered in `self.registry`; the lock
+metrics (waits, holds, grants, expiries, fence checks) are `locks` (`_lockmetrics`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Iterable, Sized
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -17,6 +18,8 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+
+from ._lockmetrics import KeyPrefixes, LockMetrics
 
 if TYPE_CHECKING:
     from ._accesslog import RequestRecord
@@ -30,9 +33,12 @@ _LATENCY_BUCKETS = (
 
 
 class Metrics:
-    """The counters, histograms and gauges a server exports."""
+    """The counters, histograms and gauges a server exports.
 
-    def __init__(self) -> None:
+    `key_prefixes`: the opt-in allow-list that labels the lock metrics by key prefix.
+    """
+
+    def __init__(self, key_prefixes: KeyPrefixes | None = None) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # memory, CPU, open files against their limit
         PlatformCollector(registry=self.registry)
@@ -55,6 +61,8 @@ class Metrics:
             ["during"],
             registry=self.registry,
         )
+        for during in ("request", "readiness", "purge", "key_use"):
+            self.storage_errors.labels(during)  # exported from the start, at 0
         self.open_connections = Gauge(
             "volcano_open_connections",
             "Client connections open now (waiting requests included).",
@@ -75,6 +83,16 @@ class Metrics:
             "Acquire requests this server holds open in a lock's queue, waiting for their turn.",
             registry=self.registry,
         )
+        self.locks = LockMetrics(self.registry, key_prefixes)
+
+    def expect(self, operations: Iterable[str]) -> None:
+        """Export each operation's latency histogram from the start, at zero.
+
+        A series born at its first request loses that request to `rate()` (no earlier sample
+        to count from), and a dashboard shows nothing until a second one.
+        """
+        for operation in operations:
+            self.latency.labels(operation)
 
     def watch_waiters(self, room: Sized) -> None:
         """Report how many requests `room` holds open, read at each scrape."""

@@ -18,6 +18,7 @@ import anyio.to_thread
 
 from ._errors import ApiError
 from ._metrics import Metrics
+from ._tracing import Tracing
 from .storage import StorageUnavailable, WouldBlock
 
 __all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
@@ -59,17 +60,23 @@ class Runner:
     """Runs storage work through an offload; an outage becomes 503 `unavailable`.
 
     Only the storage work is repeated in a worker thread after a WouldBlock (it changed
-    nothing); what the caller judged before stays judged.
+    nothing); what the caller judged before stays judged. With `tracing`, work given a name
+    (`traced_as`: a lock transaction) is a span of its own when a request's span is current
+    (its try on the loop and its run in a thread, as one).
     """
 
-    def __init__(self, offload: Offload, metrics: Metrics) -> None:
+    def __init__(self, offload: Offload, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self._offload = offload
         self._metrics = metrics
+        self._tracing = tracing
 
-    async def __call__(self, work: Callable[[bool], T]) -> T:
+    async def __call__(self, work: Callable[[bool], T], *, traced_as: str | None = None) -> T:
         """Run `work`, answering an outage with 503."""
         try:
-            return await self._offload(work)
+            if self._tracing is None or traced_as is None:
+                return await self._offload(work)
+            with self._tracing.transaction(traced_as):
+                return await self._offload(work)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
 

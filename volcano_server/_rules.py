@@ -275,11 +275,18 @@ def _grant(
     ttl: float,
     until: int | None = None,
 ) -> tuple[LockRow, Lease]:
-    """A new lease for `owner` with the key's next fencing token (ending at `until`, if given)."""
+    """A new lease for `owner` with the key's next fencing token.
+
+    With `until`, a reservation for a waiter on another server: it ends then, and is dated
+    (`granted_at_us`) only once that server takes it.
+    """
     last = row.fencing_token if row is not None else 0
     if last >= MAX_FENCING_TOKEN:  # 2^53 acquisitions of one key: unreachable in practice
         raise RuntimeError(f"fencing tokens of {key!r} in project {project_id} are exhausted")
-    lease = Lease(last + 1, owner, now + _micros(ttl) if until is None else until, ttl)
+    if until is None:
+        lease = Lease(last + 1, owner, now + _micros(ttl), ttl, granted_at_us=now)
+    else:
+        lease = Lease(last + 1, owner, until, ttl)
     if row is None:
         return LockRow(project_id, key, last + 1, 1, (lease,)), lease
     return attrs.evolve(row, fencing_token=last + 1, leases=(*row.live_leases(now), lease)), lease

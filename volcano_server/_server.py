@@ -15,6 +15,7 @@ import resource
 import socket
 import ssl
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -85,9 +86,15 @@ class Server(uvicorn.Server):
     """uvicorn's server, announcing where it listens and adding the metrics listener."""
 
     def __init__(
-        self, config: uvicorn.Config, listeners: Listeners, database: str, announce: Announce
+        self,
+        config: uvicorn.Config,
+        listeners: Listeners,
+        database: str,
+        announce: Announce,
+        on_stop: Callable[[], None],
     ) -> None:
         super().__init__(config)
+        self._on_stop = on_stop
         self._listeners = listeners
         self._database = database
         self._announce = announce
@@ -151,6 +158,7 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
         log.info("volcano-server stopped")
         self._announce.stopped()
+        self._on_stop()  # before uvicorn re-raises SIGTERM, which ends the process at once
 
 
 def _url(scheme: str, server: asyncio.Server) -> str:
@@ -171,8 +179,17 @@ def raise_open_files_limit(wanted: int) -> int:
     return soft
 
 
-def serve(config: ServerConfig, storage: Storage, listeners: Listeners, announce: Announce) -> int:
-    """Serve until SIGINT or SIGTERM, telling `announce` once listening; returns the status."""
+def serve(
+    config: ServerConfig,
+    storage: Storage,
+    listeners: Listeners,
+    announce: Announce,
+    on_stop: Callable[[], None] = lambda: None,
+) -> int:
+    """Serve until SIGINT or SIGTERM, telling `announce` once listening; returns the status.
+
+    `on_stop` runs once the server has shut down (say, to export the last spans).
+    """
     config = _fit_open_files(config)
     app = create_app(config, storage=storage)
     uv_config = uvicorn_config(app, config, listeners)
@@ -181,7 +198,7 @@ def serve(config: ServerConfig, storage: Storage, listeners: Listeners, announce
     except (OSError, ssl.SSLError) as exc:
         storage.close()
         raise StartupError(f"cannot load the TLS certificate and key: {exc}") from None
-    server = Server(uv_config, listeners, redact_url(config.database_url), announce)
+    server = Server(uv_config, listeners, redact_url(config.database_url), announce, on_stop)
     server.run()
     return 0 if server.started else 1
 

@@ -66,7 +66,8 @@ class LockService:
         answer = await self._run(
             lambda may_block: tx.acquire(
                 caller, key, owner_token, ttl_seconds, limit=limit, may_block=may_block
-            )
+            ),
+            traced_as="acquire",
         )
         assert isinstance(answer, Answer)  # noqa: S101 - only a waiting acquire queues
         return answer
@@ -79,7 +80,8 @@ class LockService:
         return await self._run(
             lambda may_block: tx.renew(
                 caller, key, owner_token, fencing_token, ttl_seconds, may_block=may_block
-            )
+            ),
+            traced_as="renew",
         )
 
     async def renew_many(self, caller: Caller, renewals: Sequence[Renewal]) -> Answer:
@@ -97,24 +99,31 @@ class LockService:
         return await self._run(
             lambda may_block: tx.release(
                 caller, key, owner_token, fencing_token, may_block=may_block
-            )
+            ),
+            traced_as="release",
         )
 
     async def force_release(self, caller: Caller, key: str) -> Answer:
         """End the live lease, whoever holds it; the next in line gets the key."""
         tx = self._tx
-        return await self._run(lambda may_block: tx.force_release(caller, key, may_block=may_block))
+        return await self._run(
+            lambda may_block: tx.force_release(caller, key, may_block=may_block),
+            traced_as="force_release",
+        )
 
     async def get(self, caller: Caller, key: str) -> Answer:
         """Report the key's state without changing it."""
         tx = self._tx
-        return await self._run(lambda may_block: tx.get(caller, key, may_block=may_block))
+        return await self._run(
+            lambda may_block: tx.get(caller, key, may_block=may_block), traced_as="get"
+        )
 
     async def check(self, caller: Caller, key: str, fencing_token: int) -> Answer:
         """Whether `fencing_token` names a live lease of the key."""
         tx = self._tx
         return await self._run(
-            lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block)
+            lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block),
+            traced_as="check",
         )
 
     async def synced(self, *, here: bool = False) -> None:

@@ -17,6 +17,9 @@ request id's row first, so exactly one of them happens.
 
 Whether a transaction may block is an argument (`may_block`): False asks the storage to raise
 `WouldBlock` instead, so the server can try cheap local work on its event loop first.
+
+What a transaction did to leases (a grant, an end, a place in line) is counted once it has
+committed (`_lockmetrics`): a transaction retried or rolled back counts nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ._auth import Revocations
 from ._batch import Renewal
 from ._config import WaitingSettings
 from ._errors import ApiError
+from ._lockmetrics import End, Ended, Grant, Granted, Joined, LockEvent, LockMetrics
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Registry
 from ._rules import (
@@ -90,17 +94,26 @@ Touched = tuple[LockRow | None, T]
 
 
 class _Effects:
-    """What a transaction did to this server's waiting requests, applied once it commits."""
+    """What a transaction did to this server's waiting requests, and to leases (to count).
+
+    Applied once it commits; forgotten (its entries put back) if it rolls back.
+    """
 
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
         self.granted: list[tuple[Entry, Lease, Answer]] = []
         self.joined: list[Entry] = []
         self.watched: list[tuple[KeyRef, float | None]] = []
+        self.counted: list[LockEvent] = []
 
     def committed(
-        self, watch: Callable[[KeyRef, float | None], None], clock_us: int | None
+        self,
+        watch: Callable[[KeyRef, float | None], None],
+        clock_us: int | None,
+        metrics: LockMetrics,
     ) -> None:
+        if self.counted:
+            metrics.record(self.counted)
         for entry, lease, answer in self.granted:
             entry.granted = lease
             self._registry.move(entry, Move.COMMIT, attrs.evolve(answer, clock_us=clock_us))
@@ -132,14 +145,17 @@ class Transactions:
         watch: Callable[[KeyRef, float | None], None],
         pulse: Pulse,
         revocations: Revocations,
+        metrics: LockMetrics,
     ) -> None:
         """Built with what the transactions tell or ask of the waiting code.
 
         `watch(key, seconds)` re-times a key's hand-off after a commit (None: not held);
         `pulse` says whether other servers' heartbeats can be judged yet; `revocations`,
-        whether a waiter's service key is known revoked (it is then never granted).
+        whether a waiter's service key is known revoked (it is then never granted); `metrics`
+        counts what committed transactions did to leases.
         """
         self._storage = storage
+        self._metrics = metrics
         self._registry = registry
         self._watch = watch
         self._pulse = pulse
@@ -184,6 +200,7 @@ class Transactions:
             if decision.status == 200:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
                 registry.supersede(project_id, key, owner_token)
+                effects.counted.append(Granted(key, _how_granted(decision, row)))
             elif decision.held_by_another and entry is not None:
                 if registry.closing:
                     return row, shutting_down(caller.request_id)
@@ -285,7 +302,7 @@ class Transactions:
             )
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block))
+        return _answer(self._mutate(caller, key, run, may_block=may_block, ending=End.RELEASED))
 
     def force_release(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
         """End every live lease, whoever holds it, and hand the slots to the next in line."""
@@ -294,7 +311,9 @@ class Transactions:
             decision = decide_force_release(row, now, key=key)
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block))
+        return _answer(
+            self._mutate(caller, key, run, may_block=may_block, ending=End.FORCE_RELEASED)
+        )
 
     def get(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
         """Report the key's state without changing it."""
@@ -311,7 +330,9 @@ class Transactions:
         with self._storage.read(may_block=may_block) as tx:
             now = tx.now_us()
             row = tx.load_lock(caller.project_id, key)
-        return Answer(200, dumps(lease_check(row, now, key, fencing_token)))
+        checked = lease_check(row, now, key, fencing_token)
+        self._metrics.checked(key, live=checked["live"])
+        return Answer(200, dumps(checked))
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every transaction committed so far is on disk: answer only then."""
@@ -382,7 +403,9 @@ class Transactions:
             return self._hand_off(tx, row, now, effects), None
 
         if entry.fingerprint is None:
-            self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+            self._on_key(
+                entry.project_id, entry.key, run, may_block=may_block, ending=End.UNDELIVERED
+            )
             return
         print_ = entry.fingerprint
 
@@ -393,7 +416,7 @@ class Transactions:
             now = tx.now_us()
             loaded = tx.load_lock(entry.project_id, entry.key)
             row, _ = run(tx, effects, now, loaded)
-            self._save(tx, effects, loaded, row, now)
+            self._save(tx, effects, loaded, row, now, ending=End.UNDELIVERED)
             answer = _undelivered(entry, granted)
             tx.save_outcome(entry.project_id, entry.request_id, self._stored(print_, answer, now))
 
@@ -436,7 +459,7 @@ class Transactions:
                 row = handoff.row
                 if entry is not None:
                     tx.delete_waiter(waiter.project_id, waiter.key, waiter.owner_token)
-                    self._granted(tx, effects, entry, handoff.lease, now)
+                    self._granted(tx, effects, entry, handoff.lease, now, how=Grant.AFTER_WAIT)
                 else:
                     self._update(tx, waiter, "reserved", handoff.until_us)
                     tx.announce(waiter.server_id, waiter.seq)
@@ -476,9 +499,10 @@ class Transactions:
                 reservation,
                 expires_at_us=now + round(entry.ttl_seconds * 1_000_000),
                 ttl_seconds=entry.ttl_seconds,
+                granted_at_us=now,
             )
             row = replaced(row, now, reservation, taken)
-            self._granted(tx, effects, entry, taken, now)
+            self._granted(tx, effects, entry, taken, now, how=Grant.HANDED_OVER)
         return row
 
     def _claim(self, seq: int) -> Entry | None:
@@ -491,7 +515,7 @@ class Transactions:
         return registry.claim(seq)
 
     def _granted(
-        self, tx: WriteTx, effects: _Effects, entry: Entry, lease: Lease, now: int
+        self, tx: WriteTx, effects: _Effects, entry: Entry, lease: Lease, now: int, *, how: Grant
     ) -> None:
         """The entry's lease and its stored outcome, undelivered until its client has it."""
         answer = Answer(
@@ -501,6 +525,7 @@ class Transactions:
             stored = attrs.evolve(self._stored(entry.fingerprint, answer, now), undelivered=True)
             tx.save_outcome(entry.project_id, entry.request_id, stored)
         effects.granted.append((entry, lease, answer))
+        effects.counted.append(Granted(entry.key, how))
 
     def _join(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
@@ -509,6 +534,8 @@ class Transactions:
         registry = self._registry
         mine = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
         if mine is None:
+            ahead = tx.waiting_count(entry.project_id, entry.key)
+            effects.counted.append(Joined(entry.key, ahead))
             seq = tx.add_waiter(
                 entry.project_id,
                 entry.key,
@@ -561,11 +588,13 @@ class Transactions:
         *,
         may_block: bool,
         claims_lease: bool = False,
+        ending: End | None = None,
     ) -> Answer | Queued:
         """One operation of the API: replay, or run it and store its outcome.
 
         `claims_lease`: the operation's 200 describes a lease (acquire, renew), which a replay
-        gives back only while that lease is still the key's live one.
+        gives back only while that lease is still the key's live one. `ending`: how a live
+        lease this operation removes has ended (release, force release).
         """
         print_ = caller.fingerprint
 
@@ -577,7 +606,7 @@ class Transactions:
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
-            self._save(tx, effects, loaded, row, now)
+            self._save(tx, effects, loaded, row, now, ending=ending)
             if isinstance(outcome, Queued | Answer):
                 return outcome
             answer = _render(outcome, caller.request_id)
@@ -638,6 +667,7 @@ class Transactions:
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Touched[T]],
         *,
         may_block: bool,
+        ending: End | None = None,
     ) -> tuple[LockRow | None, int, T]:
         """A transaction on one key's row that answers no API request: (row after, now, result)."""
 
@@ -645,18 +675,31 @@ class Transactions:
             now = tx.now_us()
             loaded = tx.load_lock(project_id, key)
             row, result = run(tx, effects, now, loaded)
-            self._save(tx, effects, loaded, row, now)
+            self._save(tx, effects, loaded, row, now, ending=ending)
             return row, now, result
 
         return self._in_transaction(work, may_block=may_block, key=(project_id, key))
 
     def _save(
-        self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow | None, now: int
+        self,
+        tx: WriteTx,
+        effects: _Effects,
+        loaded: LockRow | None,
+        row: LockRow | None,
+        now: int,
+        *,
+        ending: End | None = None,
     ) -> None:
-        """Save the key's row if it changed; re-time the key's hand-off if requests wait here."""
+        """Save the key's row if it changed; re-time the key's hand-off if requests wait here.
+
+        Leases it drops are counted: expired ones as expiries, live ones as `ending` says (a
+        reservation given back, never granted, counts as nothing).
+        """
         if row is None:
             return
         if row != loaded:
+            if loaded is not None and loaded.leases:
+                effects.counted.extend(_ends(loaded, row, now, ending))
             tx.save_lock(row, loaded)
         self._retime(effects, row, now)
 
@@ -689,7 +732,7 @@ class Transactions:
             effects.rolled_back()
             raise
         committed = tx.committed_us
-        effects.committed(self._watch, committed)
+        effects.committed(self._watch, committed, self._metrics)
         if isinstance(result, Answer) and result.lease_until_us is not None:
             return attrs.evolve(result, clock_us=committed)
         return result
@@ -704,6 +747,31 @@ def shutting_down(request_id: str) -> Answer:
     """503 for a waiting acquire that the server will not see through: it is shutting down."""
     message = "the server is shutting down; retry (a queued caller keeps its place a few seconds)"
     return ApiError.unavailable(message).answer(request_id)
+
+
+def _how_granted(decision: Decision, row: LockRow | None) -> Grant:
+    """An acquire's 200: a new lease takes the key's next token; the holder's own keeps its."""
+    assert decision.lease is not None  # noqa: S101 - a 200 to acquire tells of its lease
+    last = row.fencing_token if row is not None else 0
+    return Grant.IMMEDIATE if decision.lease.fencing_token > last else Grant.ALREADY_HELD
+
+
+def _ends(loaded: LockRow, row: LockRow, now: int, ending: End | None) -> list[Ended]:
+    """The leases of `loaded` that `row` no longer has, and how long each was held.
+
+    Expired ones ended at their expiry; live ones ended now, as `ending` says. Reservations
+    (never granted: no grant time) are not leases anyone held.
+    """
+    kept = {lease.fencing_token for lease in row.leases}
+    ended: list[Ended] = []
+    for lease in loaded.leases:
+        if lease.fencing_token in kept or lease.granted_at_us is None:
+            continue
+        if not lease.live(now):
+            ended.append(Ended(row.key, End.EXPIRED, lease.expires_at_us - lease.granted_at_us))
+        elif ending is not None:
+            ended.append(Ended(row.key, ending, now - lease.granted_at_us))
+    return ended
 
 
 def _answer(result: Answer | Queued) -> Answer:

@@ -27,14 +27,16 @@ import anyio
 
 from ._auth import Revocations
 from ._config import WaitingSettings
+from ._lockmetrics import LockMetrics, Waited
 from ._offload import Runner
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
+from ._tracing import Tracing
 from ._transactions import Caller, Transactions, shutting_down
 from ._wire import Answer
 from .storage import Storage
 
-__all__ = ["Turn", "Waits", "next_turn"]
+__all__ = ["Turn", "Waits", "next_turn", "wait_outcome"]
 
 log = logging.getLogger("volcano_server")
 
@@ -71,6 +73,23 @@ def next_turn(phase: Phase, *, gone: bool, closing: bool, timed_out: bool) -> Tu
     return Turn.WAIT
 
 
+_ENDED = {
+    Phase.SUPERSEDED: Waited.SUPERSEDED,
+    Phase.REVOKED: Waited.REVOKED,
+}
+
+
+def wait_outcome(phase: Phase, answer: Answer | None) -> Waited:
+    """How a waiting request ended, from its phase and its answer (None: its client left)."""
+    if phase is Phase.GRANTED:
+        return Waited.GRANTED if answer is not None else Waited.UNDELIVERED
+    if phase is Phase.LEAVING:
+        if answer is None:
+            return Waited.CLIENT_LEFT
+        return Waited.SHUTDOWN if answer.status == 503 else Waited.TIMED_OUT
+    return _ENDED.get(phase, Waited.ERROR)
+
+
 class Waits:
     """Every waiting request this server holds open, the timers and heartbeat that serve them.
 
@@ -89,8 +108,12 @@ class Waits:
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
+        metrics: LockMetrics,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self._metrics = metrics
+        self._tracing = tracing
         self._storage = storage
         self._registry = registry
         self._run = run
@@ -104,6 +127,7 @@ class Waits:
             watch=self.watch,
             pulse=pulse,
             revocations=revocations,
+            metrics=metrics,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
@@ -157,15 +181,28 @@ class Waits:
                 limit=limit,
                 entry=entry,
                 may_block=may_block,
-            )
+            ),
+            traced_as="acquire",
         )
         if isinstance(result, Answer):
             return result
+        loop = asyncio.get_running_loop()
+        joined = loop.time()
+        outcome = Waited.ERROR
         self._parked += 1
         try:
-            return await self._turns(entry, wait_seconds, gone)
+            if self._tracing is None:
+                answer = await self._turns(entry, wait_seconds, gone)
+                outcome = wait_outcome(entry.phase, answer)
+                return answer
+            with self._tracing.wait() as span:
+                answer = await self._turns(entry, wait_seconds, gone)
+                outcome = wait_outcome(entry.phase, answer)
+                self._tracing.waited(span, outcome)
+                return answer
         finally:
             self._parked -= 1
+            self._metrics.waited(key, outcome, loop.time() - joined)
 
     async def _turns(
         self, entry: Entry, wait_seconds: float, gone: asyncio.Future[None]
@@ -185,13 +222,16 @@ class Waits:
                 assert entry.answer is not None  # noqa: S101 - set with GRANTED and SUPERSEDED
                 return entry.answer
             if turn is Turn.UNDELIVER:
-                await run(lambda may_block: tx.undeliver(entry, may_block=may_block))
+                await run(
+                    lambda may_block: tx.undeliver(entry, may_block=may_block),
+                    traced_as="undeliver",
+                )
                 return None
             if turn is Turn.REVOKED:
-                await run(lambda may_block: tx.leave(entry, may_block=may_block))
+                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
                 return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
-                await run(lambda may_block: tx.leave(entry, may_block=may_block))
+                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
                 return None if gone.done() else shutting_down(entry.request_id)
             if turn is Turn.GIVE_UP:
                 answer = await self._give_up(entry)
@@ -210,7 +250,7 @@ class Waits:
         """
         tx = self.transactions
         giving_up = asyncio.ensure_future(
-            self._run(lambda may_block: tx.give_up(entry, may_block=may_block))
+            self._run(lambda may_block: tx.give_up(entry, may_block=may_block), traced_as="give_up")
         )
         try:
             while not giving_up.done():

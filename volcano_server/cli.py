@@ -248,6 +248,21 @@ def _add_listener_options(serve: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="interface for the metrics listener; keep it private (default: 127.0.0.1)",
     )
+    serve.add_argument(
+        "--metrics-key-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        dest="metric_key_prefixes",
+        help="label the lock metrics by this key prefix (repeat for more, at most 32; keys with"
+        " none of them are _other); by default they carry no key at all",
+    )
+    serve.add_argument(
+        "--trace-lock-keys",
+        action="store_true",
+        help="with tracing on (OTEL_TRACES_EXPORTER, or opentelemetry-instrument), name the lock"
+        " key in each request's span (default: never)",
+    )
 
 
 def _add_limit_options(serve: argparse.ArgumentParser) -> None:
@@ -372,6 +387,8 @@ def _serve(args: argparse.Namespace) -> int:
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),
+            metric_key_prefixes=tuple(args.metric_key_prefixes),
+            trace_lock_keys=args.trace_lock_keys,
             limits=Limits(
                 max_header_bytes=args.max_header_bytes,
                 max_header_fields=args.max_header_fields,
@@ -397,9 +414,15 @@ def _serve(args: argparse.Namespace) -> int:
         raise Fatal("--ssl-keyfile needs --ssl-certfile")
 
     def start(announce: Announce) -> int:
+        from ._tracing import TracingSetupError, configure_from_environment
+
+        try:  # in the process that serves (after --daemon's fork): the exporter's thread
+            stop_tracing = configure_from_environment()
+        except TracingSetupError as exc:
+            raise Fatal(str(exc)) from None
         storage = _open(url, config.sqlite_synchronous)
         try:
-            return serve(config, storage, listeners, announce)
+            return serve(config, storage, listeners, announce, on_stop=stop_tracing)
         except StartupError as exc:
             raise Fatal(str(exc)) from None
 

@@ -88,6 +88,7 @@ class ClockGates:
         self._pids: dict[int, int] = {}  # thread ident -> backend pid
         self.listeners: dict[str, Callable[[str, int], None]] = {}
         self.announcements: list[tuple[str, int]] = []
+        self._sentinels = 0
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
@@ -178,9 +179,23 @@ class ClockGates:
         return default
 
     def _collect_announcements(self) -> None:
-        for notify in self._listener.notifies(timeout=0.02):
+        """Every announcement committed so far, however slowly NOTIFY travels.
+
+        A sentinel notified after the transactions came to rest arrives after all of theirs
+        (a listener hears notifications in commit order), so the schedule's next choice never
+        depends on how fast the machine is: a fixed wait here made Hypothesis's replays of a
+        failing schedule draw differently under load (FlakyStrategyDefinition) and lose it.
+        """
+        self._sentinels += 1
+        sentinel = f"explorer sentinel {self._sentinels}"
+        with self._lock:
+            self._conn.execute("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, sentinel))
+        for notify in self._listener.notifies(timeout=_QUIET_SECONDS):
+            if notify.payload == sentinel:
+                return
             server_id, _, seq = notify.payload.partition(" ")
             self.announcements.append((server_id, int(seq)))
+        raise AssertionError(f"NOTIFY never brought back {sentinel!r}")
 
     def deliver(self, index: int) -> None:
         """One announcement reaches every server (each takes only its own)."""

@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -142,9 +142,9 @@ def run_pytest(code: Sequence[Block], cwd: Path) -> subprocess.CompletedProcess[
     )
 
 
-def count_tests(code: Sequence[Block]) -> int:
-    """How many test functions the blocks define."""
-    return sum(len(re.findall(r"^(?:async )?def test_", b.code, re.MULTILINE)) for b in code)
+def count_tests(sources: Iterable[str]) -> int:
+    """How many test functions these Python sources define (at any line, the first included)."""
+    return sum(len(re.findall(r"^(?:async )?def test_", code, re.MULTILINE)) for code in sources)
 
 
 def _mode_before(lines: list[str], fence: int) -> str:

@@ -175,7 +175,7 @@ class TestExamples:
         examples = python_blocks("pytest", page)
         if examples:
             tested = run_pytest(examples, tmp_path)
-            assert f"{count_tests(examples)} passed" in tested.stdout, tested.stdout
+            assert f"{count_tests(b.code for b in examples)} passed" in tested.stdout, tested.stdout
 
     def test_docstring_examples_run(
         self, site: Path, sqlite_server: LiveServer, project: Project, tmp_path: Path
@@ -194,4 +194,5 @@ class TestExamples:
             if tests:
                 (tmp_path / name).mkdir()
                 tested = run_pytest(tests, tmp_path / name)
-                assert f"{count_tests(tests)} passed" in tested.stdout, tested.stdout
+                passed = f"{count_tests(b.code for b in tests)} passed"
+                assert passed in tested.stdout, tested.stdout

@@ -151,7 +151,7 @@ class TestPythonBlocks:
         examples = python_blocks("pytest")
         result = run_pytest(examples, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert f"{count_tests(examples)} passed" in result.stdout
+        assert f"{count_tests(b.code for b in examples)} passed" in result.stdout
 
 
 def private_network() -> list[str]:

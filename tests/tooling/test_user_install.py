@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LiveServer
-from tests.support.readme import python_blocks
+from tests.support.readme import count_tests, python_blocks
 from tests.support.server import create_project
 
 pytestmark = pytest.mark.slow
@@ -199,8 +199,8 @@ class TestPytestPlugin:
             (tmp_path / f"test_readme_{number}.py").write_text(block.code)
         result = server_venv.pytest(tmp_path, "-v")
         assert result.returncode == 0, result.stdout + result.stderr
-        expected = THROWAWAY_TESTS.count("\ndef test_") + THROWAWAY_TESTS.count("async def test_")
-        expected += sum(b.code.count("\ndef test_") for b in python_blocks("pytest"))
+        readme = [block.code for block in python_blocks("pytest")]
+        expected = count_tests([THROWAWAY_TESTS, *readme])
         assert f"{expected} passed" in result.stdout
 
     def test_plugin_can_be_turned_off(self, server_venv: Venv, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ decide the error. What went wrong becomes its `volcano` error here, and nowhere 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import httpx
 
+from .. import _tracing
 from .._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -31,6 +33,8 @@ from .._exceptions import (
 from . import _reading
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from _volcano_api import Client as GeneratedClient
     from _volcano_api.types import Response as DetailedResponse
 
@@ -55,7 +59,12 @@ class Sender:
         self._settings = settings
 
     def send(
-        self, call: Call[T], *, sent_at: float, request_timeout: float | None = None
+        self,
+        call: Call[T],
+        *,
+        sent_at: float,
+        resend: bool = False,
+        request_timeout: float | None = None,
     ) -> Answer[T]:
         """Send `call` once; return its answer or raise a `volcano.Error` for anything else.
 
@@ -63,19 +72,23 @@ class Sender:
             call: The request.
             sent_at: When (monotonic) its request id was first sent: this send, or the first
                 of the retries it repeats. The answer dates from it.
+            resend: Whether this is such a retry (its span says so).
             request_timeout: Seconds it may take; the client's timeout by default.
         """
-        routed = self._routed.for_request(request_timeout)
-        api = _generated_client(self._settings).set_httpx_client(routed)
-        started = time.monotonic()
-        try:
-            detailed = call.operation.generated().sync_detailed(
-                client=api, x_request_id=call.request_id, **call.kwargs
-            )
-        except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
-            _refused_body(call, exc, routed.response, self._settings, started)
-            detailed = None
-        return _answer(call, _received(routed.response), detailed, sent_at, started)
+        with _request_span(call, self._settings, resend) as answered:
+            routed = self._routed.for_request(request_timeout)
+            api = _generated_client(self._settings).set_httpx_client(routed)
+            started = time.monotonic()
+            try:
+                detailed = call.operation.generated().sync_detailed(
+                    client=api, x_request_id=call.request_id, **call.kwargs
+                )
+            except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
+                _refused_body(call, exc, routed.response, self._settings, started)
+                detailed = None
+            response = _received(routed.response)
+            answered(response.status_code)
+            return _answer(call, response, detailed, sent_at, started)
 
 
 class AsyncSender:
@@ -86,20 +99,28 @@ class AsyncSender:
         self._settings = settings
 
     async def send(
-        self, call: Call[T], *, sent_at: float, request_timeout: float | None = None
+        self,
+        call: Call[T],
+        *,
+        sent_at: float,
+        resend: bool = False,
+        request_timeout: float | None = None,
     ) -> Answer[T]:
         """Send `call` once; return its answer or raise a `volcano.Error`; see `Sender.send`."""
-        routed = self._routed.for_request(request_timeout)
-        api = _generated_client(self._settings).set_async_httpx_client(routed)
-        started = time.monotonic()
-        try:
-            detailed = await call.operation.generated().asyncio_detailed(
-                client=api, x_request_id=call.request_id, **call.kwargs
-            )
-        except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
-            _refused_body(call, exc, routed.response, self._settings, started)
-            detailed = None
-        return _answer(call, _received(routed.response), detailed, sent_at, started)
+        with _request_span(call, self._settings, resend) as answered:
+            routed = self._routed.for_request(request_timeout)
+            api = _generated_client(self._settings).set_async_httpx_client(routed)
+            started = time.monotonic()
+            try:
+                detailed = await call.operation.generated().asyncio_detailed(
+                    client=api, x_request_id=call.request_id, **call.kwargs
+                )
+            except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
+                _refused_body(call, exc, routed.response, self._settings, started)
+                detailed = None
+            response = _received(routed.response)
+            answered(response.status_code)
+            return _answer(call, response, detailed, sent_at, started)
 
 
 class _NoTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
@@ -146,6 +167,7 @@ class _Routed(_Routing, httpx.Client):
 
     def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
         """Send `request` through the caller's client, and keep its response."""
+        _tracing.inject(request.headers)
         self.response = self._through.send(request, **options)
         return self.response
 
@@ -159,6 +181,7 @@ class _AsyncRouted(_Routing, httpx.AsyncClient):
 
     async def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
         """Send `request` through the caller's client, and keep its response."""
+        _tracing.inject(request.headers)
         self.response = await self._through.send(request, **options)
         return self.response
 
@@ -173,6 +196,16 @@ def _defaults(through: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
         "params": through.params,
         "timeout": settings.timeout,
     }
+
+
+def _request_span(
+    call: Call[Any], settings: Settings, resend: bool
+) -> contextlib.AbstractContextManager[Callable[[int], None]]:
+    """The request's span while tracing is on; what it yields records the answer's status."""
+    wait = getattr(call.kwargs.get("body"), "wait_seconds", None)
+    return _tracing.request(
+        call.operation.name, call.request_id, settings, resend=resend, wait=wait
+    )
 
 
 def _refused_body(

@@ -100,13 +100,19 @@ class ProjectKeys:
 
 @attrs.frozen
 class Lease:
-    """One lease of a key: live while `expires_at_us` is after the storage clock's now."""
+    """One lease of a key: live while `expires_at_us` is after the storage clock's now.
+
+    `granted_at_us` is when its holder was granted it, by the storage clock: how long it was
+    held is measured from there by whichever server ends it (the metrics; no rule reads it).
+    None for a slot reserved for a waiter on another server, not yet taken by that server.
+    """
 
     fencing_token: int
     owner_token: str
     expires_at_us: int
     ttl_seconds: float
     label: str | None = None
+    granted_at_us: int | None = None
 
     def live(self, now_us: int) -> bool:
         """Whether this lease has not expired at `now_us`."""

@@ -67,6 +67,7 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import (
+    LEASE_COLUMNS,
     LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
@@ -118,7 +119,8 @@ BEGIN
     END IF;
     clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
-            x.expires_at_us, x.ttl_seconds, x.label) ORDER BY x.fencing_token), '[]')
+            x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token),
+            '[]')
         INTO leases
         FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
@@ -254,6 +256,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric); `volcano_open` returns it with the leases. NULL only for a slot
+    # reserved for a waiter, not yet taken; a lease granted before is dated from its last
+    # renewal (the latest it can have been granted).
+    6: (
+        "ALTER TABLE leases ADD COLUMN granted_at_us bigint",
+        ("UPDATE leases SET granted_at_us = expires_at_us - round(ttl_seconds * 1000000)::bigint"),
+        _OPEN_FUNCTION,
+    ),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -310,7 +321,7 @@ _LOCK_KEYS = (
     " WHERE project_id = %s AND key = ANY(%s) ORDER BY key FOR UPDATE"
 )
 _LEASES_OF_KEYS = (
-    "SELECT key, fencing_token, owner_token, expires_at_us, ttl_seconds, label FROM leases"
+    f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants only
     " WHERE project_id = %s AND key = ANY(%s) ORDER BY key, fencing_token"
 )
 _QUEUED = _WAITERS + (

@@ -15,6 +15,7 @@ from ._base import Lease, LockRow, StorageUnavailable
 __all__ = [
     "FIND_WAITER",
     "LEASES",
+    "LEASE_COLUMNS",
     "QUEUED",
     "TOUCH_SERVER",
     "WAITING_COUNT",
@@ -32,18 +33,20 @@ SAVE_LOCK = (
 )
 # Insert or update one lease of a key (`lease_params`).
 SAVE_LEASE = (
-    "INSERT INTO leases"
-    " (project_id, key, fencing_token, owner_token, expires_at_us, ttl_seconds, label)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key, fencing_token) DO UPDATE SET"
+    "INSERT INTO leases (project_id, key, fencing_token, owner_token, expires_at_us,"
+    " ttl_seconds, label, granted_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (project_id, key, fencing_token) DO UPDATE SET"
     " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds,"
-    " label = excluded.label"
+    " label = excluded.label, granted_at_us = excluded.granted_at_us"
 )
 # (project_id, key, fencing_token): one lease of a key ends.
 DELETE_LEASE = "DELETE FROM leases WHERE project_id = ? AND key = ? AND fencing_token = ?"
 # (project_id, key): a key's leases, by fencing token.
+# A lease's columns, in the order `leases_of` reads them.
+LEASE_COLUMNS = "fencing_token, owner_token, expires_at_us, ttl_seconds, label, granted_at_us"
 LEASES = (
-    "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds, label FROM leases"
-    " WHERE project_id = ? AND key = ? ORDER BY fencing_token"
+    f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
+    " FROM leases WHERE project_id = ? AND key = ? ORDER BY fencing_token"
 )
 # (project_id, key): how many wait in the key's line.
 WAITING_COUNT = (
@@ -106,13 +109,15 @@ def lease_params(row: LockRow, lease: Lease) -> tuple[object, ...]:
         lease.expires_at_us,
         lease.ttl_seconds,
         lease.label,
+        lease.granted_at_us,
     )
 
 
 def leases_of(rows: Iterable[Sequence[Any]]) -> tuple[Lease, ...]:
     """Leases from `LEASES` rows (or a `volcano_open` list of them)."""
     return tuple(
-        Lease(token, owner, until, float(ttl), label) for token, owner, until, ttl, label in rows
+        Lease(token, owner, until, float(ttl), label, granted)
+        for token, owner, until, ttl, label, granted in rows
     )
 
 

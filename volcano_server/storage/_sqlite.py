@@ -55,6 +55,7 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._sql import (
     FIND_WAITER,
+    LEASE_COLUMNS,
     LEASES,
     QUEUED,
     TOUCH_SERVER,
@@ -165,6 +166,13 @@ ALTER TABLE locks DROP COLUMN owner_token;
 ALTER TABLE locks DROP COLUMN expires_at_us;
 ALTER TABLE locks DROP COLUMN ttl_seconds;
 """,
+    # Issue 25: when each lease was granted, so that whichever server ends it can tell how long
+    # it was held (a metric). NULL only for a slot reserved for a waiter, not yet taken; a lease
+    # granted before is dated from its last renewal (the latest it can have been granted).
+    5: """
+ALTER TABLE leases ADD COLUMN granted_at_us INTEGER;
+UPDATE leases SET granted_at_us = expires_at_us - CAST(round(ttl_seconds * 1000000) AS INTEGER);
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -225,8 +233,8 @@ class _Tx:
         ).fetchall()
         leases: dict[str, list[tuple[Any, ...]]] = {}
         for key, *lease in self._conn.execute(
-            "SELECT key, fencing_token, owner_token, expires_at_us, ttl_seconds, label"  # noqa: S608
-            f" FROM leases WHERE project_id = ? AND key IN ({marks}) ORDER BY key, fencing_token",
+            f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants and marks
+            f" WHERE project_id = ? AND key IN ({marks}) ORDER BY key, fencing_token",
             (project_id, *keys),
         ):
             leases.setdefault(key, []).append(lease)

@@ -6,10 +6,12 @@ import random
 from collections.abc import Callable, Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.support.databases import fresh_postgres_database
 from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
+from volcano_server._lockmetrics import LockMetrics
 from volcano_server._pulse import Pulse
 from volcano_server._registry import Registry
 from volcano_server._transactions import Caller, Transactions
@@ -60,4 +62,5 @@ def service(storage: PostgresStorage) -> Transactions:
         watch=lambda _key, _seconds: None,
         pulse=Pulse(3_000_000),
         revocations=NoRevocations(),
+        metrics=LockMetrics(CollectorRegistry()),
     )

@@ -38,6 +38,7 @@ INTERNAL = {
     "EngineBase",
     "Event",
     "GuardPlan",
+    "GuardTrace",
     "Notice",
     "Operation",
     "Outcome",

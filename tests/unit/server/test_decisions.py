@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from volcano_server._rules import (
@@ -52,9 +53,10 @@ def release(row: LockRow | None, owner: str, fence: int) -> Decision:
 
 class TestAcquire:
     def test_new_key(self) -> None:
-        """A never-acquired key gets token 1 expiring at now + ttl."""
+        """A never-acquired key gets token 1 expiring at now + ttl, granted now."""
         decision = acquire(None, 2.5)
-        assert decision.row == LockRow(1, "k", 1, 1, (Lease(1, A, NOW + 2_500_000, 2.5),))
+        granted = Lease(1, A, NOW + 2_500_000, 2.5, granted_at_us=NOW)
+        assert decision.row == LockRow(1, "k", 1, 1, (granted,))
         assert decision.status == 200
 
     def test_expiry_instant_is_already_expired(self) -> None:
@@ -85,6 +87,17 @@ class TestAcquire:
         """The holder's own token keeps the fencing token and gets a new expiry."""
         decision = acquire(held(A), 60)
         assert decision.row == LockRow(1, "k", 7, 1, (Lease(7, A, NOW + 60_000_000, 60),))
+
+    def test_extending_or_renewing_keeps_the_grant_time(self) -> None:
+        """The hold is measured from the first grant: re-acquiring and renewing keep its date."""
+        row = LockRow(1, "k", 7, 1, (attrs.evolve(lease(A), granted_at_us=NOW - 5 * SECOND),))
+        extended = acquire(row, 60).row
+        renewed = renew(row, A, 7).row
+        assert extended is not None
+        assert renewed is not None
+        assert [x.granted_at_us for x in (*extended.leases, *renewed.leases)] == [
+            NOW - 5 * SECOND
+        ] * 2
 
     def test_released_key_continues_tokens(self) -> None:
         """A key with no lease keeps counting from its last token."""
@@ -214,11 +227,12 @@ class TestHandoff:
             self.FREED, NOW, self.waiter(), Reach.HERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
         )
         assert handoff.waiter_state == "granted"
-        assert handoff.lease == Lease(42, A, NOW + 30 * SECOND, 30.0)
+        assert handoff.lease == Lease(42, A, NOW + 30 * SECOND, 30.0, granted_at_us=NOW)
         assert handoff.row == LockRow(1, "k", 42, 1, (handoff.lease,))
 
     def test_there_gets_a_short_reservation(self) -> None:
-        """A waiter held by another server gets the slot reserved for 2 s, in its own name."""
+        """A waiter held by another server gets the slot reserved for 2 s, in its own name
+        (undated: it is granted only when its server takes it)."""
         handoff = decide_handoff(
             self.FREED, NOW, self.waiter(), Reach.THERE, reserve_us=2 * SECOND, rejoin_us=5 * SECOND
         )

@@ -8,9 +8,11 @@ import itertools
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
+from volcano_server._lockmetrics import LockMetrics
 from volcano_server._pulse import Pulse
 from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
 from volcano_server._waiting import Turn, Waits, next_turn
@@ -136,7 +138,7 @@ class TestWaitTurn:
         made = entry()
         room.join(made, 7)
 
-        async def run(work: Any) -> Any:
+        async def run(work: Any, **_options: Any) -> Any:
             return work(True)
 
         waits = Waits(
@@ -147,6 +149,7 @@ class TestWaitTurn:
             run=run,  # type: ignore[arg-type]
             pulse=Pulse(3_000_000),
             revocations=NoRevocations(),
+            metrics=LockMetrics(CollectorRegistry()),
         )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with pytest.raises(StorageUnavailable):

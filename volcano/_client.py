@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import httpx
 
 from . import _config, _requests, _tracing
+from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
-from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
+from ._engine import Engine
 from ._guard import LockGuard
-from ._renewer import Renewer
-from ._retry import retry_once
-from ._transport import SyncTransport
-from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
@@ -25,14 +20,9 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._ownership import Attempt
-    from ._requests import Acquisition
-    from ._transport import Answer, Call
-
-T = TypeVar("T")
 
 
-class Client:
+class Client(BaseClient[httpx.Client, Engine, "Locks"]):
     """A client of the Volcano locks API, for threads and plain synchronous code.
 
     Every argument defaults to its environment variable. Use it as a context manager, or call
@@ -65,28 +55,20 @@ class Client:
         http_client: httpx.Client | None = None,
         _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._settings = _config.resolve(
-            anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
+        super().__init__(
+            httpx.Client,
+            Engine,
+            Locks,
+            anon_key=anon_key,
+            service_key=service_key,
+            api_url=api_url,
+            timeout=timeout,
+            http_client=http_client,
+            clock=_clock,
         )
-        if http_client is not None and not isinstance(http_client, httpx.Client):
-            raise InvalidArgumentError(
-                f"http_client must be an httpx.Client, got {type(http_client).__name__}"
-            )
-        self._owns_http = http_client is None
-        self._http = httpx.Client() if http_client is None else http_client
-        self._clock = _clock
-        self._transport = SyncTransport(self._http, self._settings, _clock)
-        self._lifecycle = threading.Lock()
-        self._closed = False
-        self._renewer_instance: Renewer | None = None
-        self._locks = Locks(self)
-
-    def __repr__(self) -> str:
-        state = ", closed" if self._closed else ""
-        return f"Client(api_url={self.api_url!r}, timeout={self.timeout!r}{state})"
 
     def __enter__(self) -> Client:
-        self._check_open()
+        self._engine.check_open()
         return self
 
     def __exit__(
@@ -97,80 +79,13 @@ class Client:
     ) -> None:
         self.close()
 
-    @property
-    def locks(self) -> Locks:
-        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
-        return self._locks
-
-    @property
-    def api_url(self) -> str:
-        """The base URL requests go to."""
-        return self._settings.api_url
-
-    @property
-    def timeout(self) -> float:
-        """Seconds each request may take."""
-        return self._settings.timeout
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` was called."""
-        return self._closed
-
     def close(self) -> None:
         """Stop renewing, mark active guards lost, and close the HTTP client if it is ours.
 
         Calling it again does nothing. A closed client raises `ClientClosedError`.
         """
-        with self._lifecycle:
-            if self._closed:
-                return
-            self._closed = True
-            renewer = self._renewer_instance
-        if renewer is not None:
-            renewer.stop(ClientClosedError("the client was closed"))
-        if self._owns_http:
+        if self._engine.close() and self._owns_http:
             self._http.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosedError("this volcano.Client is closed")
-
-    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
-        self._check_open()
-        return self._transport.send(call, request_timeout=request_timeout)
-
-    def _acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
-        """Acquire, each request retried once; the answer dates from its request's first send.
-
-        The one path every acquisition takes (`acquire` and entering `with_lock`). A wait longer
-        than one request may hold is a chain of requests with the same owner token
-        (`WaitChain`); each request's timeout stretches over its wait.
-        """
-        clock = self._clock
-        chain = WaitChain(acquisition, clock.monotonic())
-        while True:
-            call, wait = chain.next_call(clock.monotonic())
-            send = functools.partial(self._send, call, request_timeout=self.timeout + wait)
-            try:
-                return retry_once(send, clock.sleep, f"acquire {call.key}")
-            except LockHeldError:
-                if not chain.goes_on(clock.monotonic()):
-                    raise
-
-    def _renew(self, attempt: Attempt) -> Answer[LockLease]:
-        """Send one of the renewal loop's attempts (a trace of its own, linked to its guard)."""
-        with _tracing.renewal(attempt.trace, attempt.call.key):
-            return self._send(attempt.call, request_timeout=attempt.timeout)
-
-    def _renewer(self) -> Renewer:
-        """The client's renewer, made on first use; once closed, it refuses new guards."""
-        with self._lifecycle:
-            if self._renewer_instance is None:
-                self._renewer_instance = Renewer(self._renew, self._clock)
-                if self._closed:
-                    self._renewer_instance.stop(ClientClosedError("the client was closed"))
-            return self._renewer_instance
 
 
 class Locks:
@@ -183,11 +98,11 @@ class Locks:
     exactly as spelled) or `uuid.UUID`; a fresh one is made when it is left out.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     def __repr__(self) -> str:
-        return f"<Locks of {self._client!r}>"
+        return f"<Locks of {self._engine.describe()}>"
 
     @_tracing.traced("acquire")
     def acquire(
@@ -242,7 +157,7 @@ class Locks:
         acquisition = _requests.acquire(
             key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
         )
-        return self._client._acquire(acquisition).value
+        return self._engine.acquire(acquisition).value
 
     @_tracing.traced("renew")
     def renew(
@@ -269,7 +184,7 @@ class Locks:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
         call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
-        return self._client._send(call).value
+        return self._engine.send(call).value
 
     @_tracing.traced("release")
     def release(
@@ -285,7 +200,7 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        self._client._send(_requests.release(key, lease, request_id=request_id))
+        self._engine.send(_requests.release(key, lease, request_id=request_id))
 
     @_tracing.traced("get")
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
@@ -295,7 +210,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.get(key, request_id=request_id)).value
+        return self._engine.send(_requests.get(key, request_id=request_id)).value
 
     @_tracing.traced("force_release")
     def force_release(
@@ -310,7 +225,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.force_release(key, request_id=request_id)).value
+        return self._engine.send(_requests.force_release(key, request_id=request_id)).value
 
     @_tracing.traced("check")
     def check(
@@ -341,7 +256,7 @@ class Locks:
             True while the lease with this fencing token is live by the server's clock.
         """
         call = _requests.check(key, fencing_token, request_id=request_id)
-        return self._client._send(call).value
+        return self._engine.send(call).value
 
     def with_lock(
         self,
@@ -402,4 +317,4 @@ class Locks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
-        return LockGuard(self._client, plan)
+        return LockGuard(self._engine, plan)

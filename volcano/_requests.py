@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from . import _transport, _validate
+from . import _seam, _validate
 
 if TYPE_CHECKING:
     import uuid
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._transport import Call
+    from ._seam import Call
 
 
 @attrs.frozen
@@ -38,7 +38,7 @@ class Acquisition:
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
-        return _transport.acquire_call(
+        return _seam.acquire(
             self.key,
             owner_token=self.owner_token,
             ttl=self.ttl,
@@ -107,51 +107,37 @@ def renew(
     key: object, lease: object, *, ttl: object, request_id: str | uuid.UUID | None
 ) -> Call[LockLease]:
     """The renew request for these arguments; `ttl` None means the lease's own ttl."""
-    checked_key = _validate.key(key)
-    checked_lease = _validate.lease_for(checked_key, lease)
-    return _transport.renew_call(
-        checked_key,
-        checked_lease,
-        ttl=_validate.ttl(checked_lease.ttl_seconds if ttl is None else ttl),
+    checked = _validate.lease_for(_validate.key(key), lease)
+    return _seam.renew(
+        checked,
+        ttl=_validate.ttl(checked.ttl_seconds if ttl is None else ttl),
         request_id=_request_id(request_id),
     )
-
-
-def renewal(lease: LockLease) -> Call[LockLease]:
-    """A guard's renewal of `lease`: its own ttl, a fresh request id."""
-    return renew(lease.key, lease, ttl=None, request_id=None)
 
 
 def release(key: object, lease: object, *, request_id: str | uuid.UUID | None) -> Call[None]:
     """The release request for these arguments."""
-    checked_key = _validate.key(key)
-    return _transport.release_call(
-        checked_key, _validate.lease_for(checked_key, lease), request_id=_request_id(request_id)
-    )
+    checked = _validate.lease_for(_validate.key(key), lease)
+    return _seam.release(checked, request_id=_request_id(request_id))
 
 
 def get(key: object, *, request_id: str | uuid.UUID | None) -> Call[LockState]:
     """The get request for these arguments."""
-    return _transport.get_call(_validate.key(key), request_id=_request_id(request_id))
+    return _seam.get(_validate.key(key), request_id=_request_id(request_id))
 
 
 def force_release(key: object, *, request_id: str | uuid.UUID | None) -> Call[ForceReleaseResult]:
     """The force release request for these arguments."""
-    return _transport.force_release_call(_validate.key(key), request_id=_request_id(request_id))
+    return _seam.force_release(_validate.key(key), request_id=_request_id(request_id))
 
 
 def check(key: object, fencing_token: object, *, request_id: str | uuid.UUID | None) -> Call[bool]:
     """The fence check for these arguments: is `fencing_token` a live lease of `key`?"""
-    return _transport.check_call(
+    return _seam.check(
         _validate.key(key),
         _validate.fencing_token(fencing_token),
         request_id=_request_id(request_id),
     )
-
-
-def new_request_id() -> str:
-    """A fresh request id."""
-    return _validate.new_uuid()
 
 
 def _request_id(value: str | uuid.UUID | None) -> str:

@@ -27,6 +27,7 @@ import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from . import _batch
 from ._accesslog import AccessLog, RequestRecord
 from ._auth import Authenticator
 from ._errors import ApiError
@@ -36,7 +37,7 @@ from ._offload import Runner
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
-from ._service import Caller, LockService
+from ._service import Caller, LockService, Renewal
 from ._shares import ProjectShares
 from ._spec import Operation
 from ._tracing import Tracing
@@ -70,6 +71,9 @@ _OPERATIONS: dict[str, _Run] = {
     "renewLock": lambda s, c, p, b, _gone: s.renew(
         c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"]
     ),
+    "renewLeases": lambda s, c, _p, b, _gone: s.renew_many(
+        c, [Renewal(**entry) for entry in b["leases"]]
+    ),
     "releaseLock": lambda s, c, p, b, _gone: s.release(
         c, p["key"], b["owner_token"], b["fencing_token"]
     ),
@@ -78,6 +82,8 @@ _OPERATIONS: dict[str, _Run] = {
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
 HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
+# Operations whose bodies may be larger than the rest: up to 500 entries of a batch.
+_BATCHES = frozenset({"renewLeases"})
 
 
 class _ClientGone(Exception):
@@ -95,6 +101,7 @@ class _Request:
     replayable: bool
     malformed_id: str | None  # why the client's X-Request-Id was refused
     body: bytes | None  # None when over the size limit
+    body_limit: int
 
 
 class Api:
@@ -107,6 +114,7 @@ class Api:
         request_id: Validator,
         *,
         max_body_bytes: int,
+        max_batch_body_bytes: int,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -118,6 +126,7 @@ class Api:
         self._auth = authenticator
         self._request_id = request_id
         self._max_body = max_body_bytes
+        self._max_batch_body = max_batch_body_bytes
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -171,11 +180,16 @@ class Api:
             if not operation.authenticated:
                 answer = _HEALTH
             else:
+                limit = (
+                    self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
+                )
                 body = (
-                    await self._read_body(headers, receive) if operation.body is not None else b""
+                    await self._read_body(headers, receive, limit)
+                    if operation.body is not None
+                    else b""
                 )
                 request = _Request(
-                    operation, params, headers, request_id, replayable, malformed, body
+                    operation, params, headers, request_id, replayable, malformed, body, limit
                 )
                 caller, params_checked, body_checked = await self._judge(request)
                 waiting = bool(body_checked.get("wait_seconds"))
@@ -240,9 +254,9 @@ class Api:
             return str(uuid.uuid4()), False, str(failure) if declared else None
         return sent[0], True, None
 
-    async def _read_body(self, headers: Headers, receive: Receive) -> bytes | None:
+    async def _read_body(self, headers: Headers, receive: Receive, limit: int) -> bytes | None:
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self._max_body:
+        if declared.isdigit() and int(declared) > limit:
             return None
         chunks: list[bytes] = []
         size = 0
@@ -252,7 +266,7 @@ class Api:
                 raise _ClientGone
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
-            if size > self._max_body:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -274,7 +288,7 @@ class Api:
         body: dict[str, Any] = {}
         if request.operation.body is not None:
             if request.body is None:
-                raise ApiError.payload_too_large(self._max_body)
+                raise ApiError.payload_too_large(request.body_limit)
             check_content_encoding(headers)
             body = _json_object(headers.get("content-type", ""), request.body)
         checked_params, checked_body = _validated(request.operation, request.params, body)
@@ -324,13 +338,15 @@ def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
 
     The clock is the storage's once the answer's transaction committed, plus the time the
     server has taken since (its fsync, its loop): a server that stalled longer than the ttl
-    answers 409 instead of a lease that has already ended.
+    answers 409 instead of a lease that has already ended (a batch, for that entry alone).
     """
     if answer.lease_until_us is None or answer.clock_us is None:
         return answer
     elapsed_us = round((asyncio.get_running_loop().time() - back) * 1_000_000)
     if answer.clock_us + elapsed_us < answer.lease_until_us:
         return answer
+    if answer.results:
+        return _batch.still_true(answer, answer.clock_us + elapsed_us, request_id)
     message = (
         "the lease this request was granted expired before the answer could be sent (the"
         " server or its database stalled for longer than the ttl); acquire again"

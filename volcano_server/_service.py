@@ -9,18 +9,18 @@ lease if its client left first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._offload import Runner
-from ._transactions import Caller
+from ._transactions import Caller, Renewal
 from ._waiting import Waits
 from ._wire import Answer
 
-__all__ = ["Caller", "LockService"]
+__all__ = ["Caller", "LockService", "Renewal"]
 
 
 class LockService:
-    """Acquire (waiting or not), renew, release, force release and get."""
+    """Acquire (waiting or not), renew (one lease or many), release, force release and get."""
 
     def __init__(self, waits: Waits, run: Runner) -> None:
         self._waits = waits
@@ -82,6 +82,13 @@ class LockService:
                 caller, key, owner_token, fencing_token, ttl_seconds, may_block=may_block
             ),
             traced_as="renew",
+        )
+
+    async def renew_many(self, caller: Caller, renewals: Sequence[Renewal]) -> Answer:
+        """Renew each lease as `renew` would, in one transaction."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.renew_many(caller, renewals, may_block=may_block)
         )
 
     async def release(

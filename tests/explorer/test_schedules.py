@@ -2,8 +2,9 @@
 every step, and a failure shrinks to a short schedule.
 
 Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
-acquire (waiting or not, with or without a request id), renew, release (with their latest or an
-older fencing token), force-release and read one key, retry requests with the same request id,
+acquire (waiting or not, with or without a request id), renew (one lease, or in a batch with an
+older token beside it), release (with their latest or an older fencing token), force-release and
+read one key, retry requests with the same request id,
 and close connections at any point of a request's life. The schedule also decides when each
 piece of storage work runs (or fails before committing, or commits and loses its answer), when a
 PostgreSQL transaction stopped at a clock read goes on, when time moves, and when a server is
@@ -58,6 +59,7 @@ SWARM = (
     "long waits",
     "limits",  # leave `limit` out of the body when it is 1 (the default)
     "semaphores",  # locks only: every acquire has limit 1
+    "batches",  # no batch renewals
 )
 
 
@@ -86,6 +88,9 @@ class Schedules(RuleBasedStateMachine):
     def _keep_lease(self, request: Request) -> None:
         if request.status == 200 and request.op in ("acquire", "renew"):
             self.leases[request.client].append(request.payload)
+        if request.status == 200 and request.op == "renew_many":
+            renewed = [r["lease"] for r in request.payload["results"] if "lease" in r]
+            self.leases[request.client] += renewed
 
     @initialize(swarm=st.sets(st.sampled_from(SWARM)))
     def start(self, swarm: set[str]) -> None:
@@ -145,6 +150,33 @@ class Schedules(RuleBasedStateMachine):
         if op == "renew":
             body["ttl_seconds"] = 2.5
         self.world.send(client, server, op, KEY, body, request_id=self._new_id())
+
+    @precondition(lambda self: "batches" not in self.off)
+    @rule(client=st.sampled_from(CLIENTS), server=st.sampled_from(SERVERS), both=st.booleans())
+    def renew_many(self, client: str, server: str, both: bool) -> None:
+        """Renew the client's latest lease in a batch, with (`both`) its oldest token in the
+        same batch: the entries are judged in order, as single renews."""
+        if not self._idle(client):
+            return
+        mine = [
+            lease for lease in self.leases[client] if lease["owner_token"] == self.tokens[client]
+        ]
+        tokens = sorted({int(lease["fencing_token"]) for lease in mine})  # type: ignore[call-overload]
+        if not tokens:
+            return
+        chosen = [tokens[-1], tokens[0]] if both and "stale" not in self.off else [tokens[-1]]
+        entries = [
+            {
+                "key": KEY,
+                "owner_token": self.tokens[client],
+                "fencing_token": token,
+                "ttl_seconds": 2.5,
+            }
+            for token in chosen
+        ]
+        self.world.send(
+            client, server, "renew_many", KEY, {"leases": entries}, request_id=self._new_id()
+        )
 
     @precondition(lambda self: "force" not in self.off)
     @rule(server=st.sampled_from(SERVERS))

@@ -7,10 +7,15 @@ from .force_release_result import ForceReleaseResult
 from .health import Health
 from .health_status import HealthStatus
 from .lease_check import LeaseCheck
+from .lease_refused import LeaseRefused
+from .lease_renewal import LeaseRenewal
+from .lease_renewed import LeaseRenewed
 from .lock_holder import LockHolder
 from .lock_lease import LockLease
 from .lock_state import LockState
 from .release_request import ReleaseRequest
+from .renew_leases_request import RenewLeasesRequest
+from .renew_leases_result import RenewLeasesResult
 from .renew_request import RenewRequest
 
 __all__ = (
@@ -21,9 +26,14 @@ __all__ = (
     "Health",
     "HealthStatus",
     "LeaseCheck",
+    "LeaseRefused",
+    "LeaseRenewal",
+    "LeaseRenewed",
     "LockHolder",
     "LockLease",
     "LockState",
     "ReleaseRequest",
+    "RenewLeasesRequest",
+    "RenewLeasesResult",
     "RenewRequest",
 )

@@ -29,7 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _batch
 from ._accesslog import AccessLog, RequestRecord
-from ._auth import Authenticator
+from ._auth import Authenticator, Principal
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
 from ._metrics import Metrics
@@ -99,7 +99,6 @@ class _Request:
     headers: Headers
     request_id: str
     replayable: bool
-    malformed_id: str | None  # why the client's X-Request-Id was refused
     body: bytes | None  # None when over the size limit
     body_limit: int
 
@@ -180,6 +179,7 @@ class Api:
             if not operation.authenticated:
                 answer = _HEALTH
             else:
+                principal = await self._admit(headers, malformed)
                 limit = (
                     self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
                 )
@@ -188,10 +188,8 @@ class Api:
                     if operation.body is not None
                     else b""
                 )
-                request = _Request(
-                    operation, params, headers, request_id, replayable, malformed, body, limit
-                )
-                caller, params_checked, body_checked = await self._judge(request)
+                request = _Request(operation, params, headers, request_id, replayable, body, limit)
+                caller, params_checked, body_checked = self._judge(request, principal)
                 waiting = bool(body_checked.get("wait_seconds"))
                 with self._shares.hold(caller.project_id, waiting=waiting):
                     answer = await self._perform(
@@ -272,19 +270,30 @@ class Api:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _judge(self, request: _Request) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
-        """Everything after routing and before the operation, in the contract's order."""
-        headers = request.headers
+    async def _admit(self, headers: Headers, malformed_id: str | None) -> Principal:
+        """What the headers alone decide, first in the contract's order.
+
+        The credentials, the request id's form, the project's rate. Nothing of the body is read
+        before this, so a caller without keys never makes the server hold a body (a batch's may
+        be 256 KiB).
+        """
         apikey, authorization = credentials(headers)
         principal = await self._run(
             lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block)
         )
-        if request.malformed_id is not None:
-            raise ApiError.invalid_request(request.malformed_id)
+        if malformed_id is not None:
+            raise ApiError.invalid_request(malformed_id)
         if self._limiter is not None:
             wait = self._limiter.check(principal.project_id)
             if wait is not None:
                 raise ApiError.rate_limited(wait)
+        return principal
+
+    def _judge(
+        self, request: _Request, principal: Principal
+    ) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
+        """The body and parameters of an admitted request, in the contract's order."""
+        headers = request.headers
         body: dict[str, Any] = {}
         if request.operation.body is not None:
             if request.body is None:

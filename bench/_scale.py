@@ -222,13 +222,14 @@ def many_guards(count: int, ttl: float, hold: float, slow_delay: float) -> dict[
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def runtime_only_python() -> str:
-    """A venv holding volcano and its runtime dependencies only (not the dev tools, which make
-    `import httpx` slower by loading click and rich): what users import in production."""
-    venv = ROOT / ".cache" / "bench-import-venv"
+def runtime_only_python(root: Path = ROOT, venv: Path | None = None) -> str:
+    """A venv holding volcano (of the checkout `root`) and its runtime dependencies only (not
+    the dev tools, which make `import httpx` slower by loading click and rich): what users
+    import in production."""
+    venv = venv or ROOT / ".cache" / "bench-import-venv"
     python = venv / "bin" / "python"
     stamp = venv / ".source"
-    source = _source_stamp()
+    source = _source_stamp(root)
     if not python.exists() or not stamp.exists() or stamp.read_text() != source:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         subprocess.run(
@@ -239,7 +240,7 @@ def runtime_only_python() -> str:
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
-                str(ROOT),
+                str(root),
             ],
             check=True,
             capture_output=True,
@@ -248,12 +249,12 @@ def runtime_only_python() -> str:
     return str(python)
 
 
-def _source_stamp() -> str:
+def _source_stamp(root: Path) -> str:
     import hashlib
 
     digest = hashlib.sha256()
     for path in sorted(
-        [*ROOT.glob("volcano/*.py"), *ROOT.glob("generated/**/*.py"), ROOT / "pyproject.toml"]
+        [*root.glob("volcano/**/*.py"), *root.glob("generated/**/*.py"), root / "pyproject.toml"]
     ):
         digest.update(path.read_bytes())
     return digest.hexdigest()

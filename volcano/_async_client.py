@@ -6,20 +6,16 @@ the same code, and only the sending differs.
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate
-from ._async_renewer import AsyncRenewer
+from . import _config, _requests, _tracing, _validate, _watch
+from ._async_engine import AsyncEngine
+from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import AsyncElections
-from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
 from ._guard import AsyncLockGuard
-from ._retry import retry_once_async
-from ._transport import AsyncTransport
-from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
@@ -29,15 +25,9 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._ownership import Attempt
-    from ._requests import Acquisition
-    from ._transport import Answer, Call
-    from ._watch import AsyncLockWatch
-
-T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
     """A client of the Volcano locks API for asyncio code.
 
     Every argument defaults to its environment variable. Use it as an async context manager
@@ -70,28 +60,26 @@ class AsyncClient:
         http_client: httpx.AsyncClient | None = None,
         _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._settings = _config.resolve(
-            anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
+        super().__init__(
+            httpx.AsyncClient,
+            AsyncEngine,
+            AsyncLocks,
+            anon_key=anon_key,
+            service_key=service_key,
+            api_url=api_url,
+            timeout=timeout,
+            http_client=http_client,
+            clock=_clock,
         )
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise InvalidArgumentError(
-                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
-            )
-        self._owns_http = http_client is None
-        self._http = httpx.AsyncClient() if http_client is None else http_client
-        self._clock = _clock
-        self._transport = AsyncTransport(self._http, self._settings, _clock)
-        self._closed = False
-        self._renewer_instance: AsyncRenewer | None = None
-        self._locks = AsyncLocks(self)
-        self._elections = AsyncElections(self)
+        self._elections = AsyncElections(self._engine)
 
-    def __repr__(self) -> str:
-        state = ", closed" if self._closed else ""
-        return f"AsyncClient(api_url={self.api_url!r}, timeout={self.timeout!r}{state})"
+    @property
+    def elections(self) -> AsyncElections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     async def __aenter__(self) -> AsyncClient:
-        self._check_open()
+        self._engine.check_open()
         return self
 
     async def __aexit__(
@@ -102,82 +90,13 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    @property
-    def locks(self) -> AsyncLocks:
-        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
-        return self._locks
-
-    @property
-    def elections(self) -> AsyncElections:
-        """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
-
-    @property
-    def api_url(self) -> str:
-        """The base URL requests go to."""
-        return self._settings.api_url
-
-    @property
-    def timeout(self) -> float:
-        """Seconds each request may take."""
-        return self._settings.timeout
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` was called."""
-        return self._closed
-
     async def close(self) -> None:
         """Stop renewing, mark active guards lost, and close the HTTP client if it is ours.
 
         Calling it again does nothing. A closed client raises `ClientClosedError`.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._renewer_instance is not None:
-            await self._renewer_instance.stop(ClientClosedError("the client was closed"))
-        if self._owns_http:
+        if await self._engine.close() and self._owns_http:
             await self._http.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosedError("this volcano.AsyncClient is closed")
-
-    async def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
-        self._check_open()
-        return await self._transport.send(call, request_timeout=request_timeout)
-
-    async def _acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
-        """Acquire, each request retried once; the answer dates from its request's first send.
-
-        The one path every acquisition takes (`acquire` and entering `with_lock`). A wait longer
-        than one request may hold is a chain of requests with the same owner token
-        (`WaitChain`); each request's timeout stretches over its wait.
-        """
-        clock = self._clock
-        chain = WaitChain(acquisition, clock.monotonic())
-        while True:
-            call, wait = chain.next_call(clock.monotonic())
-            send = functools.partial(self._send, call, request_timeout=self.timeout + wait)
-            try:
-                return await retry_once_async(send, clock.async_sleep, f"acquire {call.key}")
-            except LockHeldError:
-                if not chain.goes_on(clock.monotonic()):
-                    raise
-
-    async def _renew(self, attempt: Attempt) -> Answer[LockLease]:
-        """Send one of the renewal loop's attempts (a trace of its own, linked to its guard)."""
-        with _tracing.renewal(attempt.trace, attempt.call.key):
-            return await self._send(attempt.call, request_timeout=attempt.timeout)
-
-    def _renewer(self) -> AsyncRenewer:
-        """The client's renewal loop, made on first use; once closed, it refuses new guards."""
-        if self._renewer_instance is None:
-            self._renewer_instance = AsyncRenewer(self._renew, self._clock)
-            if self._closed:
-                self._renewer_instance.refuse(ClientClosedError("the client was closed"))
-        return self._renewer_instance
 
 
 class AsyncLocks:
@@ -186,11 +105,11 @@ class AsyncLocks:
     The same methods as `Locks`, awaited, with the same arguments, results and errors.
     """
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
 
     def __repr__(self) -> str:
-        return f"<AsyncLocks of {self._client!r}>"
+        return f"<AsyncLocks of {self._engine.describe()}>"
 
     @_tracing.traced_async("acquire")
     async def acquire(
@@ -213,7 +132,7 @@ class AsyncLocks:
         acquisition = _requests.acquire(
             key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
-        return (await self._client._acquire(acquisition)).value
+        return (await self._engine.acquire(acquisition)).value
 
     @_tracing.traced_async("renew")
     async def renew(
@@ -227,19 +146,19 @@ class AsyncLocks:
     ) -> LockLease:
         """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
         call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
-        return (await self._client._send(call)).value
+        return (await self._engine.send(call)).value
 
     @_tracing.traced_async("release")
     async def release(
         self, key: str, lease: LockLease, *, request_id: str | uuid.UUID | None = None
     ) -> None:
         """End `lease`; see `Locks.release`."""
-        await self._client._send(_requests.release(key, lease, request_id=request_id))
+        await self._engine.send(_requests.release(key, lease, request_id=request_id))
 
     @_tracing.traced_async("get")
     async def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
         """Report `key`'s state without acquiring it; see `Locks.get`."""
-        return (await self._client._send(_requests.get(key, request_id=request_id))).value
+        return (await self._engine.send(_requests.get(key, request_id=request_id))).value
 
     @_tracing.traced_async("force_release")
     async def force_release(
@@ -247,7 +166,7 @@ class AsyncLocks:
     ) -> ForceReleaseResult:
         """Remove `key`'s live lease, whoever holds it; see `Locks.force_release`."""
         call = _requests.force_release(key, request_id=request_id)
-        return (await self._client._send(call)).value
+        return (await self._engine.send(call)).value
 
     @_tracing.traced_async("check")
     async def check(
@@ -255,32 +174,24 @@ class AsyncLocks:
     ) -> bool:
         """Whether `fencing_token` names a live lease of `key` now; see `Locks.check`."""
         call = _requests.check(key, fencing_token, request_id=request_id)
-        return (await self._client._send(call)).value
+        return (await self._engine.send(call)).value
 
-    def watch(self, key: str, *, after_version: int | None = None) -> AsyncLockWatch:
+    def watch(self, key: str, *, after_version: int | None = None) -> _watch.AsyncLockWatch:
         """Watch `key`: its state now, then one state per change; see `Locks.watch`.
 
         An async iterator (`async for state in client.locks.watch(key)`, or `anext()`), and an
         async context manager. `aclose()` (or leaving the `async with`) ends it at once,
         cancelling a poll under way; so does cancelling the task that reads it.
         """
-        from . import _watch
-
-        cursor = _watch.WatchCursor(_validate.key(key), _validate.version(after_version))
-        client = self._client
-        return _watch.AsyncLockWatch(
-            cursor, send=client._send, clock=client._clock, timeout=client.timeout
-        )
+        return _watch.async_watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> AsyncIterator[LockState]:
         """Every key that is held or waited for, in key order; see `Locks.list`.
 
         An async iterator: `async for state in client.locks.list("report-"):`.
         """
-        from . import _watch
-
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
-        return _watch.async_pages(self._client._send, checked, size)
+        return _watch.async_pages(self._engine.send, checked, size)
 
     def with_lock(
         self,
@@ -317,4 +228,4 @@ class AsyncLocks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
-        return AsyncLockGuard(self._client, plan)
+        return AsyncLockGuard(self._engine, plan)

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate
+from . import _config, _requests, _tracing, _validate, _watch
+from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import Elections
-from ._exceptions import ClientClosedError, InvalidArgumentError, LockHeldError
+from ._engine import Engine
 from ._guard import LockGuard
-from ._renewer import Renewer
-from ._retry import retry_once
-from ._transport import SyncTransport
-from ._waiting import WaitChain
 
 if TYPE_CHECKING:
     import uuid
@@ -26,15 +21,9 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._ownership import Attempt
-    from ._requests import Acquisition
-    from ._transport import Answer, Call
-    from ._watch import LockWatch
-
-T = TypeVar("T")
 
 
-class Client:
+class Client(BaseClient[httpx.Client, Engine, "Locks"]):
     """A client of the Volcano locks API, for threads and plain synchronous code.
 
     Every argument defaults to its environment variable. Use it as a context manager, or call
@@ -67,29 +56,26 @@ class Client:
         http_client: httpx.Client | None = None,
         _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._settings = _config.resolve(
-            anon_key=anon_key, service_key=service_key, api_url=api_url, timeout=timeout
+        super().__init__(
+            httpx.Client,
+            Engine,
+            Locks,
+            anon_key=anon_key,
+            service_key=service_key,
+            api_url=api_url,
+            timeout=timeout,
+            http_client=http_client,
+            clock=_clock,
         )
-        if http_client is not None and not isinstance(http_client, httpx.Client):
-            raise InvalidArgumentError(
-                f"http_client must be an httpx.Client, got {type(http_client).__name__}"
-            )
-        self._owns_http = http_client is None
-        self._http = httpx.Client() if http_client is None else http_client
-        self._clock = _clock
-        self._transport = SyncTransport(self._http, self._settings, _clock)
-        self._lifecycle = threading.Lock()
-        self._closed = False
-        self._renewer_instance: Renewer | None = None
-        self._locks = Locks(self)
-        self._elections = Elections(self)
+        self._elections = Elections(self._engine)
 
-    def __repr__(self) -> str:
-        state = ", closed" if self._closed else ""
-        return f"Client(api_url={self.api_url!r}, timeout={self.timeout!r}{state})"
+    @property
+    def elections(self) -> Elections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     def __enter__(self) -> Client:
-        self._check_open()
+        self._engine.check_open()
         return self
 
     def __exit__(
@@ -100,85 +86,13 @@ class Client:
     ) -> None:
         self.close()
 
-    @property
-    def locks(self) -> Locks:
-        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
-        return self._locks
-
-    @property
-    def elections(self) -> Elections:
-        """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
-
-    @property
-    def api_url(self) -> str:
-        """The base URL requests go to."""
-        return self._settings.api_url
-
-    @property
-    def timeout(self) -> float:
-        """Seconds each request may take."""
-        return self._settings.timeout
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` was called."""
-        return self._closed
-
     def close(self) -> None:
         """Stop renewing, mark active guards lost, and close the HTTP client if it is ours.
 
         Calling it again does nothing. A closed client raises `ClientClosedError`.
         """
-        with self._lifecycle:
-            if self._closed:
-                return
-            self._closed = True
-            renewer = self._renewer_instance
-        if renewer is not None:
-            renewer.stop(ClientClosedError("the client was closed"))
-        if self._owns_http:
+        if self._engine.close() and self._owns_http:
             self._http.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosedError("this volcano.Client is closed")
-
-    def _send(self, call: Call[T], *, request_timeout: float | None = None) -> Answer[T]:
-        self._check_open()
-        return self._transport.send(call, request_timeout=request_timeout)
-
-    def _acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
-        """Acquire, each request retried once; the answer dates from its request's first send.
-
-        The one path every acquisition takes (`acquire` and entering `with_lock`). A wait longer
-        than one request may hold is a chain of requests with the same owner token
-        (`WaitChain`); each request's timeout stretches over its wait.
-        """
-        clock = self._clock
-        chain = WaitChain(acquisition, clock.monotonic())
-        while True:
-            call, wait = chain.next_call(clock.monotonic())
-            send = functools.partial(self._send, call, request_timeout=self.timeout + wait)
-            try:
-                return retry_once(send, clock.sleep, f"acquire {call.key}")
-            except LockHeldError:
-                if not chain.goes_on(clock.monotonic()):
-                    raise
-
-    def _renew(self, attempt: Attempt) -> Answer[LockLease]:
-        """Send one of the renewal loop's attempts (a trace of its own, linked to its guard)."""
-        with _tracing.renewal(attempt.trace, attempt.call.key):
-            return self._send(attempt.call, request_timeout=attempt.timeout)
-
-    def _renewer(self) -> Renewer:
-        """The client's renewer, made on first use; once closed, it refuses new guards."""
-        with self._lifecycle:
-            if self._renewer_instance is None:
-                self._renewer_instance = Renewer(self._renew, self._clock)
-                if self._closed:
-                    self._renewer_instance.stop(ClientClosedError("the client was closed"))
-            return self._renewer_instance
 
 
 class Locks:
@@ -191,11 +105,11 @@ class Locks:
     exactly as spelled) or `uuid.UUID`; a fresh one is made when it is left out.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     def __repr__(self) -> str:
-        return f"<Locks of {self._client!r}>"
+        return f"<Locks of {self._engine.describe()}>"
 
     @_tracing.traced("acquire")
     def acquire(
@@ -254,7 +168,7 @@ class Locks:
         acquisition = _requests.acquire(
             key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
-        return self._client._acquire(acquisition).value
+        return self._engine.acquire(acquisition).value
 
     @_tracing.traced("renew")
     def renew(
@@ -284,7 +198,7 @@ class Locks:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
         call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
-        return self._client._send(call).value
+        return self._engine.send(call).value
 
     @_tracing.traced("release")
     def release(
@@ -300,7 +214,7 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        self._client._send(_requests.release(key, lease, request_id=request_id))
+        self._engine.send(_requests.release(key, lease, request_id=request_id))
 
     @_tracing.traced("get")
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
@@ -310,7 +224,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.get(key, request_id=request_id)).value
+        return self._engine.send(_requests.get(key, request_id=request_id)).value
 
     @_tracing.traced("force_release")
     def force_release(
@@ -325,7 +239,7 @@ class Locks:
             key: The lock's name.
             request_id: The request id (a UUID); a fresh one by default.
         """
-        return self._client._send(_requests.force_release(key, request_id=request_id)).value
+        return self._engine.send(_requests.force_release(key, request_id=request_id)).value
 
     @_tracing.traced("check")
     def check(
@@ -356,9 +270,9 @@ class Locks:
             True while the lease with this fencing token is live by the server's clock.
         """
         call = _requests.check(key, fencing_token, request_id=request_id)
-        return self._client._send(call).value
+        return self._engine.send(call).value
 
-    def watch(self, key: str, *, after_version: int | None = None) -> LockWatch:
+    def watch(self, key: str, *, after_version: int | None = None) -> _watch.LockWatch:
         """Watch `key`: its state now, then one `LockState` per change, as they happen.
 
         ```python
@@ -395,13 +309,7 @@ class Locks:
         Returns:
             A `LockWatch`: an iterator, and a context manager that closes it.
         """
-        from . import _watch
-
-        cursor = _watch.WatchCursor(_validate.key(key), _validate.version(after_version))
-        client = self._client
-        return _watch.LockWatch(
-            cursor, send=client._send, clock=client._clock, timeout=client.timeout
-        )
+        return _watch.watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> Iterator[LockState]:
         """Every key of the project that is held or waited for, in key order, with its state.
@@ -419,10 +327,8 @@ class Locks:
             prefix: Only keys starting with this ("": every key).
             page_size: Keys per request, 1 to 500 (default 100).
         """
-        from . import _watch
-
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
-        return _watch.pages(self._client._send, checked, size)
+        return _watch.pages(self._engine.send, checked, size)
 
     def with_lock(
         self,
@@ -486,4 +392,4 @@ class Locks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
-        return LockGuard(self._client, plan)
+        return LockGuard(self._engine, plan)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
-from . import _requests
+from . import _requests, _validate, _watch
 from ._exceptions import Error, GuardStateError, InvalidArgumentError, LeaseNotHeldError
 from ._guard import AsyncLockGuard, LockGuard
 from ._ownership import GuardState, Ownership, deliver, is_transient
@@ -47,13 +47,12 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
-    from ._async_client import AsyncClient
-    from ._client import Client
+    from ._async_engine import AsyncEngine
     from ._clock import Clock
+    from ._engine import Engine
     from ._models import LockLease, LockState
     from ._requests import GuardPlan
-    from ._transport import Answer, Call
-    from ._watch import AsyncLockWatch, LockWatch
+    from ._seam import Answer, Call
 
 __all__ = [
     "AsyncCampaign",
@@ -156,8 +155,8 @@ class Leadership(LockGuard, _LeadershipBase):
     the campaign's block resigns.
     """
 
-    def __init__(self, client: Client, plan: GuardPlan) -> None:
-        super().__init__(client, plan)
+    def __init__(self, engine: Engine, plan: GuardPlan) -> None:
+        super().__init__(engine, plan)
         self._label = plan.acquisition.label
 
     def __repr__(self) -> str:
@@ -184,7 +183,7 @@ class Leadership(LockGuard, _LeadershipBase):
         self.check()
         call = self._proclamation(self.state, self.lease, label)
         try:
-            answer = self._client._send(call)
+            answer = self._engine.send(call)
         except Error as error:
             self._refused(error)
             raise
@@ -194,8 +193,8 @@ class Leadership(LockGuard, _LeadershipBase):
 class AsyncLeadership(AsyncLockGuard, _LeadershipBase):
     """The asyncio twin of `Leadership`: `await leadership.proclaim(label)`."""
 
-    def __init__(self, client: AsyncClient, plan: GuardPlan) -> None:
-        super().__init__(client, plan)
+    def __init__(self, engine: AsyncEngine, plan: GuardPlan) -> None:
+        super().__init__(engine, plan)
         self._label = plan.acquisition.label
 
     def __repr__(self) -> str:
@@ -211,7 +210,7 @@ class AsyncLeadership(AsyncLockGuard, _LeadershipBase):
         self.check()
         call = self._proclamation(self.state, self.lease, label)
         try:
-            answer = await self._client._send(call)
+            answer = await self._engine.send(call)
         except Error as error:
             self._refused(error)
             raise
@@ -236,7 +235,7 @@ class _Attempts:
             return self._plan
         left = max(0.0, self._deadline - now) if math.isfinite(self._deadline) else math.inf
         acquisition = attrs.evolve(
-            self._plan.acquisition, wait=left, request_id=_requests.new_request_id()
+            self._plan.acquisition, wait=left, request_id=_validate.new_uuid()
         )
         return attrs.evolve(self._plan, acquisition=acquisition)
 
@@ -248,8 +247,8 @@ class Campaign:
     wait runs out: `LockHeldError`); leaving resigns.
     """
 
-    def __init__(self, client: Client, plan: GuardPlan) -> None:
-        self._client = client
+    def __init__(self, engine: Engine, plan: GuardPlan) -> None:
+        self._engine = engine
         self._plan = plan
         self._leadership: Leadership | None = None
 
@@ -259,10 +258,10 @@ class Campaign:
     def __enter__(self) -> Leadership:
         if self._leadership is not None:
             raise GuardStateError("a campaign is entered once; campaign() again for another")
-        clock = self._client._clock
+        clock = self._engine.clock
         attempts = _Attempts(self._plan, clock.monotonic())
         while True:
-            leadership = Leadership(self._client, attempts.next_plan(clock.monotonic()))
+            leadership = Leadership(self._engine, attempts.next_plan(clock.monotonic()))
             try:
                 leadership.__enter__()
             except LeaseNotHeldError:
@@ -285,8 +284,8 @@ class Campaign:
 class AsyncCampaign:
     """The asyncio twin of `Campaign`: `async with client.elections.campaign(...) as lead:`."""
 
-    def __init__(self, client: AsyncClient, plan: GuardPlan) -> None:
-        self._client = client
+    def __init__(self, engine: AsyncEngine, plan: GuardPlan) -> None:
+        self._engine = engine
         self._plan = plan
         self._leadership: AsyncLeadership | None = None
 
@@ -296,10 +295,10 @@ class AsyncCampaign:
     async def __aenter__(self) -> AsyncLeadership:
         if self._leadership is not None:
             raise GuardStateError("a campaign is entered once; campaign() again for another")
-        clock = self._client._clock
+        clock = self._engine.clock
         attempts = _Attempts(self._plan, clock.monotonic())
         while True:
-            leadership = AsyncLeadership(self._client, attempts.next_plan(clock.monotonic()))
+            leadership = AsyncLeadership(self._engine, attempts.next_plan(clock.monotonic()))
             try:
                 await leadership.__aenter__()
             except LeaseNotHeldError:
@@ -329,7 +328,7 @@ class LeaderObserver:
     item is who leads now (or None); then one item each time the leader, or its label, changes.
     """
 
-    def __init__(self, name: str, watch: LockWatch) -> None:
+    def __init__(self, name: str, watch: _watch.LockWatch) -> None:
         self._name = name
         self._watch = watch
         self._changes = _Changes()
@@ -361,7 +360,7 @@ class LeaderObserver:
 class AsyncLeaderObserver:
     """The asyncio twin of `LeaderObserver`: `async for leader in ...`; `aclose()` ends it."""
 
-    def __init__(self, name: str, watch: AsyncLockWatch) -> None:
+    def __init__(self, name: str, watch: _watch.AsyncLockWatch) -> None:
         self._name = name
         self._watch = watch
         self._changes = _Changes()
@@ -419,11 +418,11 @@ def _plan(
 class Elections:
     """Leader elections of a `Client`, reached as `client.elections`: each is a name (a key)."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     def __repr__(self) -> str:
-        return f"<Elections of {self._client!r}>"
+        return f"<Elections of {self._engine.describe()}>"
 
     def campaign(
         self,
@@ -479,7 +478,7 @@ class Elections:
             on_at_risk=on_at_risk,
             at_risk_margin=at_risk_margin,
         )
-        return Campaign(self._client, plan)
+        return Campaign(self._engine, plan)
 
     def leader(self, name: str) -> Leader | None:
         """Who leads `name` now: `(label, term)`, or None when the office is vacant.
@@ -487,7 +486,7 @@ class Elections:
         Raises:
             InvalidArgumentError: `name`'s key is in use with a limit above 1.
         """
-        return leader_of(name, self._client.locks.get(name))
+        return leader_of(name, self._engine.send(_requests.get(name, request_id=None)).value)
 
     def observe(self, name: str) -> LeaderObserver:
         """Each change of `name`'s leader, and each vacancy (None), as they happen.
@@ -508,17 +507,17 @@ class Elections:
         changes faster than its polls are folded into the latest, so a short-lived leader
         between two polls may go unseen, never the current one.
         """
-        return LeaderObserver(name, self._client.locks.watch(name))
+        return LeaderObserver(name, _watch.watch(self._engine, name, None))
 
 
 class AsyncElections:
     """Leader elections of an `AsyncClient`; see `Elections`."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
 
     def __repr__(self) -> str:
-        return f"<AsyncElections of {self._client!r}>"
+        return f"<AsyncElections of {self._engine.describe()}>"
 
     def campaign(
         self,
@@ -545,12 +544,14 @@ class AsyncElections:
             on_at_risk=on_at_risk,
             at_risk_margin=at_risk_margin,
         )
-        return AsyncCampaign(self._client, plan)
+        return AsyncCampaign(self._engine, plan)
 
     async def leader(self, name: str) -> Leader | None:
         """Who leads `name` now, or None; see `Elections.leader`."""
-        return leader_of(name, await self._client.locks.get(name))
+        return leader_of(
+            name, (await self._engine.send(_requests.get(name, request_id=None))).value
+        )
 
     def observe(self, name: str) -> AsyncLeaderObserver:
         """Each change of `name`'s leader and each vacancy; see `Elections.observe`."""
-        return AsyncLeaderObserver(name, self._client.locks.watch(name))
+        return AsyncLeaderObserver(name, _watch.async_watch(self._engine, name, None))

@@ -9,8 +9,9 @@ with client.locks.with_lock("daily-report", ttl=30, on_lost=stop_work) as guard:
 
 A guard is a thin shell around its `Ownership` (the state machine in `_ownership.py`, where
 every state and move is listed): entering acquires and hands the guard to the client's renewal
-loop; leaving takes it back and releases; the properties read the machine. `LockGuard` and
-`AsyncLockGuard` differ only in how they wait and send.
+loop; leaving takes it back and releases; the properties read the machine. A guard uses only the
+engine its client handed it (`_engine.py`: acquire, renew, release, hold, let go, the clock).
+`LockGuard` and `AsyncLockGuard` differ only in how they wait and send.
 
 Entering acquires (retrying once and waiting, like `acquire`); when a caller's `request_id` is
 answered with a replayed outcome, or a wait for the lock outlasted a third of the ttl, it then
@@ -27,7 +28,6 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING
 
-from . import _requests
 from ._exceptions import GuardStateError, LockLostError
 from ._ownership import RENEW_AFTER_FRACTION, GuardState, Ownership, deliver
 from ._tracing import GuardTrace
@@ -36,13 +36,13 @@ if TYPE_CHECKING:
     import asyncio
     from types import TracebackType
 
-    from ._async_client import AsyncClient
-    from ._client import Client
+    from ._async_engine import AsyncEngine
     from ._clock import Clock
+    from ._engine import Engine
     from ._exceptions import Error
     from ._models import LockLease
     from ._requests import GuardPlan
-    from ._transport import Answer, Call
+    from ._seam import Answer
 
 _FINAL = (GuardState.LOST, GuardState.RELEASED, GuardState.FAILED)
 
@@ -179,11 +179,11 @@ class _GuardBase:
         """The block ended: the renewal loop is to let the guard go."""
         deliver(self._ownership.begin_exit(self._clock.monotonic()))
 
-    def _release(self) -> Call[None] | None:
-        """Once renewal has stopped: the release to send, or None when ownership is lost."""
+    def _to_release(self) -> LockLease | None:
+        """Once renewal has stopped: the lease to release, or None when ownership is lost."""
         notices, lease = self._ownership.to_release(self._clock.monotonic())
         deliver(notices)
-        return None if lease is None else _requests.release(lease.key, lease, request_id=None)
+        return lease
 
     def _released(self, error: Exception | None) -> None:
         """The release was answered (`error` None), or failed with `error`."""
@@ -213,10 +213,11 @@ class LockGuard(_GuardBase):
     raises, after the same single retry and any wait); when `with_lock` was given a `request_id`
     and the answer is a replay, or a wait outlasted a third of the ttl, it then renews the lease
     once, not retried, raising what `renew` raises (`LeaseNotHeldError` if the lease has expired
-    meanwhile). While the block runs,
-    the client's renewal thread renews every guard's lease a third of the way into its ttl,
-    retrying transient failures until the lease's deadline (`sent_at + ttl` by the monotonic
-    clock); renewals of different guards run side by side, so a slow answer delays only its own.
+    meanwhile). While the block runs, the client's renewal thread renews every guard's lease a
+    third of the way into its ttl, retrying transient failures until the lease's deadline
+    (`sent_at + ttl` by the monotonic clock, from the first send of the request that renewed
+    it). Renewals due together go out as one request (a batch), and requests run side by side,
+    so a slow answer delays only the leases it carries.
 
     `state` reads `HELD`, then `AT_RISK` when no renewal has succeeded and less than the
     at-risk margin is left, and `LOST` when a renewal is refused (409, 401, 403, 422) or the
@@ -235,25 +236,25 @@ class LockGuard(_GuardBase):
     After exit, `state`, `lease`, `lost` and `lost_reason` keep describing what happened.
     """
 
-    def __init__(self, client: Client, plan: GuardPlan) -> None:
-        self._client = client
+    def __init__(self, engine: Engine, plan: GuardPlan) -> None:
+        self._engine = engine
         self._changed = threading.Condition()
-        super().__init__(plan, clock=client._clock, timeout=client.timeout)
+        super().__init__(plan, clock=engine.clock, timeout=engine.timeout)
 
     def __enter__(self) -> LockGuard:
         self._ownership.enter()
         self._trace = self._start_trace()
         try:
             with self._traced():
-                answer = self._client._acquire(self._plan.acquisition)
+                answer = self._engine.acquire(self._plan.acquisition)
                 if self._dates_replay(answer):
-                    answer = self._client._send(_requests.renewal(answer.value))
+                    answer = self._engine.renew(answer.value)
         except BaseException as failure:
             self._ownership.acquisition_failed()
             self._end_trace(failure)
             raise
         self._ownership.acquired(answer, self._trace)
-        self._client._renewer().add(self._ownership)
+        self._engine.hold(self._ownership)
         return self
 
     def __exit__(
@@ -263,13 +264,13 @@ class LockGuard(_GuardBase):
         traceback: TracebackType | None,
     ) -> None:
         self._stop_renewing()
-        self._client._renewer().remove(self._ownership)  # a renewal under way ends first
-        if (release := self._release()) is None:
+        self._engine.let_go(self._ownership)  # a renewal under way ends first
+        if (lease := self._to_release()) is None:
             self._end_trace(self.lost_reason)
             return
         try:
             with self._traced():
-                self._client._send(release)
+                self._engine.release(lease)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
             self._released(failure)
             self._end_trace(failure)
@@ -305,32 +306,32 @@ class AsyncLockGuard(_GuardBase):
 
     Made by `AsyncClient.locks.with_lock`; it follows the rules of `LockGuard`, with the
     client's asyncio task instead of its thread (callbacks run on the event loop: they must not
-    block), and `await guard.wait_lost()`. Exiting cancels a renewal under way (renewal keeps
-    the owner and fencing tokens, so the release still names the latest lease) and then
-    releases.
+    block), and `await guard.wait_lost()`. Exiting lets go of a renewal under way (it may carry
+    other guards' leases too; its answer for this guard is ignored: renewal keeps the owner and
+    fencing tokens, so the release still names the latest lease) and then releases.
     """
 
-    def __init__(self, client: AsyncClient, plan: GuardPlan) -> None:
+    def __init__(self, engine: AsyncEngine, plan: GuardPlan) -> None:
         import asyncio  # here, not at the top: sync-only users never import asyncio
 
-        self._client = client
+        self._engine = engine
         self._changed: asyncio.Event = asyncio.Event()
-        super().__init__(plan, clock=client._clock, timeout=client.timeout)
+        super().__init__(plan, clock=engine.clock, timeout=engine.timeout)
 
     async def __aenter__(self) -> AsyncLockGuard:
         self._ownership.enter()
         self._trace = self._start_trace()
         try:
             with self._traced():
-                answer = await self._client._acquire(self._plan.acquisition)
+                answer = await self._engine.acquire(self._plan.acquisition)
                 if self._dates_replay(answer):
-                    answer = await self._client._send(_requests.renewal(answer.value))
+                    answer = await self._engine.renew(answer.value)
         except BaseException as failure:
             self._ownership.acquisition_failed()
             self._end_trace(failure)
             raise
         self._ownership.acquired(answer, self._trace)
-        self._client._renewer().add(self._ownership)
+        self._engine.hold(self._ownership)
         return self
 
     async def __aexit__(
@@ -340,13 +341,13 @@ class AsyncLockGuard(_GuardBase):
         traceback: TracebackType | None,
     ) -> None:
         self._stop_renewing()
-        await self._client._renewer().remove(self._ownership)  # cancels a renewal under way
-        if (release := self._release()) is None:
+        self._engine.let_go(self._ownership)  # a renewal under way is let go of
+        if (lease := self._to_release()) is None:
             self._end_trace(self.lost_reason)
             return
         try:
             with self._traced():
-                await self._client._send(release)
+                await self._engine.release(lease)
         except Exception as failure:  # noqa: BLE001 - logged; raising would mask the block's error
             self._released(failure)
             self._end_trace(failure)

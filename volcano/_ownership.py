@@ -43,7 +43,6 @@ busy; the loop makes those moves when it wakes for them.
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import math
 import threading
@@ -52,7 +51,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from . import _requests
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -61,11 +59,12 @@ from ._exceptions import (
     GuardStateError,
     LockLostError,
 )
+from ._validate import new_uuid
 
 if TYPE_CHECKING:
     from ._models import LockLease
+    from ._seam import Answer
     from ._tracing import GuardTrace
-    from ._transport import Answer, Call
 
 logger = logging.getLogger("volcano")
 
@@ -79,6 +78,8 @@ BACKOFF_CAP = 2.0
 """The longest wait between renewal attempts."""
 BACKOFF_TTL_FRACTION = 0.1
 """No wait between attempts is longer than this share of the ttl."""
+EARLY_TTL_FRACTION = 0.05
+"""A renewal goes out at most this share of the ttl before it is due, to share a request."""
 
 
 class GuardState(enum.Enum):
@@ -173,12 +174,54 @@ def backoff(failures: int, ttl: float) -> float:
 
 
 @attrs.frozen
-class Attempt:
-    """One renewal attempt: the request, how long it may take, and its guard's trace."""
+class Renewal:
+    """One renewal attempt to make: of which lease, how long it may take, and its request.
 
-    call: Call[LockLease]
+    The request (`request_id`) carries it alone, or in a batch with others; its span links to
+    the guard's (`trace`).
+    """
+
+    lease: LockLease
     timeout: float
+    request_id: str
     trace: GuardTrace | None = None
+
+
+@attrs.frozen
+class Timeline:
+    """A lease and its times, and the failed attempts since it was adopted.
+
+    Renew from `renew_at`, at risk from `at_risk_at`, lost at `deadline`.
+
+    Time is the client's monotonic clock, from the first send of the request that produced the
+    lease (`Answer.sent_at`): the server's expiry is at least that late.
+    """
+
+    lease: LockLease | None = None
+    deadline: float = math.inf
+    at_risk_at: float = math.inf
+    renew_at: float = math.inf
+    failures: int = 0
+    last_error: Error | None = None
+
+    @classmethod
+    def of(cls, answer: Answer[LockLease], margin: float | None) -> Timeline:
+        """The timeline of the lease in `answer` (`margin` None: a third of the ttl)."""
+        ttl = answer.value.ttl_seconds
+        deadline = answer.sent_at + ttl
+        return cls(
+            lease=answer.value,
+            deadline=deadline,
+            at_risk_at=deadline - (ttl * AT_RISK_FRACTION if margin is None else margin),
+            renew_at=answer.sent_at + ttl * RENEW_AFTER_FRACTION,
+        )
+
+    def failed(self, error: Error, now: float) -> Timeline:
+        """After a transient failure at `now`: the next attempt after a backoff, by the deadline."""
+        failures = self.failures + 1
+        ttl = self.lease.ttl_seconds if self.lease is not None else 0.0
+        retry_at = min(now + backoff(failures, ttl), self.deadline)
+        return attrs.evolve(self, renew_at=retry_at, failures=failures, last_error=error)
 
 
 @attrs.frozen
@@ -205,9 +248,10 @@ def deliver(notices: list[Notice]) -> None:
 
 
 class Ownership:
-    """One guard's state machine: its lease, its schedule, and its moves.
+    """One guard's state machine: its lease, its timeline, and its moves.
 
-    Thread-safe: the renewal loop, the thread leaving the block and readers share it.
+    Thread-safe: the renewal loop, the thread leaving the block and readers share it. It tells
+    the loop when it needs it and which renewal to make, and takes in outcomes; it never sends.
 
     Args:
         key: The lock's key.
@@ -232,18 +276,12 @@ class Ownership:
         self.key = key
         self._timeout = timeout
         self._margin = margin
-        self._on_lost = on_lost
-        self._on_at_risk = on_at_risk
+        self._callbacks = {GuardState.LOST: on_lost, GuardState.AT_RISK: on_at_risk}
         self._wake = wake
         self._lock = threading.Lock()
         self._state = GuardState.NEW
-        self._lease: LockLease | None = None
-        self._deadline = math.inf
-        self._at_risk_at = math.inf
-        self._renew_at = math.inf
-        self._failures = 0
-        self._last_error: Error | None = None
-        self._in_flight: tuple[Attempt, float] | None = None  # (attempt, when it began)
+        self._timeline = Timeline()
+        self._in_flight: tuple[Renewal, float] | None = None  # (renewal, when it began)
         self._reason: Error | None = None
         self._expired: LockLostError | None = None  # the DEADLINE reason, made once
         self._trace: GuardTrace | None = None  # the guard's span, which renewals link to
@@ -261,7 +299,7 @@ class Ownership:
     def lease(self) -> LockLease | None:
         """The latest lease, or None before one was acquired."""
         with self._lock:
-            return self._lease
+            return self._timeline.lease
 
     def reason(self, now: float) -> Error | None:
         """The error that ended ownership, or None while it lasts (or never began)."""
@@ -273,10 +311,10 @@ class Ownership:
     def next_change(self, now: float) -> float | None:
         """When a time-driven move could next happen (for waiters), or None: never by time."""
         with self._lock:
-            state = self._judge(now)
+            state, timeline = self._judge(now), self._timeline
             if state is GuardState.HELD:
-                return min(self._at_risk_at, self._deadline)
-            return self._deadline if state in _TIMED else None
+                return min(timeline.at_risk_at, timeline.deadline)
+            return timeline.deadline if state in _TIMED else None
 
     def next_wake(self, *, renewal: bool = True) -> float | None:
         """When the renewal loop must next look at this guard, or None: nothing more to do.
@@ -284,13 +322,14 @@ class Ownership:
         `renewal=False` leaves out a renewal already known to be due (it waits for a slot).
         """
         with self._lock:
-            if self._state not in (GuardState.HELD, GuardState.AT_RISK):
+            if self._state not in _TIMED:
                 return None
-            wake = self._deadline
+            timeline = self._timeline
+            wake = timeline.deadline
             if self._state is GuardState.HELD:
-                wake = min(wake, self._at_risk_at)
+                wake = min(wake, timeline.at_risk_at)
             if renewal and self._in_flight is None:
-                wake = min(wake, self._renew_at)
+                wake = min(wake, timeline.renew_at)
             return wake
 
     # -- events --------------------------------------------------------------------------------
@@ -312,80 +351,91 @@ class Ownership:
     def acquired(self, answer: Answer[LockLease], trace: GuardTrace | None = None) -> None:
         """The acquisition (and the renewal that dates a replay) succeeded, in `trace`."""
         self._trace = trace  # before the renewal loop sees the guard
-        self._move(Event.ACQUIRED, change=functools.partial(self._adopt, answer))
+        self._move(Event.ACQUIRED, timeline=Timeline.of(answer, self._margin))
 
     def acquisition_failed(self) -> None:
         """Entering raised: the guard is spent."""
         self._move(Event.ACQUISITION_FAILED)
 
-    def due(self, now: float) -> tuple[list[Notice], bool]:
-        """Make the time-driven moves due at `now`; also say whether a renewal is due."""
+    def due(self, now: float, *, early: float = 0.0) -> tuple[list[Notice], bool]:
+        """Make the time-driven moves due at `now`; also say whether a renewal is due.
+
+        `early`: a renewal due within that many seconds (at most `EARLY_TTL_FRACTION` of the
+        ttl; never a retry, which keeps its backoff) counts as due already, so that it shares
+        a request with those due now.
+        """
         notices = self._catch_up(now)
         with self._lock:
             renew = (
-                self._state in (GuardState.HELD, GuardState.AT_RISK)
+                self._state in _TIMED
                 and self._in_flight is None
-                and now >= self._renew_at
+                and now + self._early(early) >= self._timeline.renew_at
             )
         return notices, renew
 
-    def begin_renewal(self, now: float) -> Attempt | None:
-        """The renewal attempt to start at `now`, or None when none is due or it is too late."""
+    def begin_renewal(
+        self, now: float, *, early: float = 0.0, request_id: str | None = None
+    ) -> Renewal | None:
+        """The renewal to start at `now`, or None when none is due or it is too late.
+
+        `early` as for `due`; `request_id`: the request that will carry it (a fresh one by
+        default).
+        """
         with self._lock:
+            timeline = self._timeline
             if (
-                self._state not in (GuardState.HELD, GuardState.AT_RISK)
+                self._state not in _TIMED
                 or self._in_flight is not None
-                or now < self._renew_at
-                or now >= self._deadline
-                or self._lease is None
+                or now + self._early(early) < timeline.renew_at
+                or now >= timeline.deadline
+                or timeline.lease is None
             ):
                 return None
-            attempt = Attempt(
-                _requests.renewal(self._lease),
-                min(self._timeout, self._deadline - now),
+            renewal = Renewal(
+                timeline.lease,
+                min(self._timeout, timeline.deadline - now),
+                request_id or new_uuid(),
                 self._trace,
             )
-            self._in_flight = (attempt, now)
-            return attempt
+            self._in_flight = (renewal, now)
+            return renewal
 
     def renewed(self, answer: Answer[LockLease], now: float) -> list[Notice]:
         """A renewal succeeded; an answer that arrives after the deadline changes nothing."""
         notices = self._catch_up(now)
-        adopt = functools.partial(self._adopt, answer)
-        return notices + (self._move(Event.RENEWED, change=adopt) or [])
+        timeline = Timeline.of(answer, self._margin)
+        return notices + (self._move(Event.RENEWED, timeline=timeline) or [])
 
     def renewal_failed(self, error: Error, now: float) -> list[Notice]:
         """A renewal failed: retry a transient failure after a backoff; a refusal loses."""
         notices = self._catch_up(now)
         if not is_transient(error):
             return notices + (self._move(Event.REFUSED, reason=error) or [])
-
-        def retry() -> None:
-            self._in_flight = None
-            self._failures += 1
-            self._last_error = error
-            ttl = self._lease.ttl_seconds if self._lease is not None else 0.0
-            self._renew_at = min(now + backoff(self._failures, ttl), self._deadline)
-
-        return notices + (
-            self._move(Event.RENEWAL_FAILED, reason=error, change=retry, now=now) or []
-        )
+        with self._lock:
+            timeline = self._timeline.failed(error, now)
+        moved = self._move(Event.RENEWAL_FAILED, reason=error, timeline=timeline, now=now)
+        return notices + (moved or [])
 
     def relabelled(self, answer: Answer[LockLease], now: float) -> list[Notice]:
-        """A renewal the holder sent itself (a new label) succeeded: adopt its lease.
+        """A renewal the holder sent itself (a new label: `proclaim`) succeeded: adopt it.
 
-        The renewal loop's own attempt, if one is under way, stays under way.
+        The renewal loop's own attempt, if one is under way, stays under way and is judged
+        when it ends. The later of the two deadlines is kept, each counted from its own send.
         """
         notices = self._catch_up(now)
-        adopt = functools.partial(self._adopt, answer, keep_in_flight=True)
-        return notices + (self._move(Event.RENEWED, change=adopt) or [])
+        timeline = Timeline.of(answer, self._margin)
+        with self._lock:
+            if timeline.deadline < self._timeline.deadline:
+                timeline = attrs.evolve(self._timeline, lease=answer.value)
+        moved = self._move(Event.RENEWED, timeline=timeline, keep_in_flight=True)
+        return notices + (moved or [])
 
     def refused(self, error: Error, now: float) -> list[Notice]:
-        """A request about the lease was refused (a 409): ownership is lost."""
+        """A request the holder sent about its lease was refused (a 409): ownership is lost."""
         return self._catch_up(now) + (self._move(Event.REFUSED, reason=error) or [])
 
     def renewal_ended(self) -> None:
-        """The renewal under way ended without an answer to judge (cancelled at exit)."""
+        """The renewal under way ended without an answer to judge (cancelled, or let go of)."""
         with self._lock:
             self._in_flight = None
 
@@ -406,11 +456,12 @@ class Ownership:
         """
         notices = self._catch_up(now)
         with self._lock:
-            past = self._state is GuardState.RELEASING and now >= self._deadline
+            past = self._state is GuardState.RELEASING and now >= self._timeline.deadline
         if past:
             notices += self._move(Event.DEADLINE, now=now) or []
         with self._lock:
-            return notices, self._lease if self._state is GuardState.RELEASING else None
+            releasing = self._state is GuardState.RELEASING
+            return notices, self._timeline.lease if releasing else None
 
     def release_ended(self, error: BaseException | None, now: float) -> list[Notice]:
         """The release on exit was answered: refused (409) means ownership was already lost.
@@ -437,46 +488,50 @@ class Ownership:
         event: Event,
         *,
         reason: BaseException | None = None,
-        change: Callable[[], None] | None = None,
+        timeline: Timeline | None = None,
         now: float | None = None,
+        keep_in_flight: bool = False,
     ) -> list[Notice] | None:
         """Make `event` happen, if the table lists a move for it in the current state.
 
-        Under the lock: look up the next state, apply `change` with it, record the reason.
-        Then log, wake waiters, and return the callbacks to call. None: no move was listed.
+        Under the lock: look up the next state, take `timeline` (a renewal's outcome, which
+        ends the attempt under way unless `keep_in_flight`), record the reason. Then log, wake
+        waiters, and return the callback to call. None: no move was listed.
         """
-        told: Error | None = None  # the reason a callback gets
         with self._lock:
             before = self._state
             after = TRANSITIONS.get((before, event))
             if after is None:
                 return None
-            if change is not None:
-                change()
+            if timeline is not None:
+                if timeline.failures == 0:  # a new lease: its deadline reason is its own
+                    self._expired = None
+                self._timeline = timeline
+                if not keep_in_flight:
+                    self._in_flight = None
             self._state = after
-            if after is GuardState.LOST and self._reason is None:
+            entered = after if after is not before else None
+            if entered is GuardState.LOST and self._reason is None:
                 self._reason = reason if isinstance(reason, Error) else self._deadline_reason()
-            if after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
-                told = self._at_risk_reason(now)
-            elif after is GuardState.LOST and before is not GuardState.LOST:
+            told = None
+            if entered is GuardState.LOST:
                 told = self._reason
-            next_attempt = self._renew_at
-        self._log(before, after, event=event, reason=told or reason, now=now, retry=next_attempt)
-        if after is not before:
+            elif entered is GuardState.AT_RISK:
+                told = self._at_risk_reason(now)
+            next_attempt = self._timeline.renew_at
+        self._log(before, entered, event=event, reason=told or reason, now=now, retry=next_attempt)
+        if entered is not None:
             self._wake()
-        callback, name = None, ""
-        if after is GuardState.LOST and before is not GuardState.LOST:
-            callback, name = self._on_lost, "on_lost"
-        elif after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
-            callback, name = self._on_at_risk, "on_at_risk"
-        if callback is None or told is None:
+        callback = self._callbacks.get(entered) if entered is not None else None
+        if callback is None or told is None or entered is None:
             return []
+        name = "on_lost" if entered is GuardState.LOST else "on_at_risk"
         return [Notice(callback, told, name, self.key)]
 
     def _log(
         self,
         before: GuardState,
-        after: GuardState,
+        entered: GuardState | None,
         *,
         event: Event,
         reason: BaseException | None,
@@ -491,9 +546,9 @@ class Ownership:
                 reason,
                 exc_info=not isinstance(reason, Error),
             )
-        elif after is GuardState.LOST and before is not GuardState.LOST:
+        elif entered is GuardState.LOST:
             logger.warning("lost the lease on %s: %s", self.key, reason)
-        elif after is GuardState.AT_RISK and before is not GuardState.AT_RISK:
+        elif entered is GuardState.AT_RISK:
             logger.warning("the lease on %s is at risk: %s", self.key, reason)
         elif event is Event.RENEWAL_FAILED and now is not None:
             logger.info(
@@ -503,7 +558,7 @@ class Ownership:
                 retry - now,
                 getattr(reason, "request_id", None),
             )
-        elif before is GuardState.AT_RISK and after is GuardState.HELD:
+        elif before is GuardState.AT_RISK and entered is GuardState.HELD:
             logger.info("the lease on %s is renewed and no longer at risk", self.key)
 
     # -- inside the lock -----------------------------------------------------------------------
@@ -517,31 +572,25 @@ class Ownership:
         event = Event.DEADLINE if due is GuardState.LOST else Event.AT_RISK
         return self._move(event, now=now) or []
 
+    def _early(self, early: float) -> float:
+        # A retry keeps its backoff: only the renewal a third into the ttl may go out early.
+        timeline = self._timeline
+        if timeline.lease is None or timeline.failures:
+            return 0.0
+        return min(early, timeline.lease.ttl_seconds * EARLY_TTL_FRACTION)
+
     def _judge(self, now: float) -> GuardState:
-        if self._state in _TIMED and now >= self._deadline:
+        if self._state in _TIMED and now >= self._timeline.deadline:
             return GuardState.LOST
-        if self._state is GuardState.HELD and now >= self._at_risk_at:
+        if self._state is GuardState.HELD and now >= self._timeline.at_risk_at:
             return GuardState.AT_RISK
         return self._state
 
-    def _adopt(self, answer: Answer[LockLease], *, keep_in_flight: bool = False) -> None:
-        lease = answer.value
-        ttl = lease.ttl_seconds
-        margin = ttl * AT_RISK_FRACTION if self._margin is None else self._margin
-        self._lease = lease
-        self._deadline = answer.sent_at + ttl
-        self._at_risk_at = self._deadline - margin
-        self._renew_at = answer.sent_at + ttl * RENEW_AFTER_FRACTION
-        self._failures = 0
-        self._last_error = None
-        if not keep_in_flight:
-            self._in_flight = None
-        self._expired = None
-
     def _deadline_reason(self) -> LockLostError:
         if self._expired is None:
-            ttl = self._lease.ttl_seconds if self._lease is not None else 0.0
-            last = self._last_error
+            timeline = self._timeline
+            ttl = timeline.lease.ttl_seconds if timeline.lease is not None else 0.0
+            last = timeline.last_error
             got = "" if last is None else f"; the last attempt got {last!r}"
             self._expired = LockLostError(
                 f"no renewal of {self.key!r} succeeded before its ttl of {ttl:g}s ran out{got}"
@@ -550,14 +599,15 @@ class Ownership:
         return self._expired
 
     def _at_risk_reason(self, now: float | None) -> Error:
-        if self._last_error is not None:
-            return self._last_error
-        left = "" if now is None else f"; {self._deadline - now:.2f}s are left"
+        timeline = self._timeline
+        if timeline.last_error is not None:
+            return timeline.last_error
+        left = "" if now is None else f"; {timeline.deadline - now:.2f}s are left"
         if self._in_flight is None:
             return APITimeoutError(f"no renewal of {self.key!r} has been sent yet{left}")
-        attempt, began = self._in_flight
+        renewal, began = self._in_flight
         waited = "" if now is None else f" for {now - began:.2f}s"
         return APITimeoutError(
             f"the renewal of {self.key!r} has had no answer{waited}{left}",
-            request_id=attempt.call.request_id,
+            request_id=renewal.request_id,
         )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from . import _transport, _validate
+from . import _seam, _validate
 
 if TYPE_CHECKING:
     import uuid
@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._transport import Call, Page
-
+    from ._seam import Call, Page
 
 FOREVER = math.inf
 """The `wait` of an acquisition that waits as long as it takes (a campaign's, by default)."""
@@ -44,7 +43,7 @@ class Acquisition:
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
-        return _transport.acquire_call(
+        return _seam.acquire(
             self.key,
             owner_token=self.owner_token,
             ttl=self.ttl,
@@ -127,66 +126,50 @@ def renew(
 
     `ttl` None means the lease's own ttl; `label` None keeps the lease's label.
     """
-    checked_key = _validate.key(key)
-    checked_lease = _validate.lease_for(checked_key, lease)
-    return _transport.renew_call(
-        checked_key,
-        checked_lease,
-        ttl=_validate.ttl(checked_lease.ttl_seconds if ttl is None else ttl),
+    checked = _validate.lease_for(_validate.key(key), lease)
+    return _seam.renew(
+        checked,
+        ttl=_validate.ttl(checked.ttl_seconds if ttl is None else ttl),
         request_id=_request_id(request_id),
         label=_validate.label(label),
     )
 
 
-def renewal(lease: LockLease) -> Call[LockLease]:
-    """A guard's renewal of `lease`: its own ttl, a fresh request id."""
-    return renew(lease.key, lease, ttl=None, request_id=None)
-
-
 def release(key: object, lease: object, *, request_id: str | uuid.UUID | None) -> Call[None]:
     """The release request for these arguments."""
-    checked_key = _validate.key(key)
-    return _transport.release_call(
-        checked_key, _validate.lease_for(checked_key, lease), request_id=_request_id(request_id)
-    )
+    checked = _validate.lease_for(_validate.key(key), lease)
+    return _seam.release(checked, request_id=_request_id(request_id))
 
 
 def get(key: object, *, request_id: str | uuid.UUID | None) -> Call[LockState]:
     """The get request for these arguments."""
-    return _transport.get_call(_validate.key(key), request_id=_request_id(request_id))
+    return _seam.get(_validate.key(key), request_id=_request_id(request_id))
 
 
 def force_release(key: object, *, request_id: str | uuid.UUID | None) -> Call[ForceReleaseResult]:
     """The force release request for these arguments."""
-    return _transport.force_release_call(_validate.key(key), request_id=_request_id(request_id))
+    return _seam.force_release(_validate.key(key), request_id=_request_id(request_id))
 
 
 def check(key: object, fencing_token: object, *, request_id: str | uuid.UUID | None) -> Call[bool]:
     """The fence check for these arguments: is `fencing_token` a live lease of `key`?"""
-    return _transport.check_call(
+    return _seam.check(
         _validate.key(key),
         _validate.fencing_token(fencing_token),
         request_id=_request_id(request_id),
     )
 
 
-def watch(key: object, *, after_version: int, wait: float) -> Call[LockState]:
+def watch(key: str, *, after_version: int, wait: float) -> Call[LockState]:
     """One long poll of a watch (a fresh request id each: it changes nothing)."""
-    return _transport.watch_call(
-        _validate.key(key), after_version=after_version, wait=wait, request_id=new_request_id()
-    )
+    return _seam.watch(key, after_version=after_version, wait=wait, request_id=_validate.new_uuid())
 
 
 def list_page(prefix: str, *, after: str, page_size: int) -> Call[Page]:
     """One page of a listing, after the key `after` (arguments checked by the caller)."""
-    return _transport.list_call(
-        prefix=prefix, after=after, limit=page_size, request_id=new_request_id()
+    return _seam.list_page(
+        prefix=prefix, after=after, limit=page_size, request_id=_validate.new_uuid()
     )
-
-
-def new_request_id() -> str:
-    """A fresh request id."""
-    return _validate.new_uuid()
 
 
 def _request_id(value: str | uuid.UUID | None) -> str:

@@ -38,14 +38,14 @@ def retry_delay(error: Error) -> float | None:
     return None
 
 
-def retry_once(attempt: Callable[[], T], sleep: Callable[[float], None], what: str) -> T:
-    """Run `attempt`; after a retryable failure wait and run it once more.
+def retry_once(attempt: Callable[[bool], T], sleep: Callable[[float], None], what: str) -> T:
+    """Run `attempt(False)`; after a retryable failure wait and run `attempt(True)`, the retry.
 
     The retry's failure propagates; the first failure is in its `__context__` chain and named
     in a note.
     """
     try:
-        return attempt()
+        return attempt(False)
     except Error as first:
         delay = retry_delay(first)
         if delay is None:
@@ -53,18 +53,18 @@ def retry_once(attempt: Callable[[], T], sleep: Callable[[float], None], what: s
         _log_retry(what, first, delay)
         sleep(delay)
         try:
-            return attempt()
+            return attempt(True)
         except Error as second:
             _note_first(second, first)
             raise
 
 
 async def retry_once_async(
-    attempt: Callable[[], Awaitable[T]], sleep: Callable[[float], Awaitable[None]], what: str
+    attempt: Callable[[bool], Awaitable[T]], sleep: Callable[[float], Awaitable[None]], what: str
 ) -> T:
     """The async twin of `retry_once`."""
     try:
-        return await attempt()
+        return await attempt(False)
     except Error as first:
         delay = retry_delay(first)
         if delay is None:
@@ -72,7 +72,7 @@ async def retry_once_async(
         _log_retry(what, first, delay)
         await sleep(delay)
         try:
-            return await attempt()
+            return await attempt(True)
         except Error as second:
             _note_first(second, first)
             raise

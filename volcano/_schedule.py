@@ -1,15 +1,21 @@
-"""The renewal loop's decisions, shared by the thread of `Client` and the task of `AsyncClient`.
+"""The renewal engine's decisions: one pure scheduler per client, shared by both loops.
 
-One loop per client serves every guard. A `Schedule` knows when each guard needs the loop next
-(a renewal due, the at-risk point, the deadline), which renewals are under way, and what came
-back; it does no I/O and takes `now` as an argument. The loop (`_renewer.py`, `_async_renewer.py`)
-only waits, starts the attempts a `Schedule` hands it, reports their outcomes, and calls the
-user's callbacks outside its lock.
+A `Schedule` knows when each guard needs the loop next (a renewal due, its at-risk point, its
+deadline: a heap of those times), which renewals are under way, and what came back; it does no
+I/O and takes `now` as an argument. The loops (in `_engine.py`, `_async_engine.py`) only wait,
+hand the batches a step starts to the engine's send, report their outcomes, and call the user's
+callbacks outside their lock.
 
-Renewals do not wait on each other: up to `MAX_IN_FLIGHT` run at once, so one slow answer
-holds up only its own guard. Beyond that, due guards queue in the order they fell due. A guard
-whose renewal is under way is still woken for its at-risk point and deadline, so those moves
-(and their callbacks) happen on time however long the answer takes.
+Each step gathers the renewals that are due, and those due within `EARLY` seconds (at most a
+twentieth of their ttl: `Ownership.due`), into batches of up to `BATCH_SIZE` leases: one request
+each, so a client's guards cost a request per batch, not per guard (a batch of one is a plain
+renew). Up to `MAX_IN_FLIGHT` requests are under way at once, so a slow or failed one holds up
+only the leases it carries (which share its fate: a request that never answers is given up when
+its most pressed lease runs out), never the next batch; past that, due leases wait in the order
+they fell due. Each lease's outcome is judged by its own guard: a refusal inside a batch loses that
+guard only, a transient failure retries that lease after its own backoff. A guard whose renewal
+is under way is still woken for its at-risk point and deadline, so those moves (and their
+callbacks) happen on time however long the answer takes.
 
 The loop's owner holds a lock around every call (the asyncio loop runs them on one thread).
 """
@@ -24,21 +30,69 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._exceptions import Error, LockLostError
+from ._validate import new_uuid
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ._models import LockLease
-    from ._ownership import Attempt, Notice, Ownership
-    from ._transport import Answer
+    from ._ownership import Notice, Ownership, Renewal
+    from ._seam import Answer
+
+MAX_IN_FLIGHT = 8
+"""How many renewal requests of one client may be under way at once."""
+BATCH_SIZE = 500
+"""The most leases one request renews (the server's limit)."""
+EARLY = 0.1
+"""Seconds before it is due that a renewal may go out, to share a request with others."""
 
 logger = logging.getLogger("volcano")
 
-MAX_IN_FLIGHT = 8
-"""How many renewals of one client may be under way at once."""
+
+class BatchesUnsupported(Exception):
+    """The server has no batch renewal (an older one): send one lease per request."""
+
+
+@attrs.frozen
+class Batch:
+    """Renewals that go out in one request, under its request id."""
+
+    request_id: str
+    entries: tuple[tuple[Ownership, Renewal], ...]
+
+    @property
+    def leases(self) -> tuple[LockLease, ...]:
+        """The leases to renew, in order."""
+        return tuple(renewal.lease for _, renewal in self.entries)
+
+    @property
+    def timeout(self) -> float:
+        """How long the request may take: no longer than its most pressed lease has left."""
+        return min(renewal.timeout for _, renewal in self.entries)
+
+    def unsent(self) -> list[Outcome]:
+        """Outcomes for a batch that never went out: each lease is due again as it was."""
+        return [Outcome() for _ in self.entries]
+
+    def failed(self, exc: Exception) -> list[Outcome]:
+        """Outcomes for a batch whose send raised `exc`, which is not a volcano error: a bug.
+
+        It is logged, and loses the guards of this batch (only these) with a `LockLostError`
+        caused by it: nobody can tell whether their leases were renewed.
+        """
+        keys = ", ".join(guard.key for guard, _ in self.entries[:5])
+        logger.error("renewing the leases on %s failed unexpectedly", keys, exc_info=exc)
+        outcomes = []
+        for guard, _ in self.entries:
+            reason = LockLostError(f"renewing the lease on {guard.key!r} failed unexpectedly")
+            reason.__cause__ = exc
+            outcomes.append(Outcome(error=reason))
+        return outcomes
 
 
 @attrs.frozen
 class Outcome:
-    """How a renewal attempt ended: an answer, an error, or neither (it was cancelled)."""
+    """How one lease's renewal ended: an answer, an error, or neither (it was not sent)."""
 
     answer: Answer[LockLease] | None = None
     error: Error | None = None
@@ -46,22 +100,37 @@ class Outcome:
 
 @attrs.define
 class Work:
-    """What the loop must do after a step: start these attempts, call these callbacks."""
+    """What the loop must do after a step: send these batches, call these callbacks."""
 
-    starts: list[tuple[Ownership, Attempt]] = attrs.Factory(list)
+    starts: list[Batch] = attrs.Factory(list)
     notices: list[Notice] = attrs.Factory(list)
 
 
 class Schedule:
-    """Every guard one client renews, when each needs the loop, and the renewals under way."""
+    """Every guard one client renews, when each needs the loop, and the batches under way.
 
-    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
+    Args:
+        limit: How many requests may be under way at once.
+        batch_size: The most leases one request carries.
+        new_id: Makes each request's id.
+    """
+
+    def __init__(
+        self,
+        limit: int = MAX_IN_FLIGHT,
+        batch_size: int = BATCH_SIZE,
+        new_id: Callable[[], str] = new_uuid,
+    ) -> None:
         self._limit = limit
+        self.batch_size = batch_size
+        self._new_id = new_id
         self._heap: list[tuple[float, int, Ownership]] = []
         self._entry: dict[Ownership, int] = {}  # served guard -> its live heap entry
         self._ready: dict[Ownership, None] = {}  # due for a renewal, waiting for a slot
-        self._in_flight: set[Ownership] = set()
+        self._in_flight: dict[Ownership, str] = {}  # guard -> the request carrying its renewal
+        self._batches: set[str] = set()  # requests under way
         self._finished: list[tuple[Ownership, Outcome]] = []
+        self._let_go: set[Ownership] = set()  # removed while under way: outcome not taken in
         self._sequence = itertools.count()
         self.stopped: Error | None = None
 
@@ -72,51 +141,67 @@ class Schedule:
         """Serve `guard` from now on."""
         self._push(guard)
 
-    def remove(self, guard: Ownership) -> bool:
-        """Stop serving `guard`; return whether a renewal of it is still under way."""
+    def remove(self, guard: Ownership, *, let_go: bool = False) -> bool:
+        """Stop serving `guard`; return whether a renewal of it is still under way.
+
+        `let_go`: that renewal's outcome is not taken in when it comes (it stays under way for
+        the others of its batch); otherwise the caller waits for it (`busy`).
+        """
         self._entry.pop(guard, None)
         self._ready.pop(guard, None)
-        return guard in self._in_flight
+        busy = guard in self._in_flight
+        if busy and let_go:
+            self._let_go.add(guard)
+            del self._in_flight[guard]
+            guard.renewal_ended()
+            return False
+        return busy
 
     def busy(self, guard: Ownership) -> bool:
         """Whether a renewal of `guard` is under way (its outcome not yet taken in)."""
         return guard in self._in_flight
 
-    def finish(self, guard: Ownership, outcome: Outcome) -> None:
-        """Note how a renewal ended; the next `step` takes it in."""
-        self._finished.append((guard, outcome))
+    def finish(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
+        """Note how each lease of `batch` fared (in order); the next `step` takes them in."""
+        self._batches.discard(batch.request_id)
+        for (guard, _), outcome in zip(batch.entries, outcomes, strict=True):
+            if guard in self._let_go:
+                self._let_go.discard(guard)
+            elif self._in_flight.get(guard) == batch.request_id:
+                self._finished.append((guard, outcome))
+
+    def singles(self) -> None:
+        """From now on, one lease per request (a server without batch renewals)."""
+        self.batch_size = 1
 
     def step(self, now: float) -> Work:
         """Take in finished renewals, make the moves due at `now`, and start what may start."""
         work = Work()
         finished, self._finished = self._finished, []
         for guard, outcome in finished:
-            self._in_flight.discard(guard)
+            del self._in_flight[guard]
             work.notices += _take_in(guard, outcome, now)
             if guard in self._entry:
                 self._push(guard)
-        while self._heap and self._heap[0][0] <= now:
+        later: list[tuple[Ownership, bool]] = []
+        while self._heap and self._heap[0][0] <= now + EARLY:
             _, sequence, guard = heapq.heappop(self._heap)
             if self._entry.get(guard) != sequence:
                 continue  # superseded, or the guard left
-            notices, renew = guard.due(now)
+            notices, renew = guard.due(now, early=EARLY)
             work.notices += notices
             if renew:
                 self._ready[guard] = None
-            self._push(guard, renewal=not renew)
-        while self._ready and len(self._in_flight) < self._limit:
-            guard = next(iter(self._ready))
-            del self._ready[guard]
-            attempt = guard.begin_renewal(now)
-            if attempt is not None:
-                self._in_flight.add(guard)
-                work.starts.append((guard, attempt))
-                self._push(guard)  # still woken for its at-risk point and deadline
+            later.append((guard, not renew))
+        for guard, renewal in later:
+            self._push(guard, renewal=renewal)
+        while self._ready and len(self._batches) < self._limit:
+            work.starts += self._start(now)
         return work
 
     def next_wake(self, now: float) -> float | None:
         """Seconds until the loop must step again (0: at once), or None: only when told."""
-        if self._finished or (self._ready and len(self._in_flight) < self._limit):
+        if self._finished or (self._ready and len(self._batches) < self._limit):
             return 0.0
         while self._heap and self._entry.get(self._heap[0][2]) != self._heap[0][1]:
             heapq.heappop(self._heap)
@@ -124,7 +209,7 @@ class Schedule:
 
     def idle(self) -> bool:
         """Whether no renewal is under way or waiting to be taken in."""
-        return not self._in_flight and not self._finished
+        return not self._batches and not self._finished
 
     def stop(self, reason: Error) -> list[Notice]:
         """Stop for good: every guard still served, and any added later, is lost for `reason`."""
@@ -135,15 +220,32 @@ class Schedule:
     def abandon(self, reason: Error) -> list[Notice]:
         """Lose every guard still served because of `reason`, and forget them."""
         guards = list(self._entry)
-        self._entry.clear()
-        self._ready.clear()
+        for collection in (self._entry, self._ready, self._in_flight, self._batches):
+            collection.clear()
         self._heap.clear()
         self._finished.clear()
-        self._in_flight.clear()
+        self._let_go.clear()
         notices: list[Notice] = []
         for guard in guards:
             notices += guard.stop(reason)
         return notices
+
+    def _start(self, now: float) -> list[Batch]:
+        """One batch of the ready guards (none if none may renew any more)."""
+        chosen = list(itertools.islice(self._ready, self.batch_size))
+        request_id = self._new_id()
+        entries = []
+        for guard in chosen:
+            del self._ready[guard]
+            renewal = guard.begin_renewal(now, early=EARLY, request_id=request_id)
+            if renewal is not None:
+                entries.append((guard, renewal))
+                self._in_flight[guard] = request_id
+            self._push(guard)  # still woken for its at-risk point and deadline
+        if not entries:
+            return []
+        self._batches.add(request_id)
+        return [Batch(request_id, tuple(entries))]
 
     def _push(self, guard: Ownership, *, renewal: bool = True) -> None:
         wake = guard.next_wake(renewal=renewal)
@@ -163,17 +265,3 @@ def _take_in(guard: Ownership, outcome: Outcome, now: float) -> list[Notice]:
         return guard.renewal_failed(outcome.error, now)
     guard.renewal_ended()
     return []
-
-
-def failed(guard: Ownership, exc: Exception) -> Outcome:
-    """The outcome of a renewal attempt that raised `exc`.
-
-    A volcano error is judged by the guard's rules; anything else is a bug, logged, and loses
-    that guard (only that one) with a `LockLostError` caused by it.
-    """
-    if isinstance(exc, Error):
-        return Outcome(error=exc)
-    logger.error("renewing the lease on %s failed unexpectedly", guard.key, exc_info=exc)
-    reason = LockLostError(f"renewing the lease on {guard.key!r} failed unexpectedly")
-    reason.__cause__ = exc
-    return Outcome(error=reason)

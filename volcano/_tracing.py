@@ -14,9 +14,10 @@ The spans:
 - one per request sent (kind CLIENT), named `POST /v1/locks/{key}/acquire` and so on, whose
   `traceparent` header (the global propagator's) makes the server's spans its children;
 - one per with_lock guard, `volcano.with_lock`, from entering to the end of its release; its
-  acquisition and release are its children, and each renewal the client's loop sends in the
-  background is a `volcano.renew` of its own trace, linked to it (a guard may live for hours:
-  its renewals would otherwise make one trace without end).
+  acquisition and release are its children, and each request the client's loop sends in the
+  background to renew leases (one, or a batch) is a `volcano.renew` of its own trace, linked to
+  the span of each guard it renews (a guard may live for hours: its renewals would otherwise
+  make one trace without end).
 
 Attributes name the operation, the request id, the ttl, wait and limit asked, the fencing
 token (it is public), a fence check's answer, the status and, on failure, the error's class
@@ -32,7 +33,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import attrs
@@ -44,9 +45,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer
 
     from ._config import Settings
-    from ._transport import Call
 
-__all__ = ["GuardTrace", "inject", "renewal", "request", "traced", "traced_async"]
+__all__ = ["GuardTrace", "inject", "renewals", "request", "traced", "traced_async"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,6 +55,7 @@ LOCK_KEYS_ENV = "VOLCANO_TRACE_LOCK_KEYS"
 _ROUTES = {
     "acquire": ("POST", "/v1/locks/{key}/acquire"),
     "renew": ("POST", "/v1/locks/{key}/renew"),
+    "renew_many": ("POST", "/v1/leases/renew"),
     "release": ("POST", "/v1/locks/{key}/release"),
     "get": ("GET", "/v1/locks/{key}"),
     "force_release": ("DELETE", "/v1/locks/{key}"),
@@ -184,9 +185,12 @@ def _no_status(_status: int) -> None:
 
 
 @contextlib.contextmanager
-def request(call: Call[Any], settings: Settings) -> Iterator[Callable[[int], None]]:
+def request(
+    operation: str, request_id: str, settings: Settings, *, resend: bool, wait: object
+) -> Iterator[Callable[[int], None]]:
     """The span of one request while tracing is on, current while it is sent.
 
+    `resend`: a retry with the same request id; `wait`: the seconds it may wait in line.
     Yields what records the answer's status (a no-op while tracing is off).
     """
     tracer = _tracer()
@@ -195,19 +199,18 @@ def request(call: Call[Any], settings: Settings) -> Iterator[Callable[[int], Non
         return
     from opentelemetry.trace import SpanKind
 
-    method, template = _ROUTES.get(call.operation, ("POST", call.operation))
+    method, template = _ROUTES.get(operation, ("POST", operation))
     host, port = _host_and_port(settings.api_url)
     attributes: dict[str, Any] = {
         "http.request.method": method,
         "url.template": template,
         "server.address": host,
         "server.port": port,
-        "volcano.operation": call.operation,
-        "volcano.request_id": call.request_id,
+        "volcano.operation": operation,
+        "volcano.request_id": request_id,
     }
-    if call.first_send.at is not None:
+    if resend:
         attributes["http.request.resend_count"] = 1  # a retry, with the same request id
-    wait = getattr(call.kwargs.get("body"), "wait_seconds", None)
     if isinstance(wait, int | float) and not isinstance(wait, bool):
         attributes["volcano.lock.wait_seconds"] = float(wait)
     with tracer.start_as_current_span(
@@ -275,8 +278,11 @@ class GuardTrace:
 
 
 @contextlib.contextmanager
-def renewal(guard: GuardTrace | None, key: str) -> Iterator[None]:
-    """A background renewal's span: a trace of its own, linked to its guard's span."""
+def renewals(guards: Sequence[GuardTrace | None], keys: Sequence[str]) -> Iterator[None]:
+    """A background request renewing leases: a trace of its own, linked to each guard's span.
+
+    One span per request, whatever number of leases it carries (`volcano.lock.count`).
+    """
     tracer = _tracer()
     if tracer is None:
         yield
@@ -284,12 +290,14 @@ def renewal(guard: GuardTrace | None, key: str) -> Iterator[None]:
     from opentelemetry.context import Context
     from opentelemetry.trace import Link
 
-    links = [Link(guard.link)] if guard is not None and guard.link.is_valid else []
+    links = [Link(guard.link) for guard in guards if guard is not None and guard.link.is_valid]
+    attributes = _attributes("renew", keys[0] if len(keys) == 1 else None, {})
+    attributes["volcano.lock.count"] = len(keys)
     with tracer.start_as_current_span(
         "volcano.renew",
         context=Context(),  # a root: not a child of whatever the renewal loop runs in
         links=links,
-        attributes=_attributes("renew", key, {}),
+        attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:

@@ -16,7 +16,7 @@ from ._validate import new_uuid
 if TYPE_CHECKING:
     from ._models import LockLease
     from ._requests import Acquisition
-    from ._transport import Call
+    from ._seam import Call
 
 __all__ = ["WAIT_PER_REQUEST", "WaitChain"]
 

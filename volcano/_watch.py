@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _requests
+from . import _requests, _validate
 from ._exceptions import APIConnectionError, APIStatusError, Error
 
 if TYPE_CHECKING:
@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from types import TracebackType
 
+    from ._async_engine import AsyncEngine
     from ._clock import Clock
+    from ._engine import Engine
     from ._models import LockState
-    from ._transport import Answer, Call, Page
+    from ._seam import Answer, Call, Page
 
     SyncSend = Callable[..., Answer[LockState]]
     AsyncSend = Callable[..., Awaitable[Answer[LockState]]]
@@ -41,7 +43,9 @@ __all__ = [
     "LockWatch",
     "WatchCursor",
     "async_pages",
+    "async_watch",
     "pages",
+    "watch",
 ]
 
 POLL_SECONDS = 50.0
@@ -240,6 +244,18 @@ class AsyncLockWatch:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def watch(engine: Engine, key: object, after_version: object) -> LockWatch:
+    """A watch of `key` sent through `engine` (arguments checked here)."""
+    cursor = WatchCursor(_validate.key(key), _validate.version(after_version))
+    return LockWatch(cursor, send=engine.send, clock=engine.clock, timeout=engine.timeout)
+
+
+def async_watch(engine: AsyncEngine, key: object, after_version: object) -> AsyncLockWatch:
+    """The asyncio twin of `watch`."""
+    cursor = WatchCursor(_validate.key(key), _validate.version(after_version))
+    return AsyncLockWatch(cursor, send=engine.send, clock=engine.clock, timeout=engine.timeout)
 
 
 def pages(

@@ -28,8 +28,9 @@ import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from . import _batch
 from ._accesslog import AccessLog, RequestRecord
-from ._auth import Authenticator
+from ._auth import Authenticator, Principal
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
 from ._metrics import Metrics
@@ -37,7 +38,7 @@ from ._offload import Runner
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
-from ._service import Caller, LockService
+from ._service import Caller, LockService, Renewal
 from ._shares import ProjectShares
 from ._spec import Operation
 from ._tracing import Tracing
@@ -72,6 +73,9 @@ _OPERATIONS: dict[str, _Run] = {
     "renewLock": lambda s, c, p, b, _gone: s.renew(  # label None (or absent): kept
         c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"], label=b.get("label")
     ),
+    "renewLeases": lambda s, c, _p, b, _gone: s.renew_many(
+        c, [Renewal(**entry) for entry in b["leases"]]
+    ),
     "releaseLock": lambda s, c, p, b, _gone: s.release(
         c, p["key"], b["owner_token"], b["fencing_token"]
     ),
@@ -89,6 +93,8 @@ _OPERATIONS: dict[str, _Run] = {
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
 HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
+# Operations whose bodies may be larger than the rest: up to 500 entries of a batch.
+_BATCHES = frozenset({"renewLeases"})
 
 
 class _ClientGone(Exception):
@@ -104,8 +110,8 @@ class _Request:
     headers: Headers
     request_id: str
     replayable: bool
-    malformed_id: str | None  # why the client's X-Request-Id was refused
     body: bytes | None  # None when over the size limit
+    body_limit: int
     query: bytes = b""  # the query string as sent
 
 
@@ -119,6 +125,7 @@ class Api:
         request_id: Validator,
         *,
         max_body_bytes: int,
+        max_batch_body_bytes: int,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -130,6 +137,7 @@ class Api:
         self._auth = authenticator
         self._request_id = request_id
         self._max_body = max_body_bytes
+        self._max_batch_body = max_batch_body_bytes
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -183,8 +191,14 @@ class Api:
             if not operation.authenticated:
                 answer = _HEALTH
             else:
+                principal = await self._admit(headers, malformed)
+                limit = (
+                    self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
+                )
                 body = (
-                    await self._read_body(headers, receive) if operation.body is not None else b""
+                    await self._read_body(headers, receive, limit)
+                    if operation.body is not None
+                    else b""
                 )
                 request = _Request(
                     operation,
@@ -192,11 +206,11 @@ class Api:
                     headers,
                     request_id,
                     replayable,
-                    malformed,
                     body,
+                    limit,
                     scope.get("query_string", b""),
                 )
-                caller, params_checked, body_checked = await self._judge(request)
+                caller, params_checked, body_checked = self._judge(request, principal)
                 with self._shares.hold(
                     caller.project_id, waiting=_waits(params_checked, body_checked)
                 ):
@@ -260,9 +274,9 @@ class Api:
             return str(uuid.uuid4()), False, str(failure) if declared else None
         return sent[0], True, None
 
-    async def _read_body(self, headers: Headers, receive: Receive) -> bytes | None:
+    async def _read_body(self, headers: Headers, receive: Receive, limit: int) -> bytes | None:
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self._max_body:
+        if declared.isdigit() and int(declared) > limit:
             return None
         chunks: list[bytes] = []
         size = 0
@@ -272,29 +286,40 @@ class Api:
                 raise _ClientGone
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
-            if size > self._max_body:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _judge(self, request: _Request) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
-        """Everything after routing and before the operation, in the contract's order."""
-        headers = request.headers
+    async def _admit(self, headers: Headers, malformed_id: str | None) -> Principal:
+        """What the headers alone decide, first in the contract's order.
+
+        The credentials, the request id's form, the project's rate. Nothing of the body is read
+        before this, so a caller without keys never makes the server hold a body (a batch's may
+        be 256 KiB).
+        """
         apikey, authorization = credentials(headers)
         principal = await self._run(
             lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block)
         )
-        if request.malformed_id is not None:
-            raise ApiError.invalid_request(request.malformed_id)
+        if malformed_id is not None:
+            raise ApiError.invalid_request(malformed_id)
         if self._limiter is not None:
             wait = self._limiter.check(principal.project_id)
             if wait is not None:
                 raise ApiError.rate_limited(wait)
+        return principal
+
+    def _judge(
+        self, request: _Request, principal: Principal
+    ) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
+        """The body and parameters of an admitted request, in the contract's order."""
+        headers = request.headers
         body: dict[str, Any] = {}
         if request.operation.body is not None:
             if request.body is None:
-                raise ApiError.payload_too_large(self._max_body)
+                raise ApiError.payload_too_large(request.body_limit)
             check_content_encoding(headers)
             body = _json_object(headers.get("content-type", ""), request.body)
         checked_params, checked_body = _validated(
@@ -346,13 +371,15 @@ def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
 
     The clock is the storage's once the answer's transaction committed, plus the time the
     server has taken since (its fsync, its loop): a server that stalled longer than the ttl
-    answers 409 instead of a lease that has already ended.
+    answers 409 instead of a lease that has already ended (a batch, for that entry alone).
     """
     if answer.lease_until_us is None or answer.clock_us is None:
         return answer
     elapsed_us = round((asyncio.get_running_loop().time() - back) * 1_000_000)
     if answer.clock_us + elapsed_us < answer.lease_until_us:
         return answer
+    if answer.results:
+        return _batch.still_true(answer, answer.clock_us + elapsed_us, request_id)
     message = (
         "the lease this request was granted expired before the answer could be sent (the"
         " server or its database stalled for longer than the ttl); acquire again"

@@ -107,6 +107,7 @@ def create_app(
         authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
+        max_batch_body_bytes=config.max_batch_body_bytes,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
         shares=ProjectShares(config.max_waiters_per_project, config.max_requests_per_project),
         metrics=metrics,

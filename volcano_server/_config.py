@@ -103,6 +103,8 @@ class ServerConfig:
     retention_seconds: float = 600.0
     # Bodies are tiny JSON objects; anything bigger is refused with 413 before parsing.
     max_body_bytes: int = 16_384
+    # A batch renewal carries up to 500 entries (`POST /v1/leases/renew`).
+    max_batch_body_bytes: int = 262_144
     # Requests per second per project (per server process); None disables the limit.
     rate_limit: float | None = None
     # What one project may hold open at once in one process (more gets 429): waiting acquires,
@@ -138,6 +140,11 @@ class ServerConfig:
         if self.max_body_bytes < 1024:
             raise ValueError(
                 f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
+            )
+        if self.max_batch_body_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
+                f" got {self.max_batch_body_bytes}"
             )
         for name in ("max_waiters_per_project", "max_requests_per_project"):
             if getattr(self, name) < 1:

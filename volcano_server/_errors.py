@@ -155,6 +155,10 @@ class ApiError(Exception):
 
     def answer(self, request_id: str) -> Answer:
         """The answer: this error's status, body and Retry-After."""
+        return Answer(self.status, dumps({"error": self.detail(request_id)}), self.retry_after)
+
+    def detail(self, request_id: str) -> dict[str, object]:
+        """The error object of the body (also one refused entry's, in a batch's results)."""
         detail: dict[str, object] = {
             "code": self.code,
             "message": self.message,
@@ -162,8 +166,7 @@ class ApiError(Exception):
         }
         if self.limit is not None:
             detail["limit"] = self.limit
-        body = {"error": detail}
-        return Answer(self.status, dumps(body), self.retry_after)
+        return detail
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"

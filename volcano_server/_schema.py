@@ -35,6 +35,9 @@ _KNOWN = _IGNORED | {
     "maximum",
     "enum",
     "default",
+    "items",
+    "minItems",
+    "maxItems",
 }
 
 
@@ -79,6 +82,7 @@ def compile_schema(
         "number": _compile_number,
         "integer": _compile_number,
         "boolean": _compile_boolean,
+        "array": _compile_array,
     }
     if kind not in compilers:
         raise SchemaError(f"unsupported type {kind!r}")
@@ -140,6 +144,30 @@ def _compile_object(
         return {**defaults, **checked} if defaults else checked
 
     return validate_object
+
+
+def _compile_array(
+    schema: Mapping[str, Any], resolve: Callable[[str], Mapping[str, Any]]
+) -> Validator:
+    if "items" not in schema:
+        raise SchemaError("request arrays must say what their items are")
+    item = compile_schema(schema["items"], resolve)
+    min_items = int(schema.get("minItems", 0))
+    max_items = schema.get("maxItems")
+    if max_items is None:
+        raise SchemaError("request arrays must have a maxItems")
+
+    def validate_array(value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise ValidationFailure(path, f"must be an array, got {_describe(value)}")
+        if len(value) < min_items:
+            raise ValidationFailure(path, f"must have at least {min_items} items")
+        if len(value) > max_items:
+            raise ValidationFailure(path, f"must have at most {max_items} items, got {len(value)}")
+        # Each item's failure names its index: `leases[3].key: ...`.
+        return [item(entry, f"{path}[{index}]") for index, entry in enumerate(value)]
+
+    return validate_array
 
 
 def _checked_default(validate: Validator, default: Any, name: str) -> Any:

@@ -10,19 +10,22 @@ version moves.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._offload import Runner
-from ._transactions import Caller
+from ._transactions import Caller, Renewal
 from ._waiting import Waits
 from ._watching import Watches
 from ._wire import Answer
 
-__all__ = ["Caller", "LockService"]
+__all__ = ["Caller", "LockService", "Renewal"]
 
 
 class LockService:
-    """Acquire (waiting or not), renew, release, force release, get (watching or not), list."""
+    """The lock operations: acquire, renew (one lease or many), release, force release, get, list.
+
+    Acquires may wait in line, and gets may watch a key for a change.
+    """
 
     def __init__(self, waits: Waits, watches: Watches, run: Runner) -> None:
         self._waits = waits
@@ -109,6 +112,13 @@ class LockService:
                 may_block=may_block,
             ),
             traced_as="renew",
+        )
+
+    async def renew_many(self, caller: Caller, renewals: Sequence[Renewal]) -> Answer:
+        """Renew each lease as `renew` would, in one transaction."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.renew_many(caller, renewals, may_block=may_block)
         )
 
     async def release(

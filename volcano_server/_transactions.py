@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
+from . import _batch
 from ._auth import Revocations
+from ._batch import Renewal
 from ._config import WaitingSettings
 from ._errors import ApiError
 from ._lockmetrics import End, Ended, Grant, Granted, Joined, LockEvent, LockMetrics
@@ -56,7 +58,7 @@ from ._rules import (
 from ._wire import Answer, dumps, parse_rfc3339_us
 from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WriteTx
 
-__all__ = ["Caller", "Queued", "Transactions", "shutting_down"]
+__all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
 
 T = TypeVar("T")
 
@@ -245,6 +247,63 @@ class Transactions:
             return decision.row or row, decision
 
         return _answer(self._mutate(caller, key, run, may_block=may_block, claims_lease=True))
+
+    def renew_many(
+        self, caller: Caller, renewals: Sequence[Renewal], *, may_block: bool = True
+    ) -> Answer:
+        """Renew each lease as `renew` would, all in one transaction, one outcome for them all.
+
+        The keys' rows are locked in key order (two batches never wait for each other in a
+        circle) and the clock is read once they all are, so each entry is judged as a single
+        renew would be; entries of one key are judged in order, each on the row the one before
+        it left.
+        """
+        project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
+        keys = sorted({renewal.key for renewal in renewals})
+
+        def work(tx: WriteTx, effects: _Effects) -> Answer:
+            prior = tx.claim_request(project_id, request_id) if print_ is not None else None
+            loaded = tx.load_locks(project_id, keys)
+            now = tx.now_us()
+            if prior is not None and print_ is not None:
+                return self._replay_many(caller, loaded, now, prior, print_)
+            rows = dict(loaded)
+            results: list[_batch.Result] = []
+            for renewal in renewals:
+                decision = decide_renew(
+                    rows[renewal.key],
+                    now,
+                    key=renewal.key,
+                    owner_token=renewal.owner_token,
+                    fencing_token=renewal.fencing_token,
+                    ttl=renewal.ttl_seconds,
+                    label=renewal.label,
+                )
+                if decision.refusal is not None:
+                    results.append(_batch.refused(renewal.key, decision.refusal, request_id))
+                    continue
+                assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
+                assert decision.payload is not None  # noqa: S101 - and its body
+                rows[renewal.key] = decision.row
+                results.append(
+                    _batch.renewed(renewal.key, decision.payload, decision.lease.expires_at_us)
+                )
+            saved = []
+            for key in keys:  # as `_save` does: each row's version moved past what changed
+                row, before = rows[key], loaded[key]
+                if row is not None and row != before:
+                    saved.append((versioned(before, row), before))
+            tx.save_locks(saved)
+            for row, before in saved:
+                self._changed_version(tx, effects, before, row)
+            for key in keys:
+                self._retime(effects, rows[key], now)
+            answer = _batch.answer(results)
+            if print_ is not None:
+                tx.save_outcome(project_id, request_id, self._stored(print_, answer, now))
+            return answer
+
+        return self._in_transaction(work, may_block=may_block, key=None)
 
     def release(
         self,
@@ -621,6 +680,23 @@ class Transactions:
             tx.save_outcome(caller.project_id, caller.request_id, delivered)
         return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(lease["expires_at"]))
 
+    def _replay_many(
+        self,
+        caller: Caller,
+        rows: dict[str, LockRow | None],
+        now: int,
+        prior: StoredOutcome,
+        print_: bytes,
+    ) -> Answer:
+        """The stored answer to a repeated batch, each lease that has ended since refused."""
+        if not hmac.compare_digest(prior.fingerprint, print_):
+            return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
+        if prior.status != 200:
+            return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
+        return _batch.replayed(
+            prior.body, lambda lease: _is_live(rows[lease["key"]], now, lease), caller.request_id
+        )
+
     def _on_key(
         self,
         project_id: int,
@@ -660,17 +736,35 @@ class Transactions:
         """
         if row is None:
             return
-        key_ref = (row.project_id, row.key)
         if row != loaded:
             if loaded is not None and loaded.leases:
                 effects.counted.extend(_ends(loaded, row, now, ending))
             row = versioned(loaded, row)
             tx.save_lock(row, loaded)
-            if loaded is None or row.version != loaded.version:
-                effects.changed.append(key_ref)
-                here = self._registry.server_id
-                if any(server != here for server in tx.watched_by(*key_ref)):
-                    tx.announce_change(*key_ref)
+            self._changed_version(tx, effects, loaded, row)
+        self._retime(effects, row, now)
+
+    def _changed_version(
+        self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow
+    ) -> None:
+        """Tell a saved row's new version to the key's watchers, once the transaction commits.
+
+        This server's watchers hear it from `effects`; other servers watching the key, from
+        an announcement.
+        """
+        if loaded is not None and row.version == loaded.version:
+            return
+        key_ref = (row.project_id, row.key)
+        effects.changed.append(key_ref)
+        here = self._registry.server_id
+        if any(server != here for server in tx.watched_by(*key_ref)):
+            tx.announce_change(*key_ref)
+
+    def _retime(self, effects: _Effects, row: LockRow | None, now: int) -> None:
+        """Re-time the key's hand-off after this transaction, if requests wait here for it."""
+        if row is None:
+            return
+        key_ref = (row.project_id, row.key)
         if self._registry.entries_of(key_ref):
             soonest = row.soonest_expiry(now)
             left = None if soonest is None else (soonest - now) / 1_000_000
@@ -681,9 +775,12 @@ class Transactions:
         work: Callable[[WriteTx, _Effects], T],
         *,
         may_block: bool,
-        key: KeyRef,
+        key: KeyRef | None,
     ) -> T:
-        """Run `work` on `key` in one write transaction; its effects on waiting requests follow."""
+        """Run `work` in one write transaction; its effects on waiting requests follow.
+
+        `key` is the key `work` locks first; None when it locks several itself.
+        """
         effects = _Effects(self._registry)
         try:
             with self._storage.write(may_block=may_block, key=key) as tx:

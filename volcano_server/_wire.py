@@ -26,8 +26,10 @@ class Answer:
     body: bytes
     retry_after: int | None = None
     replayed: bool = False
-    lease_until_us: int | None = None  # the expiry of the lease it tells of
+    lease_until_us: int | None = None  # the expiry of the lease it tells of (the soonest)
     clock_us: int | None = None  # the storage clock once its transaction committed
+    # A batch's results, each with the expiry of the lease it tells of (`_batch`).
+    results: tuple[tuple[dict[str, Any], int | None], ...] = ()
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))

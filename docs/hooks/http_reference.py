@@ -154,7 +154,11 @@ def _type(spec: dict[str, Any], schema: dict[str, Any]) -> str:
     words = [" or ".join(kinds) if isinstance(kinds, list) else kinds]
     if "format" in schema:
         words.append(f"({schema['format']})")
+    if "items" in schema:
+        words.append(f"of {_type(spec, schema['items'])}")
     for keyword, say in (
+        ("minItems", "items from"),
+        ("maxItems", "to"),
         ("minimum", "from"),
         ("maximum", "to"),
         ("minLength", "length from"),

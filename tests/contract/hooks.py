@@ -119,6 +119,24 @@ def undocumented_fields(
     """Where `value` has object fields that `schema` (with its $refs) does not name."""
     while "$ref" in schema:
         schema = _resolve(document, schema["$ref"])
+    if "oneOf" in schema:  # judged by the branches whose required fields it has
+        branches = [
+            _resolve(document, branch["$ref"]) if "$ref" in branch else branch
+            for branch in schema["oneOf"]
+        ]
+        fits = [
+            b
+            for b in branches
+            if isinstance(value, dict) and set(b.get("required", [])) <= set(value)
+        ]
+        verdicts = [undocumented_fields(b, value, document, where) for b in fits]
+        return min(verdicts, key=len, default=[])
+    if "items" in schema and isinstance(value, list):
+        return [
+            field
+            for index, item in enumerate(value)
+            for field in undocumented_fields(schema["items"], item, document, f"{where}[{index}]")
+        ]
     properties = schema.get("properties")
     if not isinstance(value, dict) or not isinstance(properties, Mapping):
         return []

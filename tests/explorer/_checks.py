@@ -12,7 +12,7 @@ database holds.
 - **Fencing tokens never repeat and never go back**: a token names one owner only, and the key's
   last token never decreases.
 - **A stale fencing token touches nothing**: renew or release with a token older than one the
-  same owner has since been granted is refused (409).
+  same owner has since been granted is refused (409); so is such an entry of a batch renewal.
 - **Waiters in arrival order**: when a transaction gives a key to a new holder, no waiter still
   waiting in line ahead of it (or, for a newcomer, in line at all) was passed over while its
   request was open and its server alive.
@@ -157,6 +157,7 @@ class Checks:
         self._queued: set[tuple[str, str]] = set()  # (key, owner) seen in line since it last sent
         self._versions: dict[str, int] = {}  # key -> highest version seen in the database
         self.watched: dict[str, dict[str, Any]] = {}  # watch client -> the last state it heard
+        self._own_grants: set[tuple[str, int]] = set()  # (key, token) an acquire's own tx granted
         world.answer_hooks.append(self._heard)
         world.send_hooks.append(self._sent)
         world.commit_hooks.append(self._committed)
@@ -176,8 +177,17 @@ class Checks:
                 belief.ended_us = request.sent_us if belief.ended_us is None else belief.ended_us
         # A retry is the same request again, judged when it was first sent.
         if request.op in ("renew", "release") and "fencing_token" in body and not request.retry:
-            latest = self._granted.get((body["owner_token"], request.key))
-            request.stale = latest is not None and body["fencing_token"] < latest
+            request.stale = self._stale(body["owner_token"], request.key, body["fencing_token"])
+        if request.op == "renew_many" and not request.retry:
+            request.stale_entries = tuple(
+                index
+                for index, entry in enumerate(body["leases"])
+                if self._stale(entry["owner_token"], entry["key"], entry["fencing_token"])
+            )
+
+    def _stale(self, owner: str, key: str, token: int) -> bool:
+        latest = self._granted.get((owner, key))
+        return latest is not None and token < latest
 
     def _heard(self, request: Request) -> None:
         if request.status == 200 and request.op == "watch":
@@ -185,14 +195,35 @@ class Checks:
         if request.status == 200 and request.op in ("acquire", "renew"):
             self._lease(request, request.payload)
         elif request.op == "renew" and request.status == 409 and request.body is not None:
-            body = request.body
-            for belief in self._beliefs_of(body["owner_token"], request.key, body["fencing_token"]):
-                belief.ended_us = belief.ended_us or request.answered_us
+            self._refused(request, request.body, request.key)
+        elif request.op == "renew_many" and request.status == 200 and request.body is not None:
+            self._heard_batch(request, request.body["leases"], request.payload["results"])
         if getattr(request, "stale", False) and request.status not in (409, None, 503):
             self.problem(
                 StaleTokenAccepted,
                 f"{request.describe()} carried a stale fencing token yet got {request.status}",
             )
+
+    def _refused(self, request: Request, entry: dict[str, Any], key: str) -> None:
+        """A renewal refused: its owner no longer believes it holds that lease."""
+        for belief in self._beliefs_of(entry["owner_token"], key, entry["fencing_token"]):
+            belief.ended_us = belief.ended_us or request.answered_us
+
+    def _heard_batch(
+        self, request: Request, entries: list[dict[str, Any]], results: list[dict[str, Any]]
+    ) -> None:
+        """Each result of a batch, as the answer of a single renew sent with it."""
+        for index, (entry, result) in enumerate(zip(entries, results, strict=True)):
+            if "lease" in result:
+                self._lease(request, result["lease"])
+            else:
+                self._refused(request, entry, entry["key"])
+            if index in request.stale_entries and "lease" in result:
+                self.problem(
+                    StaleTokenAccepted,
+                    f"{request.describe()} entry {index} carried a stale fencing token yet was"
+                    " renewed",
+                )
 
     def _committed(self, pending: Pending) -> None:
         """After each transaction: a force release that ran deposes every holder of the key
@@ -209,13 +240,15 @@ class Checks:
             seen = self._seen.get(key, 0)
             for token, owner, _until in self._live(key, now):
                 if token > seen:  # granted by this transaction
+                    if _asked_by(request, key, owner):
+                        self._own_grants.add((key, token))
                     self._passed_over(key, token, owner, self._line.get(key, []), line, alive)
                     self._seen[key] = max(token, self._seen.get(key, 0))
             self._line[key] = line
             self._queued.update((key, owner) for _q, owner, state, _s in line if state != "away")
 
     def _lease(self, request: Request, lease: dict[str, Any]) -> None:
-        key, token, owner = request.key, lease["fencing_token"], lease["owner_token"]
+        key, token, owner = lease["key"], lease["fencing_token"], lease["owner_token"]
         now = request.answered_us
         assert now is not None
         expires = micros(lease["expires_at"])
@@ -400,8 +433,19 @@ class Checks:
             # A lease granted by an acquire's own transaction may have lost its answer on the
             # way (a retry with the request id recovers it); one handed to a waiter in line
             # whose request left must have been taken back.
-            if (key, owner) in self._queued and not (told or asking):
+            own = (key, token) in self._own_grants
+            if (key, owner) in self._queued and not (told or asking or own):
                 self.problem(
                     LeaseNobodyHeard,
                     f"{key} is held under token {token} by a waiter that left, never told of it",
                 )
+
+
+def _asked_by(request: Request | None, key: str, owner: str) -> bool:
+    """Whether `request` is an acquire of `key` by `owner`: its own transaction granted it."""
+    return (
+        request is not None
+        and request.op == "acquire"
+        and request.key == key
+        and (request.body or {}).get("owner_token") == owner
+    )

@@ -51,6 +51,7 @@ _OPERATIONS = (
     "authenticate",
     "acquire",
     "renew",
+    "renew_many",
     "release",
     "force_release",
     "get",
@@ -116,6 +117,7 @@ class Request:
     answered_us: int | None = None
     gone: bool = False  # the client closed its connection before an answer came
     stale: bool = False  # renew/release naming a token older than one its owner got since
+    stale_entries: tuple[int, ...] = ()  # the same, for the entries of a batch renewal
     retry: bool = False  # sent before with this request id
 
     @property
@@ -126,6 +128,8 @@ class Request:
     def describe(self) -> str:
         """One line for a schedule's printout."""
         body = {k: v for k, v in (self.body or {}).items() if k != "owner_token"}
+        if "leases" in body:  # a batch: each entry's token and ttl
+            body = {"leases": [(e["fencing_token"], e["ttl_seconds"]) for e in body["leases"]]}
         rid = f" rid={self.request_id[-4:]}" if self.request_id else ""
         return f"r{self.id} {self.client}->{self.server} {self.op} {self.key} {body}{rid}"
 
@@ -533,13 +537,21 @@ def _summary(request: Request) -> str:
     if request.op == "watch" and "version" in payload:
         labels = [(h["fencing_token"], h["label"]) for h in payload["holders"]]
         return f" version {payload['version']} holders {labels}"
-    if "fencing_token" in payload and "expires_at" in payload and request.op not in ("get",):
+    if "results" in payload:
+        told = [
+            f"token {r['lease']['fencing_token']}" if "lease" in r else r["error"]["code"]
+            for r in payload["results"]
+        ]
+        return f" [{', '.join(told)}]{replayed}"
+    if "fencing_token" in payload and "expires_at" in payload and request.op != "get":
         until = (micros(payload["expires_at"]) - EPOCH_US) / 1_000_000
         return f" token {payload['fencing_token']} until t={until:g}{replayed}"
     return f" {payload}{replayed}" if payload else replayed
 
 
 def _route(op: str, key: str) -> tuple[str, str]:
+    if op == "renew_many":
+        return "POST", "/v1/leases/renew"
     if op in ("get", "watch"):
         return "GET", f"/v1/locks/{key}"
     if op == "force_release":

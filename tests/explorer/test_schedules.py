@@ -2,14 +2,15 @@
 every step, and a failure shrinks to a short schedule.
 
 Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
-acquire (waiting or not, with or without a request id, with or without a label), renew (some
-with a new label), release (with their latest or an older fencing token), force-release and
-read one key, retry requests with the same request id, and close connections at any point of a
-request's life; a fourth client watches the key, each long poll from the last version it
-heard, and must end on the server's state once nothing changes any more. The schedule also
-decides when each piece of storage work runs (or fails before committing, or commits and loses
-its answer), when a PostgreSQL transaction stopped at a clock read goes on, when time moves,
-and when a server is killed or restarted. `_checks` says what must hold.
+acquire (waiting or not, with or without a request id, with or without a label), renew (one
+lease, some with a new label, or in a batch with an older token beside it), release (with their
+latest or an older fencing token), force-release and read one key, retry requests with the same
+request id, and close connections at any point of a request's life; a fourth client watches the
+key, each long poll from the last version it heard, and must end on the server's state once
+nothing changes any more. The schedule also decides when each piece of storage work runs (or
+fails before committing, or commits and loses its answer), when a PostgreSQL transaction stopped
+at a clock read goes on, when time moves, and when a server is killed or restarted. `_checks`
+says what must hold.
 
 CI runs a bounded budget (`SQLITE_SCHEDULES`, `POSTGRES_SCHEDULES`, the same schedules each
 time); `--explore=N` runs N fresh schedules per backend, of up to 80 steps.
@@ -64,6 +65,7 @@ SWARM = (
     "semaphores",  # locks only: every acquire has limit 1
     "watches",  # nobody watches the key
     "labels",  # no lease has a label
+    "batches",  # no batch renewals
 )
 # How long the schedule lets time run at its end, at most, for everything to come to rest.
 SETTLING_ROUNDS = 40
@@ -95,6 +97,9 @@ class Schedules(RuleBasedStateMachine):
     def _keep_lease(self, request: Request) -> None:
         if request.status == 200 and request.op in ("acquire", "renew"):
             self.leases[request.client].append(request.payload)
+        if request.status == 200 and request.op == "renew_many":
+            renewed = [r["lease"] for r in request.payload["results"] if "lease" in r]
+            self.leases[request.client] += renewed
 
     @initialize(swarm=st.sets(st.sampled_from(SWARM)))
     def start(self, swarm: set[str]) -> None:
@@ -184,6 +189,41 @@ class Schedules(RuleBasedStateMachine):
         after = 0 if heard is None else heard["version"]
         body = {"after_version": after, "wait_seconds": wait}
         self.world.send(WATCHER, server, "watch", KEY, body)
+
+    @precondition(lambda self: "batches" not in self.off)
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        server=st.sampled_from(SERVERS),
+        both=st.booleans(),
+        label=st.sampled_from((*LABELS, "")),
+    )
+    def renew_many(self, client: str, server: str, both: bool, label: str | None) -> None:
+        """Renew the client's latest lease in a batch, with (`both`) its oldest token in the
+        same batch: the entries are judged in order, as single renews; the first may carry a
+        new label."""
+        if not self._idle(client):
+            return
+        mine = [
+            lease for lease in self.leases[client] if lease["owner_token"] == self.tokens[client]
+        ]
+        tokens = sorted({int(lease["fencing_token"]) for lease in mine})  # type: ignore[call-overload]
+        if not tokens:
+            return
+        chosen = [tokens[-1], tokens[0]] if both and "stale" not in self.off else [tokens[-1]]
+        entries = [
+            {
+                "key": KEY,
+                "owner_token": self.tokens[client],
+                "fencing_token": token,
+                "ttl_seconds": 2.5,
+            }
+            for token in chosen
+        ]
+        if label is not None and "labels" not in self.off:
+            entries[0]["label"] = label
+        self.world.send(
+            client, server, "renew_many", KEY, {"leases": entries}, request_id=self._new_id()
+        )
 
     @precondition(lambda self: "force" not in self.off)
     @rule(server=st.sampled_from(SERVERS))

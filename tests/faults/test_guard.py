@@ -28,7 +28,7 @@ from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
 from tests.support.sdk import PATIENCE, LostSamples, Sdk
 from volcano._ownership import GuardState, Ownership
-from volcano._transport import Answer
+from volcano._seam import Answer
 
 
 @pytest.fixture
@@ -272,19 +272,21 @@ class TestOneSlowRenewal:
     def test_does_not_delay_another_guards_renewals(
         self, sdk: Sdk, proxy: FaultProxy, key: str
     ) -> None:
-        """One key's renewal gets no answer: another guard of the same client is renewed on
-        schedule meanwhile, again and again, while the slow one is still waiting."""
+        """One key's renewal request gets no answer: another guard of the same client is renewed
+        on schedule meanwhile, again and again, while the slow one is still waiting. (The other
+        guard enters once the slow request is out, so that none of its renewals rides in it:
+        renewals due together share a request, and its fate.)"""
         slow_key, fast_key = f"{key}-slow", f"{key}-fast"
         proxy.on("POST", rf"/{slow_key}/renew$").blackhole(times=None)
         slow = sdk.with_lock(slow_key, ttl=self.SLOW_TTL)
         fast = sdk.with_lock(fast_key, ttl=self.FAST_TTL)
         sdk.enter(slow)
-        sdk.enter(fast)
 
         def slow_renewal(records: list[Any]) -> Any:
             return next((r for r in records if r.path.endswith(f"/{slow_key}/renew")), None)
 
         waiting = slow_renewal(proxy.wait_until(slow_renewal, PATIENCE, "the slow renewal"))
+        sdk.enter(fast)
 
         def fast_renewals_since() -> list[Any]:
             return [

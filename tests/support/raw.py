@@ -73,6 +73,15 @@ class Locks:
         body = {"owner_token": owner, "fencing_token": fence, "ttl_seconds": ttl}
         return self._post(key, "renew", body, request_id)
 
+    def renew_many(
+        self, entries: list[dict[str, Any]], *, request_id: str | None = None
+    ) -> httpx.Response:
+        """`POST /v1/leases/renew` with these entries (`{key, owner_token, fencing_token,
+        ttl_seconds}` each)."""
+        return self.http.post(
+            "/v1/leases/renew", json={"leases": entries}, headers=_rid(request_id)
+        )
+
     def release(
         self, key: str, owner: str, fence: int, *, request_id: str | None = None
     ) -> httpx.Response:

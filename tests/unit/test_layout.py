@@ -60,5 +60,79 @@ class TestDependencyDirection:
         """The scanner itself works: it finds the seam's import of the generated client."""
         assert any(
             n.startswith("_volcano_api")
-            for n in imported_modules("volcano")["volcano/_transport.py"]
+            for n in imported_modules("volcano")["volcano/_seam/_reading.py"]
         )
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Each module of `package` (dotted) -> the modules of `package` it imports, every import
+    counted: at the top, under TYPE_CHECKING, or inside a function."""
+    root = ROOT / package
+    modules = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        here = name if is_package else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = here.split(".")
+                    parent = ".".join(parts[: len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                # `from package import module` imports that module; a name, its module.
+                found.update(
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                )
+        graph[name] = {target for target in found if target in modules and target != name}
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in `graph` (its modules, the first repeated at the end), or None."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return None
+        for target in sorted(graph[name]):
+            circle = visit(target, [*path, name])
+            if circle is not None:
+                return circle
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        circle = visit(name, [])
+        if circle is not None:
+            return circle
+    return None
+
+
+class TestImportGraph:
+    def test_no_import_circle_in_the_sdk(self) -> None:
+        """volcano/ imports downward only: no module imports, even lazily or for typing only,
+        a module that imports it back (the guards once imported the clients that made them)."""
+        circle = find_circle(import_graph("volcano"))
+        assert circle is None, " -> ".join(circle or [])
+
+    def test_the_circle_finder_finds_one(self) -> None:
+        """The finder itself works: a -> b -> c -> a is found, a tree is not."""
+        assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+        assert find_circle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+    def test_the_graph_sees_relative_and_lazy_imports(self) -> None:
+        """The graph resolves `from . import x`, `from ._x import y` and imports in functions."""
+        graph = import_graph("volcano")
+        assert "volcano._seam._reading" in graph["volcano._seam._operations"]  # from . import
+        assert "volcano._config" in graph["volcano._base"]  # from . import _config
+        assert "volcano._async_client" in graph["volcano"]  # inside __getattr__

@@ -265,11 +265,24 @@ class WriteTx(ReadTx, Protocol):
 
     committed_us: int | None
 
+    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+        """The rows of several keys, each locked until commit like `load_lock`'s.
+
+        The caller names the keys in sorted order, so that transactions that lock several
+        keys lock them in one order and never wait for each other in a circle. Call it before
+        the first `now_us`: the transaction's clock is read once all these locks are granted.
+        """
+        ...
+
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         """Write the key's row and leases as `row` says, `loaded` being what was read.
 
         Leases only in `loaded` (or expired) are deleted; new or changed ones are written.
         """
+        ...
+
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        """`save_lock` for each (row, loaded) pair, rows of different keys, at once."""
         ...
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:

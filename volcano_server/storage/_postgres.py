@@ -68,6 +68,7 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import (
+    LEASE_COLUMNS,
     LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
@@ -344,6 +345,21 @@ _WAITERS = (
     " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 _OPEN = "SELECT * FROM volcano_open(%s, %s, %s, %s)"
+# Several keys' rows, locked in key order (the lock is taken on each row as the sorted rows are
+# returned), so that transactions locking several keys never wait for each other in a circle.
+_LOCK_KEYS = (
+    "SELECT key, fencing_token, limit_count, version FROM locks"
+    " WHERE project_id = %s AND key = ANY(%s) ORDER BY key FOR UPDATE"
+)
+# Read once the keys are locked (a statement of its own: its own snapshot), as `volcano_open`
+# reads the watchers of one key.
+_WATCHERS_OF_KEYS = (
+    "SELECT key, server_id FROM lock_watches WHERE project_id = %s AND key = ANY(%s)"
+)
+_LEASES_OF_KEYS = (
+    f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants only
+    " WHERE project_id = %s AND key = ANY(%s) ORDER BY key, fencing_token"
+)
 _QUEUED = _WAITERS + (
     " WHERE w.project_id = %s AND w.key = %s AND w.state != 'away' ORDER BY w.seq LIMIT %s"
 )
@@ -624,6 +640,33 @@ class _WriteTx:
             self._open(project_id, key, None)
         return self._locked[project_id, key].row
 
+    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+        """One round trip: lock the keys' rows in key order, then read the clock and leases.
+
+        Keys without a row get no placeholder: a renewal of one is refused, and creates none.
+        """
+        self._first_key = None
+        params = (project_id, list(keys))
+        self._send(_LOCK_KEYS, params)
+        self._send(_CLOCK, ())
+        self._send(_LEASES_OF_KEYS, params)
+        locked, (clock,), leases, watching = self._ask_sets(_WATCHERS_OF_KEYS, params, 4)
+        self._now = clock[0] + self._offset()  # after every lock: the batch's one clock
+        of_key: dict[str, list[Sequence[Any]]] = {}
+        for key, *lease in leases:
+            of_key.setdefault(key, []).append(lease)
+        watchers: dict[str, list[str]] = {}
+        for key, server_id in watching:
+            watchers.setdefault(key, []).append(server_id)
+        found: dict[str, LockRow | None] = dict.fromkeys(keys)
+        for key, *fields in locked:
+            row = _row(project_id, key, fields, of_key.get(key, ()))
+            found[key] = row
+            if row is not None:
+                self._locked[project_id, key] = _LockedKey(row, project_id, key)
+                self._watchers[project_id, key] = tuple(watchers.get(key, ()))
+        return found
+
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
         for statement, params in lock_writes(row, loaded):
@@ -631,6 +674,10 @@ class _WriteTx:
         locked = self._locked.get((row.project_id, row.key))
         if locked is not None:
             locked.replaced()
+
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        for row, loaded in changes:  # queued: they go with COMMIT, one round trip
+            self.save_lock(row, loaded)
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
@@ -757,6 +804,19 @@ class _WriteTx:
     def _send(self, query: str, params: tuple[object, ...]) -> None:
         """Queue `query`, bound, to go with the next round trip."""
         self._queued.append(self._cursor.mogrify(query, params) if params else query)
+
+    def _ask_sets(
+        self, query: str, params: tuple[object, ...], count: int
+    ) -> list[list[tuple[Any, ...]]]:
+        """As `_ask`, returning the rows of the last `count` statements that return rows."""
+        self._send(query, params)
+        statements, self._queued = "; ".join(self._queued), []
+        cursor = self._cursor
+        cursor.execute(statements, prepare=False)
+        sets = [cursor.fetchall() if cursor.description is not None else None]
+        while cursor.nextset():
+            sets.append(cursor.fetchall() if cursor.description is not None else None)
+        return [rows for rows in sets if rows is not None][-count:]
 
     def _ask(self, query: str, params: tuple[object, ...]) -> psycopg.ClientCursor[Any]:
         """Send everything queued and `query` as one query; wait, and return `query`'s result.

@@ -15,6 +15,7 @@ from ._base import Lease, LockRow, StorageUnavailable
 __all__ = [
     "FIND_WAITER",
     "LEASES",
+    "LEASE_COLUMNS",
     "QUEUED",
     "TOUCH_SERVER",
     "WAITING_COUNT",
@@ -44,8 +45,10 @@ SAVE_LEASE = (
 # (project_id, key, fencing_token): one lease of a key ends.
 DELETE_LEASE = "DELETE FROM leases WHERE project_id = ? AND key = ? AND fencing_token = ?"
 # (project_id, key): a key's leases, by fencing token.
+# A lease's columns, in the order `leases_of` reads them.
+LEASE_COLUMNS = "fencing_token, owner_token, expires_at_us, ttl_seconds, label, granted_at_us"
 LEASES = (
-    "SELECT fencing_token, owner_token, expires_at_us, ttl_seconds, label, granted_at_us"
+    f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
     " FROM leases WHERE project_id = ? AND key = ? ORDER BY fencing_token"
 )
 # (project_id, key): how many wait in the key's line.

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from ._base import (
     KeyRecord,
@@ -55,6 +56,7 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._sql import (
     FIND_WAITER,
+    LEASE_COLUMNS,
     LEASES,
     QUEUED,
     TOUCH_SERVER,
@@ -232,6 +234,28 @@ class _Tx:
         leases = leases_of(self._conn.execute(LEASES, (project_id, key)))
         return LockRow(project_id, key, row[0], row[1], leases, row[2])
 
+    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+        # BEGIN IMMEDIATE has locked every row already; the clock was read after it.
+        marks = ", ".join("?" * len(keys))
+        rows = self._conn.execute(
+            "SELECT key, fencing_token, limit_count, version FROM locks"  # noqa: S608 - marks
+            f" WHERE project_id = ? AND key IN ({marks})",
+            (project_id, *keys),
+        ).fetchall()
+        leases: dict[str, list[tuple[Any, ...]]] = {}
+        for key, *lease in self._conn.execute(
+            f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants and marks
+            f" WHERE project_id = ? AND key IN ({marks}) ORDER BY key, fencing_token",
+            (project_id, *keys),
+        ):
+            leases.setdefault(key, []).append(lease)
+        found: dict[str, LockRow | None] = dict.fromkeys(keys)
+        for key, token, limit, version in rows:
+            found[key] = LockRow(
+                project_id, key, token, limit, leases_of(leases.get(key, ())), version
+            )
+        return found
+
     def waiting_count(self, project_id: int, key: str) -> int:
         (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()
         return int(count)
@@ -252,6 +276,16 @@ class _Tx:
         self.durable = True
         for statement, params in lock_writes(row, loaded):
             self._conn.execute(statement, params)
+
+    def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
+        # Statements of one kind go to SQLite together; rows of different keys never conflict.
+        self.durable = True
+        grouped: dict[str, list[tuple[object, ...]]] = {}
+        for row, loaded in changes:
+            for statement, params in lock_writes(row, loaded):
+                grouped.setdefault(statement, []).append(params)
+        for statement, rows in grouped.items():
+            self._conn.executemany(statement, rows)
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         # BEGIN IMMEDIATE already serialises every writer on this file: nothing to reserve.

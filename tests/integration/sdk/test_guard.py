@@ -273,6 +273,59 @@ class TestManyGuards:
         assert not any(server.state(k)["held"] for k in keys)
 
 
+def batches(wire: Wire) -> list[list[str]]:
+    """The keys of each batch renewal the SDK sent, in order."""
+    return [
+        [entry["key"] for entry in json.loads(e.request.content)["leases"]]
+        for e in wire.of("renew")
+        if e.request.url.path == "/v1/leases/renew"
+    ]
+
+
+class TestBatches:
+    def test_guards_entered_together_are_renewed_together(
+        self, sdk: Sdk, wire: Wire, server: Locks, key: str
+    ) -> None:
+        """Twenty guards entered one after another: their renewals fall due within a tenth of
+        a second of each other and go out in batches, each lease renewed (held past its first
+        expiry), in fewer requests than leases."""
+        keys = [f"{key}-{i}" for i in range(20)]
+        with contextlib.ExitStack() as stack:
+            guards = [stack.enter_context(sdk.lock(k, ttl=3.0)) for k in keys]
+            firsts = [guard.lease for guard in guards]
+            for guard, first in zip(guards, firsts, strict=True):
+                wait_renewed(guard, first)
+            sent = batches(wire)
+            assert max(len(batch) for batch in sent) >= 2, sent
+            requests = wire.of("renew")
+            alone = [
+                e.request.url.path.split("/")[3]
+                for e in requests
+                if "/locks/" in e.request.url.path
+            ]
+            assert set(keys) == {k for batch in sent for k in batch} | set(alone)
+            assert len(requests) < len(keys)
+            assert not any(guard.lost for guard in guards)
+        assert not any(server.state(k)["held"] for k in keys)
+
+    def test_a_lease_refused_in_a_batch_loses_only_its_guard(
+        self, sdk: Sdk, server: Locks, key: str
+    ) -> None:
+        """One of three leases renewed together is force-released behind the SDK's back: the
+        server refuses that entry, its guard is lost with LeaseNotHeldError, and the other two
+        are renewed on."""
+        keys = [f"{key}-{i}" for i in range(3)]
+        with contextlib.ExitStack() as stack:
+            guards = [stack.enter_context(sdk.lock(k, ttl=1.5)) for k in keys]
+            assert server.force_release(keys[1]).json()["released"] is True
+            assert sdk.wait_lost(guards[1], WAIT)
+            assert isinstance(sdk.read(lambda: guards[1].lost_reason), volcano.LeaseNotHeldError)
+            for guard in (guards[0], guards[2]):
+                wait_renewed(guard, guard.lease)
+                assert not guard.lost
+        assert [server.state(k)["held"] for k in keys] == [False, False, False]
+
+
 class TestMisuse:
     def test_guard_is_single_use(self, sdk: Sdk, server: Locks, key: str) -> None:
         """Entering a guard twice, or again after exit, raises GuardStateError."""

@@ -92,6 +92,28 @@ def lock_calls_answer(server: ServerProcess, project: Project, times: int = 5) -
             assert http.post(f"/v1/locks/{key}/release", json=body).status_code == 204
 
 
+class TestBodiesOfStrangers:
+    @pytest.mark.parametrize(
+        ("path", "size"), [("/v1/leases/renew", 200_000), ("/v1/locks/k/acquire", 10_000)]
+    )
+    def test_a_caller_without_keys_is_refused_before_its_body_is_read(
+        self, server: ServerProcess, path: str, size: int
+    ) -> None:
+        """A head with no credentials announcing a body under the limit (a batch may send 256
+        KiB) is answered 401 from the head alone: the server never waits for, or holds, the
+        body of someone without keys (before: it waited for it, and answered 408)."""
+        head = request_bytes("POST", path, [("Content-Type", "application/json")])
+        head = head.replace(b"\r\n\r\n", f"\r\nContent-Length: {size}\r\n\r\n".encode())
+        with connect(server.port) as sock:
+            sock.sendall(head)
+            reply = read_reply(sock, until=b"}")
+            assert reply.status == 401
+            # The body that follows is skipped, not taken for the next request.
+            send_quietly(sock, b"{" + b" " * (size - 2) + b"}")
+            sock.sendall(request_bytes("GET", "/healthz"))
+            assert read_reply(sock, until=b"\r\n\r\n").status == 200
+
+
 class TestHeadLimit:
     def test_oversized_head_gets_431_and_is_never_read_whole(self, server: ServerProcess) -> None:
         """A 4 MB header is cut at the limit: 431 in the API's error shape, then the server

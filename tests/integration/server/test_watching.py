@@ -206,6 +206,19 @@ class TestVersion:
         assert locks.force_release(key).json()["released_count"] == 3
         assert locks.state(key)["version"] == before + 3
 
+    def test_a_batch_renewal_storing_an_expiry_keeps_it(self, locks: Locks, key: str) -> None:
+        """An expired lease is counted when it expires, with no write; the batch renewal that
+        then drops it from the stored row must not count it again, nor go back."""
+        assert locks.acquire(key, new_id(), 0.3, limit=2).status_code == 200
+        owner = new_id()
+        kept = locks.acquire(key, owner, 30, limit=2).json()
+        wait_for(lambda: len(locks.state(key)["holders"]) == 1, "the short lease expired")
+        before = locks.state(key)["version"]
+        entry = {"key": key, "owner_token": owner, "ttl_seconds": 30}
+        response = locks.renew_many([{**entry, "fencing_token": kept["fencing_token"]}])
+        assert response.status_code == 200, response.text
+        assert locks.state(key)["version"] == before
+
 
 class TestWatch:
     def test_a_watch_waits_for_a_grant(self, watched: Watched, locks: Locks, key: str) -> None:
@@ -249,6 +262,30 @@ class TestWatch:
         state = step(lambda: locks.force_release(key))
         assert state["held"] is False
         assert seen == sorted(set(seen))
+
+    def test_a_batch_renewal_with_a_label_wakes_a_watch(
+        self, watched: Watched, locks: Locks, key: str
+    ) -> None:
+        """A new label in a batch entry is a change like a single renew's; an entry keeping
+        the label, or one refused, changes nothing."""
+        owner = new_id()
+        lease = acquire(locks, key, owner, label="a")
+        other = acquire(locks, f"{key}-other", new_id())
+        version = locks.state(key)["version"]
+        entry = {"key": key, "owner_token": owner, "fencing_token": lease["fencing_token"]}
+        kept = {**entry, "ttl_seconds": 30}
+        refused = {**entry, "key": f"{key}-other", "owner_token": new_id()}
+        refused["fencing_token"] = other["fencing_token"]
+        refused["ttl_seconds"] = 30
+        response = locks.renew_many([kept, refused])
+        assert [r.get("status", 200) for r in response.json()["results"]] == [200, 409]
+        assert locks.state(key)["version"] == version
+        poll = watch_through(watched, key, version)
+        response = locks.renew_many([{**kept, "label": "b"}])
+        assert response.status_code == 200, response.text
+        state = poll.state()
+        assert (state["version"], labels(locks, key)) == (version + 1, ["b"])
+        assert [h["label"] for h in state["holders"]] == ["b"]
 
     def test_a_different_version_is_answered_at_once(self, locks: Locks, key: str) -> None:
         """A watch from a version the key has left (older or newer) is answered at once."""

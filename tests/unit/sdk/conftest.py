@@ -44,7 +44,7 @@ def make_client(api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcan
         }
         options.update(overrides)
         client = volcano.Client(**options, _clock=clock)
-        clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
+        clock.follow(client._engine.settled)
         made.append(client)
         return client
 
@@ -64,7 +64,7 @@ async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.Async
     client = volcano.AsyncClient(
         anon_key=ANON_KEY, service_key=SERVICE_KEY, api_url=API_URL, http_client=http, _clock=clock
     )
-    clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
+    clock.follow(client._engine.settled)
     yield client
     await client.close()
     await http.aclose()
@@ -75,6 +75,6 @@ def sdk(client_kind: Kind, api: FakeApi, clock: FakeClock) -> Iterator[Sdk]:
     arguments = {"anon_key": ANON_KEY, "service_key": SERVICE_KEY, "api_url": API_URL}
     made = Sdk(client_kind, {**arguments, "_clock": clock}, transport=httpx.MockTransport(api))
     client = made.client
-    clock.follow(lambda: client._renewer_instance is None or client._renewer_instance.settled())
+    clock.follow(client._engine.settled)
     yield made
     made.close()

@@ -22,6 +22,8 @@ REQUEST_ID = "7C9E6679-7425-40DE-944B-E07FC1F90AE7"
 SERVER_REQUEST_ID = "11111111-2222-4333-8444-555555555555"
 EXPIRES = datetime(2026, 11, 29, 21, 15, 30, 250000, tzinfo=UTC)
 
+BATCH_PATH = "/v1/leases/renew"
+
 Responder = Callable[[httpx.Request], Any]
 
 
@@ -30,7 +32,9 @@ class FakeApi:
 
     The default answers every operation as a correct server would for a single holder (it
     echoes the key, owner token and ttl, keeps fencing token 7, and moves expiry forward on
-    each renew); tests queue failures in front of it with `then()`.
+    each renew, one lease of a batch renewal at a time); tests queue failures in front of it
+    with `then()`. `of` and `times_of` count a batch renewal as the renew of each lease it
+    carries (`requests` holds what went over the wire).
     """
 
     anon_key = ANON_KEY
@@ -56,20 +60,35 @@ class FakeApi:
         return self
 
     def of(self, operation: str) -> list[httpx.Request]:
-        """The recorded requests of one operation (acquire, renew, release, get, force)."""
-        return [r for r in self.requests if operation_of(r) == operation]
+        """The recorded requests of one operation (acquire, renew, release, get, force).
+
+        A batch renewal is a renew request of each of its leases, on its key's path.
+        """
+        return [
+            lease
+            for r in self.requests
+            for lease in per_lease(r)
+            if operation_of(lease) == operation
+        ]
 
     def times_of(self, operation: str) -> list[float]:
         """When (by the fake clock) each request of one operation arrived."""
         return [
             t
             for t, r in zip(self.times, self.requests, strict=True)
-            if operation_of(r) == operation
+            for lease in per_lease(r)
+            if operation_of(lease) == operation
         ]
 
     # -- the well-behaved default -------------------------------------------------------
 
     def default(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == BATCH_PATH:
+            results = [
+                {"key": lease.url.path.split("/")[3], "lease": self.default(lease).json()}
+                for lease in per_lease(request)
+            ]
+            return httpx.Response(200, json={"results": results}, headers=echo(request))
         operation = operation_of(request)
         key = key_of(request)
         body = json.loads(request.content) if request.content else {}
@@ -132,6 +151,23 @@ class FakeApi:
             "ttl_seconds": ttl,
         }
         return httpx.Response(200, json=lease, headers=echo(request))
+
+
+def per_lease(request: httpx.Request) -> list[httpx.Request]:
+    """`request`, or for a batch renewal the renew request of each of its leases (the batch's
+    headers and timeouts, each lease's key in the path and the rest in the body)."""
+    if request.url.path != BATCH_PATH:
+        return [request]
+    return [
+        httpx.Request(
+            "POST",
+            request.url.copy_with(path=f"/v1/locks/{entry.pop('key')}/renew"),
+            json=entry,
+            headers=request.headers,
+            extensions=request.extensions,
+        )
+        for entry in json.loads(request.content)["leases"]
+    ]
 
 
 def operation_of(request: httpx.Request) -> str:

@@ -20,12 +20,10 @@ import pytest
 import volcano
 from tests.unit.sdk.support import EXPIRES, REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
 from volcano._ownership import Ownership
-from volcano._renewer import Renewer
-from volcano._transport import Answer
+from volcano._seam import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import NoReturn
 
 
 def lease() -> volcano.LockLease:
@@ -505,10 +503,11 @@ class TestRenewerFaults:
     def test_a_bug_in_one_renewal_loses_that_guard_only(
         self, client: volcano.Client, api: FakeApi, clock: FakeClock
     ) -> None:
-        """An unexpected exception while renewing marks that guard lost; others go on."""
+        """An unexpected exception while renewing marks the guards of that request lost (here
+        one: the other's renewal is not due with it); others go on."""
         with (
             client.locks.with_lock("broken", ttl=30) as broken,
-            client.locks.with_lock("fine", ttl=30) as fine,
+            client.locks.with_lock("fine", ttl=60) as fine,
         ):
             api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
             clock.advance(10)
@@ -521,22 +520,17 @@ class TestRenewerFaults:
             assert len(renewer_threads()) == 1
         assert [r.url.path for r in api.of("release")] == ["/v1/locks/fine/release"]
 
-    def test_a_stopped_renewer_loses_new_guards_at_once(self, clock: FakeClock) -> None:
-        """A guard handed to a renewer that has stopped is marked lost with the stop reason."""
-
-        def send(attempt: object) -> NoReturn:
-            raise AssertionError("never renewed")
-
+    def test_a_stopped_renewer_loses_new_guards_at_once(self, client: volcano.Client) -> None:
+        """A guard handed to a client's engine that has stopped is marked lost with the stop
+        reason, and starts no thread."""
         guard = Ownership(
             "k", timeout=10.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
         )
         guard.enter()
         guard.acquired(Answer(lease(), 100.0, replayed=False))
-        renewer = Renewer(send, clock)
-        reason = volcano.ClientClosedError("closed")
-        renewer.stop(reason)
-        renewer.add(guard)
-        assert guard.reason(100.0) is reason
+        client.close()
+        client._engine.hold(guard)
+        assert isinstance(guard.reason(100.0), volcano.ClientClosedError)
         assert renewer_threads() == []
 
 

@@ -17,7 +17,7 @@ import volcano
 from tests.unit.sdk.support import EXPIRES, TOKEN
 from volcano._clock import SYSTEM_CLOCK
 from volcano._ownership import TRANSITIONS, Event, GuardState, Ownership, backoff, is_transient
-from volcano._transport import Answer
+from volcano._seam import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -190,7 +190,7 @@ class TestTimeline:
         second = made.begin_renewal(126.0)
         assert second is not None
         assert second.timeout == 4.0
-        assert second.call.request_id != first.call.request_id
+        assert second.request_id != first.request_id
         made.renewal_failed(volcano.APITimeoutError("slow"), 129.0)
         assert made.begin_renewal(130.0) is None
 
@@ -312,7 +312,7 @@ class TestReasonsAndCallbacks:
         ((name, reason),) = seen.calls
         assert name == "on_at_risk"
         assert isinstance(reason, volcano.APITimeoutError)
-        assert reason.request_id == attempt.call.request_id
+        assert reason.request_id == attempt.request_id
         assert "no answer for 10.00s; 10.00s are left" in str(reason)
 
     def test_at_risk_reason_when_nothing_was_sent(self) -> None:

@@ -1,4 +1,4 @@
-"""What the seam (volcano/_transport.py) relies on in the generated client, pinned.
+"""What the seam (volcano/_seam/) relies on in the generated client, pinned.
 
 The seam hands each generated `*_detailed` function a generated `Client` whose httpx client it
 set with `set_httpx_client` / `set_async_httpx_client`, and reads back `parsed` (status and
@@ -28,7 +28,7 @@ from _volcano_api.api.locks import (
 from _volcano_api.types import Response
 
 from tests.unit.sdk.support import REQUEST_ID, TOKEN
-from volcano._transport import PARSE_ERRORS
+from volcano._seam import PARSE_ERRORS
 
 BASE = "https://volcano.test/prefix"
 LEASE = {
@@ -241,3 +241,37 @@ class TestOperations:
         assert parsed.utcoffset() is not None
         naive = models.LockLease.from_dict({**LEASE, "expires_at": "2026-11-29T21:15:30"})
         assert naive.expires_at.utcoffset() is None
+
+
+class TestBatchRenewal:
+    """renew_leases, the one operation without a key in its path."""
+
+    def test_signature(self) -> None:
+        """Its functions take client, body and x_request_id by keyword: what the seam passes."""
+        from _volcano_api.api.locks import renew_leases
+
+        for function in (renew_leases.sync_detailed, renew_leases.asyncio_detailed):
+            parameters = inspect.signature(function).parameters
+            assert list(parameters) == ["client", "body", "x_request_id"]
+            assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+
+    def test_results_parse_in_order_as_renewed_or_refused(self) -> None:
+        """The request goes to /v1/leases/renew with the entries as JSON; a result with a lease
+        parses as LeaseRenewed and one with an error as LeaseRefused, in the order sent."""
+        from _volcano_api.api.locks import renew_leases
+
+        refused = {"key": "k", "status": 409, "error": ERROR["error"]}
+        recorder = Recorder(200, encoded({"results": [{"key": "k", "lease": LEASE}, refused]}))
+        entry = models.LeaseRenewal(key="k", owner_token=TOKEN, fencing_token=7, ttl_seconds=30)
+        body = models.RenewLeasesRequest(leases=[entry, entry])
+        response = renew_leases.sync_detailed(
+            client=api(recorder), body=body, x_request_id=REQUEST_ID
+        )
+        (request,) = recorder.requests
+        assert (request.method, str(request.url)) == ("POST", BASE + "/v1/leases/renew")
+        assert json.loads(request.content) == body.to_dict()
+        first, second = response.parsed.results
+        assert isinstance(first, models.LeaseRenewed)
+        assert isinstance(first.lease, models.LockLease)
+        assert isinstance(second, models.LeaseRefused)
+        assert (second.status, second.error.code) == (409, "lock_held")

@@ -45,11 +45,15 @@ class TestCursor:
         """No version yet: a plain get; then long polls from the last version reported."""
         cursor = WatchCursor("k", None)
         call, wait = cursor.next_call()
-        assert (call.operation, wait) == ("get", 0.0)
+        assert (call.operation.name, wait) == ("get", 0.0)
         reported = volcano.LockState(key="k", held=False, expires_at=None, fencing_token=None)
         assert cursor.answered(reported) == reported
         call, wait = cursor.next_call()
-        assert (call.operation, call.kwargs["after_version"], wait) == ("watch", 0, POLL_SECONDS)
+        assert (call.operation.name, call.kwargs["after_version"], wait) == (
+            "watch",
+            0,
+            POLL_SECONDS,
+        )
         assert cursor.answered(reported) is None  # the same version: nothing to report
 
     @pytest.mark.parametrize(

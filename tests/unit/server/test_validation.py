@@ -113,6 +113,7 @@ def reference_accepts(operation_id: str, body: Any) -> bool:
         "acquireLock": "AcquireRequest",
         "renewLock": "RenewRequest",
         "releaseLock": "ReleaseRequest",
+        "renewLeases": "RenewLeasesRequest",
     }[operation_id]
     try:
         validate_schema(body, f"/components/schemas/{schema}")
@@ -121,7 +122,29 @@ def reference_accepts(operation_id: str, body: Any) -> bool:
     return True
 
 
+@st.composite
+def batches(draw: st.DrawFn) -> Any:
+    """A batch of 0 to 4 entries (or, with `maxItems` shrunk away, hundreds), some mutated."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.one_of(VALUES, st.just({}), st.just({"leases": None})))
+    count = draw(st.sampled_from([0, 1, 2, 4, 500, 501]))
+    entry = {"key": draw(KEYS), **{name: draw(VALID[name]) for name in FIELDS["renewLock"]}}
+    entries = [dict(entry) for _ in range(count)]
+    if entries and draw(st.booleans()):
+        entries[draw(st.integers(0, count - 1))] = draw(bodies("renewLock"))
+    body: dict[str, Any] = {"leases": entries}
+    if draw(st.integers(0, 9)) == 0:
+        body["extra"] = draw(VALUES)
+    return body
+
+
 class TestAgainstJsonSchema:
+    @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+    @given(body=batches())
+    def test_batches_same_verdict_as_jsonschema(self, body: Any) -> None:
+        """A batch renewal's body: arrays, their bounds and their entries, as jsonschema says."""
+        assert accepts("renewLeases", body) == reference_accepts("renewLeases", body)
+
     @pytest.mark.parametrize("operation_id", ["acquireLock", "renewLock", "releaseLock"])
     @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
     @given(data=st.data())
@@ -164,6 +187,19 @@ class TestMessages:
         assert isinstance(checked["fencing_token"], int)
         assert isinstance(checked["ttl_seconds"], float)
 
+    def test_a_bad_entry_is_named_by_its_index(self) -> None:
+        """A batch entry's failure names the entry: `leases[1].fencing_token`."""
+        good = {
+            "key": "k",
+            "owner_token": "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "fencing_token": 1,
+            "ttl_seconds": 5,
+        }
+        body = SPEC.operation("renewLeases").body
+        assert body is not None
+        with pytest.raises(ValidationFailure, match=r"^leases\[1\]\.fencing_token: must be at"):
+            body({"leases": [good, {**good, "fencing_token": 0}]}, "")
+
     def test_trailing_newline_never_matches(self) -> None:
         """Patterns match whole strings: "key\\n" is not a key."""
         with pytest.raises(ValidationFailure, match="must match"):
@@ -182,6 +218,9 @@ class TestCompilerRefusesWhatItCannotEnforce:
             {"type": ["null", "null"]},
             {"type": ["string", "integer", "null"]},
             {"$ref": "#/components/schemas/Uuid", "maxLength": 40},  # a constraint beside $ref
+            {"type": "array", "items": {"type": "string"}},  # no maxItems: no bound on work
+            {"type": "array", "maxItems": 3},  # items unsaid
+            {"type": "array", "items": {"type": "string"}, "maxItems": 3, "uniqueItems": True},
         ],
     )
     def test_unknown_constructs_fail_at_start_up(self, schema: dict[str, Any]) -> None:
@@ -213,6 +252,7 @@ class TestCompilerRefusesWhatItCannotEnforce:
         assert {op.operation_id for op in SPEC.operations} == {
             "acquireLock",
             "renewLock",
+            "renewLeases",
             "releaseLock",
             "getLock",
             "forceReleaseLock",

@@ -100,7 +100,7 @@ def create_app(
         metrics=metrics.locks,
         tracing=tracing,
     )
-    metrics.watch_waiters(waits)
+    metrics.watch_waiters(waits, watches)
     metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
         LockService(waits, watches, run),

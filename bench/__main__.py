@@ -6,7 +6,9 @@ contention (workers waiting for one key, beside redis-py Lock, python-redis-lock
 advisory locks; 1,000 queued waiters), semaphore (8 workers on a limit-4 key beside kazoo's
 Semaphore on a local ZooKeeper), keys (1,000 vs 1,000,000 keys), retention (the
 request-id store under sustained load), guards (10,000 with_lock guards, one key's renewals
-slowed, sync and async), import (import time).
+slowed, sync and async), import (import time), failover (kill -9 of an elected leader until the
+next candidate leads, beside etcd's election and kazoo's Election), watchers (1,000 watchers
+of one key on one server).
 """
 
 from __future__ import annotations
@@ -24,14 +26,26 @@ from typing import Any
 import attrs
 
 from ._contention import SYSTEMS, Pool, as_dict, queued_waiters, run_system
+from ._failover import failover_rounds
 from ._measure import Summary, Workers, interleaved, time_ratio
 from ._peers import PeerError
 from ._report import print_table, write_chart
 from ._scale import bounded_outcomes, import_time, many_guards, many_keys
 from ._semaphore import semaphore_rounds
 from ._servers import deployment, postgres_admin_url, postgres_available
+from ._watchers import many_watchers
 
-SECTIONS = ("cycles", "contention", "semaphore", "keys", "retention", "guards", "import")
+SECTIONS = (
+    "cycles",
+    "contention",
+    "semaphore",
+    "keys",
+    "retention",
+    "guards",
+    "import",
+    "failover",
+    "watchers",
+)
 
 
 @attrs.frozen
@@ -48,6 +62,9 @@ class Plan:
     contention_seconds: float
     semaphore_seconds: float
     semaphore_rounds: int
+    failover_rounds: int
+    watchers: int
+    watcher_changes: int
 
 
 FULL = Plan(
@@ -63,6 +80,9 @@ FULL = Plan(
     contention_seconds=6.0,
     semaphore_seconds=5.0,
     semaphore_rounds=5,
+    failover_rounds=5,
+    watchers=1000,
+    watcher_changes=5,
 )
 QUICK = Plan(
     rounds=3,
@@ -77,6 +97,9 @@ QUICK = Plan(
     contention_seconds=1.5,
     semaphore_seconds=1.5,
     semaphore_rounds=2,
+    failover_rounds=1,
+    watchers=200,
+    watcher_changes=2,
 )
 
 
@@ -168,6 +191,18 @@ def main() -> None:
             found["volcano_ready_s"], "ms", scale=1000
         )
         results["figures"]["import_ms_httpx"] = _figure(found["httpx_s"], "ms", scale=1000)
+    if "failover" not in args.skip:
+        try:
+            results["failover"] = failover_rounds(rounds=plan.failover_rounds, postgres=postgres)
+        except PeerError as error:
+            print(f"failover figures skipped: {error}")
+    if "watchers" not in args.skip:
+        for backend in ("sqlite", "postgres") if postgres else ("sqlite",):
+            for kind in ("raw", "sdk"):
+                print(f"... {plan.watchers:,} {kind} watchers of one key ({backend})", flush=True)
+                results["scale"][f"watchers_{backend}_{kind}"] = many_watchers(
+                    plan.watchers, plan.watcher_changes, backend, kind
+                )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     print_table(results)

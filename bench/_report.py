@@ -29,6 +29,10 @@ def print_table(results: dict[str, Any]) -> None:
         from ._semaphore import print_semaphore
 
         print_semaphore(results["semaphore"])
+    if results.get("failover"):
+        from ._failover import print_failover
+
+        print_failover(results["failover"])
     for name, values in results["scale"].items():
         print(f"\n== {name} ==")
         for field, value in values.items():

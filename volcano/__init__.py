@@ -25,6 +25,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._client import Client, Locks
+from ._elections import (
+    AsyncCampaign,
+    AsyncElections,
+    AsyncLeaderObserver,
+    AsyncLeadership,
+    Campaign,
+    Elections,
+    Leader,
+    LeaderObserver,
+    Leadership,
+)
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -55,6 +66,7 @@ from ._guard import AsyncLockGuard, LockGuard
 from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 from ._ownership import GuardState
 from ._version import __version__
+from ._watch import AsyncLockWatch, LockWatch
 
 if TYPE_CHECKING:
     from ._async_client import AsyncClient, AsyncLocks
@@ -63,20 +75,30 @@ __all__ = [
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AsyncCampaign",
     "AsyncClient",
+    "AsyncElections",
+    "AsyncLeaderObserver",
+    "AsyncLeadership",
     "AsyncLockGuard",
+    "AsyncLockWatch",
     "AsyncLocks",
     "AuthenticationError",
     "BadRequestError",
+    "Campaign",
     "Client",
     "ClientClosedError",
     "ConflictError",
+    "Elections",
     "Error",
     "ForceReleaseResult",
     "GuardState",
     "GuardStateError",
     "InternalServerError",
     "InvalidArgumentError",
+    "Leader",
+    "LeaderObserver",
+    "Leadership",
     "LeaseNotHeldError",
     "LimitMismatchError",
     "LockGuard",
@@ -85,6 +107,7 @@ __all__ = [
     "LockLease",
     "LockLostError",
     "LockState",
+    "LockWatch",
     "Locks",
     "MethodNotAllowedError",
     "NotFoundError",

@@ -10,15 +10,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing
+from . import _config, _requests, _tracing, _validate, _watch
 from ._async_engine import AsyncEngine
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
+from ._elections import AsyncElections
 from ._guard import AsyncLockGuard
 
 if TYPE_CHECKING:
     import uuid
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from datetime import timedelta
     from types import TracebackType
 
@@ -70,6 +71,12 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
             http_client=http_client,
             clock=_clock,
         )
+        self._elections = AsyncElections(self._engine)
+
+    @property
+    def elections(self) -> AsyncElections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     async def __aenter__(self) -> AsyncClient:
         self._engine.check_open()
@@ -112,6 +119,7 @@ class AsyncLocks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
@@ -122,7 +130,7 @@ class AsyncLocks:
         closes its connection, which takes it out of the key's queue.
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
         return (await self._engine.acquire(acquisition)).value
 
@@ -133,10 +141,11 @@ class AsyncLocks:
         lease: LockLease,
         *,
         ttl: float | timedelta | None = None,
+        label: str | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
         """Extend `lease`, returning a new lease (the old one is unchanged); see `Locks.renew`."""
-        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return (await self._engine.send(call)).value
 
     @_tracing.traced_async("release")
@@ -167,6 +176,23 @@ class AsyncLocks:
         call = _requests.check(key, fencing_token, request_id=request_id)
         return (await self._engine.send(call)).value
 
+    def watch(self, key: str, *, after_version: int | None = None) -> _watch.AsyncLockWatch:
+        """Watch `key`: its state now, then one state per change; see `Locks.watch`.
+
+        An async iterator (`async for state in client.locks.watch(key)`, or `anext()`), and an
+        async context manager. `aclose()` (or leaving the `async with`) ends it at once,
+        cancelling a poll under way; so does cancelling the task that reads it.
+        """
+        return _watch.async_watch(self._engine, key, after_version)
+
+    def list(self, prefix: str = "", *, page_size: int = 100) -> AsyncIterator[LockState]:
+        """Every key that is held or waited for, in key order; see `Locks.list`.
+
+        An async iterator: `async for state in client.locks.list("report-"):`.
+        """
+        checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        return _watch.async_pages(self._engine.send, checked, size)
+
     def with_lock(
         self,
         key: str,
@@ -174,6 +200,7 @@ class AsyncLocks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
         on_lost: Callable[[Error], object] | None = None,
@@ -194,6 +221,7 @@ class AsyncLocks:
             ttl=ttl,
             limit=limit,
             wait=wait,
+            label=label,
             token=token,
             request_id=request_id,
             at_risk_margin=at_risk_margin,

@@ -6,15 +6,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing
+from . import _config, _requests, _tracing, _validate, _watch
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
+from ._elections import Elections
 from ._engine import Engine
 from ._guard import LockGuard
 
 if TYPE_CHECKING:
     import uuid
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from datetime import timedelta
     from types import TracebackType
 
@@ -66,6 +67,12 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
             http_client=http_client,
             clock=_clock,
         )
+        self._elections = Elections(self._engine)
+
+    @property
+    def elections(self) -> Elections:
+        """Leader elections on locks: campaign, leader, observe."""
+        return self._elections
 
     def __enter__(self) -> Client:
         self._engine.check_open()
@@ -112,6 +119,7 @@ class Locks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
@@ -142,12 +150,15 @@ class Locks:
                 every caller of one key must ask for the same.
             wait: How long to wait for a held lock: seconds or a `timedelta`; 0 (the default)
                 answers at once.
+            label: A public label for the lease (0 to 200 printable ASCII characters: a host
+                name, an address), shown to anyone who reads the key in its `holders`; never
+                a secret. None (the default): no label.
             token: The owner token (a UUID); a fresh one by default. Keep it private.
             request_id: The request id (a UUID) of the first request; a fresh one by default.
 
         Returns:
             The new lease. Acquiring again with a live holder's own token returns that
-            lease, its expiry moved to now + ttl.
+            lease, its expiry moved to now + ttl (and its label set to `label`).
 
         Raises:
             LockHeldError: Other owners hold the lease (every slot, with a limit) and the wait
@@ -155,7 +166,7 @@ class Locks:
             LimitMismatchError: The key is in use with another limit (`limit` says which).
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id
+            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
         )
         return self._engine.acquire(acquisition).value
 
@@ -166,6 +177,7 @@ class Locks:
         lease: LockLease,
         *,
         ttl: float | timedelta | None = None,
+        label: str | None = None,
         request_id: str | uuid.UUID | None = None,
     ) -> LockLease:
         """Extend `lease` to `ttl` seconds from now; it is not retried.
@@ -174,6 +186,8 @@ class Locks:
             key: The lock's name; it must be the lease's key.
             lease: The lease to extend.
             ttl: The new time to live (seconds or `timedelta`); default: the lease's own.
+            label: A new public label for the lease ("" for none); None (the default) keeps
+                its label. A new label is a change of the key that its watchers see.
             request_id: The request id (a UUID); a fresh one by default.
 
         Returns:
@@ -183,7 +197,7 @@ class Locks:
         Raises:
             LeaseNotHeldError: The lease expired, was released, force-released or taken over.
         """
-        call = _requests.renew(key, lease, ttl=ttl, request_id=request_id)
+        call = _requests.renew(key, lease, ttl=ttl, label=label, request_id=request_id)
         return self._engine.send(call).value
 
     @_tracing.traced("release")
@@ -204,7 +218,7 @@ class Locks:
 
     @_tracing.traced("get")
     def get(self, key: str, *, request_id: str | uuid.UUID | None = None) -> LockState:
-        """Report whether `key` is held, until when, and its fencing token, without acquiring.
+        """Report whether `key` is held, until when, by whom and its version, without acquiring.
 
         Args:
             key: The lock's name.
@@ -258,6 +272,64 @@ class Locks:
         call = _requests.check(key, fencing_token, request_id=request_id)
         return self._engine.send(call).value
 
+    def watch(self, key: str, *, after_version: int | None = None) -> _watch.LockWatch:
+        """Watch `key`: its state now, then one `LockState` per change, as they happen.
+
+        ```python
+        with client.locks.watch("daily-report") as states:
+            print("now", next(states).version)
+            lease = client.locks.acquire("daily-report", ttl=30, label="worker-7")
+            state = next(states)  # as soon as the grant is made
+            print(state.version, [holder.label for holder in state.holders])
+            client.locks.release("daily-report", lease)
+        ```
+
+        Or `for state in states:` to go on until the loop breaks or the watch is closed.
+
+        A change is a grant, a release, an expiry, a force release or a label changed by a
+        renewal (a renewal that keeps the label is not one). Each request is a long poll that
+        the server answers as soon as the key's version moves, so a change is heard as soon as
+        it happens, through whichever server. Changes that come faster than the polls are
+        folded into the latest state: states in between may be skipped, never the latest, and
+        versions only go up. A transport failure, a timeout or an overloaded server (429, 5xx)
+        is retried after a backoff of 0.2 s doubling up to 5 s, from the last version seen;
+        other errors end the watch (raised by the iteration).
+
+        Each watch holds one of the client's HTTP connections while it waits (httpx's pool
+        has 100 by default), and the renewals of the client's guards need them too: watch a key
+        once per process and share its states, and give watches a client of their own when
+        there are more than a few.
+
+        Args:
+            key: The lock's name.
+            after_version: Start after this version (a `LockState.version` seen before):
+                the first state is the first one that differs. None (the default): the first
+                state is the key's state now.
+
+        Returns:
+            A `LockWatch`: an iterator, and a context manager that closes it.
+        """
+        return _watch.watch(self._engine, key, after_version)
+
+    def list(self, prefix: str = "", *, page_size: int = 100) -> Iterator[LockState]:
+        """Every key of the project that is held or waited for, in key order, with its state.
+
+        ```python
+        for state in client.locks.list("report-"):
+            print(state.key, state.held, state.waiters)
+        ```
+
+        Pages of `page_size` keys are asked for one after another as the iteration goes on.
+        A key held or waited for throughout the listing appears exactly once; one acquired or
+        freed meanwhile may or may not.
+
+        Args:
+            prefix: Only keys starting with this ("": every key).
+            page_size: Keys per request, 1 to 500 (default 100).
+        """
+        checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        return _watch.pages(self._engine.send, checked, size)
+
     def with_lock(
         self,
         key: str,
@@ -265,6 +337,7 @@ class Locks:
         ttl: float | timedelta,
         limit: int = 1,
         wait: float | timedelta = 0,
+        label: str | None = None,
         token: str | uuid.UUID | None = None,
         request_id: str | uuid.UUID | None = None,
         on_lost: Callable[[Error], object] | None = None,
@@ -294,6 +367,7 @@ class Locks:
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
             limit: How many leases the key may have at once (see `acquire`); default 1.
             wait: How long entering may wait for a held lock (see `acquire`); default 0.
+            label: The lease's public label (see `acquire`); renewals keep it.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
             request_id: The acquisition's request id (a UUID); a fresh one by default.
             on_lost: Called once, with `lost_reason`, when ownership is lost.
@@ -311,6 +385,7 @@ class Locks:
             ttl=ttl,
             limit=limit,
             wait=wait,
+            label=label,
             token=token,
             request_id=request_id,
             at_risk_margin=at_risk_margin,

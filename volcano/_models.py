@@ -79,6 +79,10 @@ class LockState:
             it is free.
         holders: The live leases, soonest expiry first.
         waiters: How many callers wait in the key's line.
+        version: The key's version: 0 for a key never acquired, then greater after each
+            change of its holders (a grant, a release, an expiry, a force release, a label
+            changed by a renewal). It never goes back; a renewal that keeps the label leaves
+            it as it is.
     """
 
     key: str
@@ -88,6 +92,7 @@ class LockState:
     limit: int = 1
     holders: tuple[LockHolder, ...] = ()
     waiters: int = 0
+    version: int = 0
 
 
 @attrs.frozen

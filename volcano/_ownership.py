@@ -416,6 +416,24 @@ class Ownership:
         moved = self._move(Event.RENEWAL_FAILED, reason=error, timeline=timeline, now=now)
         return notices + (moved or [])
 
+    def relabelled(self, answer: Answer[LockLease], now: float) -> list[Notice]:
+        """A renewal the holder sent itself (a new label: `proclaim`) succeeded: adopt it.
+
+        The renewal loop's own attempt, if one is under way, stays under way and is judged
+        when it ends. The later of the two deadlines is kept, each counted from its own send.
+        """
+        notices = self._catch_up(now)
+        timeline = Timeline.of(answer, self._margin)
+        with self._lock:
+            if timeline.deadline < self._timeline.deadline:
+                timeline = attrs.evolve(self._timeline, lease=answer.value)
+        moved = self._move(Event.RENEWED, timeline=timeline, keep_in_flight=True)
+        return notices + (moved or [])
+
+    def refused(self, error: Error, now: float) -> list[Notice]:
+        """A request the holder sent about its lease was refused (a 409): ownership is lost."""
+        return self._catch_up(now) + (self._move(Event.REFUSED, reason=error) or [])
+
     def renewal_ended(self) -> None:
         """The renewal under way ended without an answer to judge (cancelled, or let go of)."""
         with self._lock:
@@ -472,12 +490,13 @@ class Ownership:
         reason: BaseException | None = None,
         timeline: Timeline | None = None,
         now: float | None = None,
+        keep_in_flight: bool = False,
     ) -> list[Notice] | None:
         """Make `event` happen, if the table lists a move for it in the current state.
 
         Under the lock: look up the next state, take `timeline` (a renewal's outcome, which
-        ends the attempt under way), record the reason. Then log, wake waiters, and return the
-        callback to call. None: no move was listed.
+        ends the attempt under way unless `keep_in_flight`), record the reason. Then log, wake
+        waiters, and return the callback to call. None: no move was listed.
         """
         with self._lock:
             before = self._state
@@ -487,7 +506,9 @@ class Ownership:
             if timeline is not None:
                 if timeline.failures == 0:  # a new lease: its deadline reason is its own
                     self._expired = None
-                self._timeline, self._in_flight = timeline, None
+                self._timeline = timeline
+                if not keep_in_flight:
+                    self._in_flight = None
             self._state = after
             entered = after if after is not before else None
             if entered is GuardState.LOST and self._reason is None:

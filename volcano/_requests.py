@@ -6,6 +6,7 @@ becomes a fresh UUID, and one supplied is kept exactly as spelled.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import attrs
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
 
     from ._exceptions import Error
     from ._models import ForceReleaseResult, LockLease, LockState
-    from ._seam import Call
+    from ._seam import Call, Page
+
+FOREVER = math.inf
+"""The `wait` of an acquisition that waits as long as it takes (a campaign's, by default)."""
 
 
 @attrs.frozen
@@ -35,6 +39,7 @@ class Acquisition:
     wait: float
     request_id: str
     limit: int = 1
+    label: str | None = None
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
@@ -45,6 +50,7 @@ class Acquisition:
             request_id=request_id,
             wait=wait,
             limit=self.limit,
+            label=self.label,
         )
 
 
@@ -68,15 +74,17 @@ def acquire(
     wait: object = 0.0,
     token: str | uuid.UUID | None,
     request_id: str | uuid.UUID | None,
+    label: object = None,
 ) -> Acquisition:
-    """The acquisition for these arguments."""
+    """The acquisition for these arguments; `wait` FOREVER waits as long as it takes."""
     return Acquisition(
         key=_validate.key(key),
         owner_token=_validate.new_uuid() if token is None else _validate.owner_token(token),
         ttl=_validate.ttl(ttl),
-        wait=_validate.wait(wait),
+        wait=FOREVER if wait is FOREVER else _validate.wait(wait),
         request_id=_request_id(request_id),
         limit=_validate.limit(limit),
+        label=_validate.label(label),
     )
 
 
@@ -91,9 +99,12 @@ def with_lock(
     at_risk_margin: object,
     on_lost: object,
     on_at_risk: object,
+    label: object = None,
 ) -> GuardPlan:
     """The plan of a with_lock guard for these arguments."""
-    acquisition = acquire(key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id)
+    acquisition = acquire(
+        key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id, label=label
+    )
     return GuardPlan(
         acquisition,
         replayable=request_id is not None,
@@ -104,14 +115,23 @@ def with_lock(
 
 
 def renew(
-    key: object, lease: object, *, ttl: object, request_id: str | uuid.UUID | None
+    key: object,
+    lease: object,
+    *,
+    ttl: object,
+    request_id: str | uuid.UUID | None,
+    label: object = None,
 ) -> Call[LockLease]:
-    """The renew request for these arguments; `ttl` None means the lease's own ttl."""
+    """The renew request for these arguments.
+
+    `ttl` None means the lease's own ttl; `label` None keeps the lease's label.
+    """
     checked = _validate.lease_for(_validate.key(key), lease)
     return _seam.renew(
         checked,
         ttl=_validate.ttl(checked.ttl_seconds if ttl is None else ttl),
         request_id=_request_id(request_id),
+        label=_validate.label(label),
     )
 
 
@@ -137,6 +157,18 @@ def check(key: object, fencing_token: object, *, request_id: str | uuid.UUID | N
         _validate.key(key),
         _validate.fencing_token(fencing_token),
         request_id=_request_id(request_id),
+    )
+
+
+def watch(key: str, *, after_version: int, wait: float) -> Call[LockState]:
+    """One long poll of a watch (a fresh request id each: it changes nothing)."""
+    return _seam.watch(key, after_version=after_version, wait=wait, request_id=_validate.new_uuid())
+
+
+def list_page(prefix: str, *, after: str, page_size: int) -> Call[Page]:
+    """One page of a listing, after the key `after` (arguments checked by the caller)."""
+    return _seam.list_page(
+        prefix=prefix, after=after, limit=page_size, request_id=_validate.new_uuid()
     )
 
 

@@ -60,6 +60,8 @@ _ROUTES = {
     "get": ("GET", "/v1/locks/{key}"),
     "force_release": ("DELETE", "/v1/locks/{key}"),
     "check": ("GET", "/v1/locks/{key}/leases/{fencing_token}"),
+    "watch": ("GET", "/v1/locks/{key}"),
+    "list": ("GET", "/v1/locks"),
 }
 
 _cached: tuple[object, Tracer] | None = None

@@ -31,6 +31,10 @@ TTL_MAX_SECONDS = 86400.0
 TIMEOUT_MAX_SECONDS = 3600.0
 LIMIT_MAX = 1000
 FENCING_TOKEN_MAX = 2**53 - 1
+LABEL_MAX_LENGTH = 200
+LABEL_PATTERN = re.compile(r"[ -~]*")  # printable ASCII: space to '~'
+KEY_PART_PATTERN = re.compile(r"[A-Za-z0-9._:-]*")
+PAGE_MAX = 500
 
 
 def key(value: object) -> str:
@@ -61,6 +65,52 @@ def wait(value: object) -> float:
     if seconds < 0:
         raise InvalidArgumentError(f"wait must be 0 or more seconds, got {seconds!r}")
     return seconds
+
+
+def label(value: object) -> str | None:
+    """Return a lease's public label: None, or 0 to 200 printable ASCII characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"label must be a str or None, got {type(value).__name__}")
+    if len(value) > LABEL_MAX_LENGTH or not LABEL_PATTERN.fullmatch(value):
+        raise InvalidArgumentError(
+            f"label must be 0 to {LABEL_MAX_LENGTH} printable ASCII characters (space to '~'),"
+            f" got {_shorten(value)}"
+        )
+    return value
+
+
+def prefix(value: object) -> str:
+    """Return a key prefix for listing: up to 255 of the characters keys are made of."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"prefix must be a str, got {type(value).__name__}")
+    if len(value) > KEY_MAX_LENGTH or not KEY_PART_PATTERN.fullmatch(value):
+        raise InvalidArgumentError(
+            f"prefix must be up to {KEY_MAX_LENGTH} letters, digits, '.', '_', ':' or '-';"
+            f" got {_shorten(value)}"
+        )
+    return value
+
+
+def page_size(value: object) -> int:
+    """Return how many keys one page of a listing asks for: 1 to 500."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= PAGE_MAX:
+        raise InvalidArgumentError(
+            f"page_size must be a whole number (int) from 1 to {PAGE_MAX}, got {value!r}"
+        )
+    return int(value)
+
+
+def version(value: object) -> int | None:
+    """Return a key's version to watch after: None, or a whole number from 0 to 2^53-1."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= FENCING_TOKEN_MAX:
+        raise InvalidArgumentError(
+            f"after_version must be None or a whole number from 0 to 2^53-1, got {value!r}"
+        )
+    return int(value)
 
 
 def limit(value: object) -> int:

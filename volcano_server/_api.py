@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import time
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,11 +66,12 @@ _OPERATIONS: dict[str, _Run] = {
         b["owner_token"],
         b["ttl_seconds"],
         limit=b.get("limit", 1),
+        label=b.get("label") or None,
         wait_seconds=b.get("wait_seconds", 0.0),
         gone=gone,
     ),
-    "renewLock": lambda s, c, p, b, _gone: s.renew(
-        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"]
+    "renewLock": lambda s, c, p, b, _gone: s.renew(  # label None (or absent): kept
+        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"], label=b.get("label")
     ),
     "renewLeases": lambda s, c, _p, b, _gone: s.renew_many(
         c, [Renewal(**entry) for entry in b["leases"]]
@@ -77,7 +79,16 @@ _OPERATIONS: dict[str, _Run] = {
     "releaseLock": lambda s, c, p, b, _gone: s.release(
         c, p["key"], b["owner_token"], b["fencing_token"]
     ),
-    "getLock": lambda s, c, p, _b, _gone: s.get(c, p["key"]),
+    "getLock": lambda s, c, p, _b, gone: s.get(
+        c,
+        p["key"],
+        after_version=p.get("after_version"),
+        wait_seconds=p.get("wait_seconds", 0.0),
+        gone=gone,
+    ),
+    "listLocks": lambda s, c, p, _b, _gone: s.list_locks(
+        c, prefix=p.get("prefix", ""), after=p.get("after", ""), limit=p.get("limit", 100)
+    ),
     "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
@@ -101,6 +112,7 @@ class _Request:
     replayable: bool
     body: bytes | None  # None when over the size limit
     body_limit: int
+    query: bytes = b""  # the query string as sent
 
 
 class Api:
@@ -188,10 +200,20 @@ class Api:
                     if operation.body is not None
                     else b""
                 )
-                request = _Request(operation, params, headers, request_id, replayable, body, limit)
+                request = _Request(
+                    operation,
+                    params,
+                    headers,
+                    request_id,
+                    replayable,
+                    body,
+                    limit,
+                    scope.get("query_string", b""),
+                )
                 caller, params_checked, body_checked = self._judge(request, principal)
-                waiting = bool(body_checked.get("wait_seconds"))
-                with self._shares.hold(caller.project_id, waiting=waiting):
+                with self._shares.hold(
+                    caller.project_id, waiting=_waits(params_checked, body_checked)
+                ):
                     answer = await self._perform(
                         operation, caller, params_checked, body_checked, receive
                     )
@@ -300,7 +322,9 @@ class Api:
                 raise ApiError.payload_too_large(request.body_limit)
             check_content_encoding(headers)
             body = _json_object(headers.get("content-type", ""), request.body)
-        checked_params, checked_body = _validated(request.operation, request.params, body)
+        checked_params, checked_body = _validated(
+            request.operation, request.params, body, request.query
+        )
         print_ = None
         if request.replayable:
             print_ = _fingerprint(
@@ -387,17 +411,48 @@ def _json_object(content_type: str, raw: bytes) -> dict[str, Any]:
 
 
 def _validated(
-    operation: Operation, params: dict[str, str], body: dict[str, Any]
+    operation: Operation, params: dict[str, str], body: dict[str, Any], query: bytes = b""
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The path and query parameters (one mapping: their names never collide) and the body."""
     try:
         checked = {
             name: validate(params[name], name) for name, validate in operation.path_params.items()
         }
+        checked.update(_query_params(operation, query))
         if operation.body is not None:
             body = operation.body(body, "")
     except ValidationFailure as failure:
         raise ApiError.validation(str(failure)) from None
     return checked, body
+
+
+def _query_params(operation: Operation, query: bytes) -> dict[str, Any]:
+    """The query parameters the operation declares, validated.
+
+    An operation without query parameters ignores the query string, as it always has; one
+    with them refuses a parameter it does not know, or one sent twice, naming it.
+    """
+    if not operation.query:
+        return {}
+    text = query.decode("latin-1")
+    pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="replace")
+    allowed = ", ".join(operation.query)
+    checked: dict[str, Any] = {}
+    for name, value in pairs:
+        validate = operation.query.get(name)
+        if validate is None:
+            raise ValidationFailure(name, f"unknown query parameter (allowed: {allowed})")
+        if name in checked:
+            raise ValidationFailure(name, "given more than once")
+        checked[name] = validate(value, name)
+    return checked
+
+
+def _waits(params: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether a request may be held open: a waiting acquire, or a watch (a long poll)."""
+    if body.get("wait_seconds"):
+        return True
+    return bool(params.get("wait_seconds")) and params.get("after_version") is not None
 
 
 def _fingerprint(

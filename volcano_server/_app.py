@@ -33,6 +33,7 @@ from ._shares import ProjectShares
 from ._spec import Operation, Spec, load_spec
 from ._tracing import Tracing
 from ._waiting import Waits
+from ._watching import Watches
 from .storage import Storage, StorageUnavailable, open_storage
 
 if TYPE_CHECKING:
@@ -77,22 +78,32 @@ def create_app(
         database="sqlite" if storage.runs_inline else "postgresql",
     )
     run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics, tracing)
-    pulse = Pulse(round(config.waiting.heartbeat_lifetime * 1_000_000))
+    lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
+    pulse = Pulse(lifetime_us)
+    server_id = uuid.uuid4().hex
+    watches = Watches(
+        storage,
+        run,
+        server_id=server_id,
+        max_wait_seconds=config.waiting.max_wait_seconds,
+        heartbeat_lifetime_us=lifetime_us,
+    )
     waits = Waits(
         storage,
-        Registry(uuid.uuid4().hex),
+        Registry(server_id),
         settings=config.waiting,
         retention_seconds=config.retention_seconds,
         run=run,
         pulse=pulse,
         revocations=authenticator,
+        watches=watches,
         metrics=metrics.locks,
         tracing=tracing,
     )
-    metrics.watch_waiters(waits)
+    metrics.watch_waiters(waits, watches)
     metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
-        LockService(waits, run),
+        LockService(waits, watches, run),
         authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
@@ -129,6 +140,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.access_log = access_log
     app.state.waits = waits
+    app.state.watches = watches
     app.state.tracing = tracing
     return app
 

@@ -27,12 +27,16 @@ Result = tuple[dict[str, Any], int | None]
 
 @attrs.frozen
 class Renewal:
-    """One entry of a batch: which lease to renew, for how long."""
+    """One entry of a batch: which lease to renew, for how long, and with which label.
+
+    `label` None keeps the lease's label, as a single renew without one does.
+    """
 
     key: str
     owner_token: str = attrs.field(repr=False)
     fencing_token: int
     ttl_seconds: float
+    label: str | None = None
 
 
 def renewed(key: str, lease: dict[str, Any], until_us: int) -> Result:

@@ -83,6 +83,11 @@ class Metrics:
             "Acquire requests this server holds open in a lock's queue, waiting for their turn.",
             registry=self.registry,
         )
+        self.watches = Gauge(
+            "volcano_watches_open",
+            "Watching GETs (after_version) this server holds open until their key changes.",
+            registry=self.registry,
+        )
         self.locks = LockMetrics(self.registry, key_prefixes)
 
     def expect(self, operations: Iterable[str]) -> None:
@@ -94,9 +99,10 @@ class Metrics:
         for operation in operations:
             self.latency.labels(operation)
 
-    def watch_waiters(self, room: Sized) -> None:
-        """Report how many requests `room` holds open, read at each scrape."""
+    def watch_waiters(self, room: Sized, watches: Sized) -> None:
+        """Report how many waiting acquires (`room`) and watches are open, at each scrape."""
         self.waiters.set_function(lambda: len(room))
+        self.watches.set_function(lambda: len(watches))
 
     def observe(self, record: RequestRecord) -> None:
         """Count one answered request and its latency."""

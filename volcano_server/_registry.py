@@ -86,12 +86,14 @@ class Entry:
         request_id: str,
         fingerprint: bytes | None,
         credential: bytes = b"",
+        label: str | None = None,
     ) -> None:
         self.project_id = project_id
         self.credential = credential  # the hash of the service key it came with
         self.key = key
         self.owner_token = owner_token
         self.ttl_seconds = ttl_seconds
+        self.label = label  # the public label of the lease it is to be granted
         self.request_id = request_id
         self.fingerprint = fingerprint  # the acquire's (None: not replayable)
         self.seq: int | None = None

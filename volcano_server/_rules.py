@@ -9,6 +9,11 @@ with its own owner token and its own fencing token: every grant takes the key's 
 limit belongs to the key while it has a live lease (or a waiter, whose join the same rule
 refuses); once the key is free, the next acquire sets it. A row the rules return holds only
 live leases: expired ones are dropped whenever the row is saved.
+
+Each lease carries a public label (None: none): an acquire sets it, a renew keeps it or sets a
+new one, a waiter's goes with the lease it is granted. A key's version counts the changes of
+its holders (`versioned`: grants, ends, label changes), and the stored leases that have expired
+since (`LockRow.version_at`), so it moves on an expiry that nobody has written yet.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = [
     "lock_held",
     "lock_state",
     "replaced",
+    "versioned",
     "without",
 ]
 
@@ -69,17 +75,20 @@ def decide_acquire(
     owner_token: str,
     ttl: float,
     limit: int = 1,
+    label: str | None = None,
 ) -> Decision:
     """Decide an acquire, once any waiter in line has been handed a free slot.
 
-    The owner's own live lease is given back with a new expiry; a key in use with another limit
-    is 409 limit_mismatch; a free slot gets the key's next fencing token; with none free, 409
-    lock_held.
+    The owner's own live lease is given back with a new expiry and `label`; a key in use with
+    another limit is 409 limit_mismatch; a free slot gets the key's next fencing token; with
+    none free, 409 lock_held.
     """
     live = row.live_leases(now) if row is not None else ()
     mine = row.lease_of(owner_token, now) if row is not None else None
     if row is not None and mine is not None:
-        kept = attrs.evolve(mine, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
+        kept = attrs.evolve(
+            mine, expires_at_us=now + _micros(ttl), ttl_seconds=ttl, label=_label(label)
+        )
         return Decision(
             replaced(row, now, mine, kept), 200, payload=lease_payload(key, kept), lease=kept
         )
@@ -88,7 +97,9 @@ def decide_acquire(
     if len(live) >= limit:
         assert row is not None  # noqa: S101 - live leases come from a row
         return lock_held(row, now, key)
-    granted, lease = _grant(row, now, project_id=project_id, key=key, owner=owner_token, ttl=ttl)
+    granted, lease = _grant(
+        row, now, project_id=project_id, key=key, owner=owner_token, ttl=ttl, label=label
+    )
     return Decision(
         attrs.evolve(granted, limit=limit), 200, payload=lease_payload(key, lease), lease=lease
     )
@@ -118,14 +129,29 @@ def lock_held(row: LockRow, now: int, key: str) -> Decision:
 
 
 def decide_renew(
-    row: LockRow | None, now: int, *, key: str, owner_token: str, fencing_token: int, ttl: float
+    row: LockRow | None,
+    now: int,
+    *,
+    key: str,
+    owner_token: str,
+    fencing_token: int,
+    ttl: float,
+    label: str | None = None,
 ) -> Decision:
-    """The matching live lease gets a new expiry and keeps its fencing token."""
+    """The matching live lease gets a new expiry and keeps its fencing token.
+
+    With `label` (not None) the lease's label becomes it (an empty one: none); else it stays.
+    """
     lease = _matching(row, now, owner_token, fencing_token)
     if lease is None:
         return _not_held(row, now, key, owner_token, fencing_token)
     assert row is not None  # noqa: S101 - a lease comes from a row
-    renewed = attrs.evolve(lease, expires_at_us=now + _micros(ttl), ttl_seconds=ttl)
+    renewed = attrs.evolve(
+        lease,
+        expires_at_us=now + _micros(ttl),
+        ttl_seconds=ttl,
+        label=lease.label if label is None else _label(label),
+    )
     return Decision(
         replaced(row, now, lease, renewed), 200, payload=lease_payload(key, renewed), lease=renewed
     )
@@ -204,6 +230,7 @@ def decide_handoff(
         owner=waiter.owner_token,
         ttl=waiter.ttl_seconds,
         until=until,
+        label=waiter.label,
     )
     if reach is Reach.HERE:
         return Handoff(granted, "granted", None, lease)
@@ -229,7 +256,27 @@ def lock_state(row: LockRow | None, now: int, key: str, waiters: int) -> dict[st
             for lease in live
         ],
         "waiters": waiters,
+        "version": row.version_at(now) if row is not None else 0,
     }
+
+
+def versioned(loaded: LockRow | None, row: LockRow) -> LockRow:
+    """`row` with its version moved past every change of the holders since `loaded`.
+
+    One for each lease granted, each lease ended (released, force-released, or expired and
+    dropped), and each label changed; at least one when the key's last fencing token moved.
+    A stored lease that expired and is still kept counts in `version_at` instead, so a key's
+    version at any moment is the same before and after a save that only drops it.
+    """
+    before = {lease.fencing_token: lease for lease in (loaded.leases if loaded else ())}
+    after = {lease.fencing_token: lease for lease in row.leases}
+    changes = sum(token not in after for token in before)
+    changes += sum(
+        token not in before or before[token].label != lease.label for token, lease in after.items()
+    )
+    if loaded is None or loaded.fencing_token != row.fencing_token:
+        changes = max(changes, 1)
+    return attrs.evolve(row, version=(loaded.version if loaded else 0) + changes)
 
 
 def lease_check(row: LockRow | None, now: int, key: str, fencing_token: int) -> dict[str, Any]:
@@ -274,6 +321,7 @@ def _grant(
     owner: str,
     ttl: float,
     until: int | None = None,
+    label: str | None = None,
 ) -> tuple[LockRow, Lease]:
     """A new lease for `owner` with the key's next fencing token.
 
@@ -284,9 +332,9 @@ def _grant(
     if last >= MAX_FENCING_TOKEN:  # 2^53 acquisitions of one key: unreachable in practice
         raise RuntimeError(f"fencing tokens of {key!r} in project {project_id} are exhausted")
     if until is None:
-        lease = Lease(last + 1, owner, now + _micros(ttl), ttl, granted_at_us=now)
+        lease = Lease(last + 1, owner, now + _micros(ttl), ttl, _label(label), granted_at_us=now)
     else:
-        lease = Lease(last + 1, owner, until, ttl)
+        lease = Lease(last + 1, owner, until, ttl, _label(label))
     if row is None:
         return LockRow(project_id, key, last + 1, 1, (lease,)), lease
     return attrs.evolve(row, fencing_token=last + 1, leases=(*row.live_leases(now), lease)), lease
@@ -345,3 +393,8 @@ def _by_expiry(lease: Lease) -> tuple[int, int]:
 
 def _micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
+
+
+def _label(text: str | None) -> str | None:
+    """A lease's label as stored: an empty one is none."""
+    return text or None

@@ -69,8 +69,11 @@ def compile_schema(
     if unknown:
         raise SchemaError(f"unsupported schema keywords {sorted(unknown)}")
     kind = schema.get("type")
+    if isinstance(kind, list) and len(kind) == 2 and "null" in kind and kind != ["null"] * 2:
+        (base,) = (k for k in kind if k != "null")
+        return _or_null(compile_schema({**schema, "type": base}, resolve))
     if not isinstance(kind, str):
-        raise SchemaError(f"request schemas need a single 'type', got {kind!r}")
+        raise SchemaError(f"request schemas need a single 'type' (or one and null), got {kind!r}")
     compilers: dict[
         str, Callable[[Mapping[str, Any], Callable[[str], Mapping[str, Any]]], Validator]
     ] = {
@@ -245,6 +248,15 @@ def _compile_boolean(
         return value
 
     return validate_boolean
+
+
+def _or_null(validator: Validator) -> Validator:
+    """`validator`, which also lets null through (JSON Schema's `type: [T, "null"]`)."""
+
+    def validate_or_null(value: Any, path: str) -> Any:
+        return None if value is None else validator(value, path)
+
+    return validate_or_null
 
 
 def _with_enum(validator: Validator, allowed: list[Any]) -> Validator:

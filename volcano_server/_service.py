@@ -3,7 +3,8 @@
 `LockService` is what `_api` calls for every operation of the spec, in one table: it runs each
 operation's transaction through the runner (on the loop or in a worker thread, 503 on an outage)
 and hands a waiting acquire to `Waits`, which holds it in line, delivers its lease or ends that
-lease if its client left first.
+lease if its client left first, and a watching get to `Watches`, which holds it until the key's
+version moves.
 """
 
 from __future__ import annotations
@@ -14,23 +15,31 @@ from collections.abc import Callable, Sequence
 from ._offload import Runner
 from ._transactions import Caller, Renewal
 from ._waiting import Waits
+from ._watching import Watches
 from ._wire import Answer
 
 __all__ = ["Caller", "LockService", "Renewal"]
 
 
 class LockService:
-    """Acquire (waiting or not), renew (one lease or many), release, force release and get."""
+    """The lock operations: acquire, renew (one lease or many), release, force release, get, list.
 
-    def __init__(self, waits: Waits, run: Runner) -> None:
+    Acquires may wait in line, and gets may watch a key for a change.
+    """
+
+    def __init__(self, waits: Waits, watches: Watches, run: Runner) -> None:
         self._waits = waits
+        self._watches = watches
         self._tx = waits.transactions
         self._run = run
 
     @property
     def parked(self) -> int:
-        """Waiting acquires parked in line (they need the loop only when their turn comes)."""
-        return self._waits.parked
+        """Waiting acquires parked in line and watches held open.
+
+        They need the loop only when their turn comes or their key changes.
+        """
+        return self._waits.parked + self._watches.parked
 
     async def acquire(
         self,
@@ -40,13 +49,14 @@ class LockService:
         ttl_seconds: float,
         *,
         limit: int,
+        label: str | None = None,
         wait_seconds: float,
         gone: Callable[[], asyncio.Future[None]],
     ) -> Answer | None:
         """Take a free slot of the key, extend the caller's own lease, or wait in line for one.
 
-        `gone()` gives a future done when the client disconnects (asked for only when the
-        request waits). None: the client left before its answer.
+        The lease carries `label`. `gone()` gives a future done when the client disconnects
+        (asked for only when the request waits). None: the client left before its answer.
         """
         if wait_seconds:
             disconnected = gone()
@@ -57,6 +67,7 @@ class LockService:
                     owner_token,
                     ttl_seconds,
                     limit=limit,
+                    label=label,
                     wait_seconds=wait_seconds,
                     gone=disconnected,
                 )
@@ -65,7 +76,13 @@ class LockService:
         tx = self._tx
         answer = await self._run(
             lambda may_block: tx.acquire(
-                caller, key, owner_token, ttl_seconds, limit=limit, may_block=may_block
+                caller,
+                key,
+                owner_token,
+                ttl_seconds,
+                limit=limit,
+                label=label,
+                may_block=may_block,
             ),
             traced_as="acquire",
         )
@@ -73,13 +90,26 @@ class LockService:
         return answer
 
     async def renew(
-        self, caller: Caller, key: str, owner_token: str, fencing_token: int, ttl_seconds: float
+        self,
+        caller: Caller,
+        key: str,
+        owner_token: str,
+        fencing_token: int,
+        ttl_seconds: float,
+        *,
+        label: str | None = None,
     ) -> Answer:
-        """Extend the live lease that matches both tokens."""
+        """Extend the live lease that matches both tokens; with `label`, relabel it."""
         tx = self._tx
         return await self._run(
             lambda may_block: tx.renew(
-                caller, key, owner_token, fencing_token, ttl_seconds, may_block=may_block
+                caller,
+                key,
+                owner_token,
+                fencing_token,
+                ttl_seconds,
+                label=label,
+                may_block=may_block,
             ),
             traced_as="renew",
         )
@@ -111,11 +141,45 @@ class LockService:
             traced_as="force_release",
         )
 
-    async def get(self, caller: Caller, key: str) -> Answer:
-        """Report the key's state without changing it."""
+    async def get(
+        self,
+        caller: Caller,
+        key: str,
+        *,
+        after_version: int | None = None,
+        wait_seconds: float = 0.0,
+        gone: Callable[[], asyncio.Future[None]] | None = None,
+    ) -> Answer | None:
+        """Report the key's state without changing it.
+
+        With `after_version` and `wait_seconds`, once its version differs from that one or the
+        wait runs out (a watch); None when the client left first.
+        """
+        if after_version is not None and wait_seconds > 0 and gone is not None:
+            disconnected = gone()
+            try:
+                return await self._watches.watch(
+                    caller,
+                    key,
+                    after_version=after_version,
+                    wait_seconds=wait_seconds,
+                    gone=disconnected,
+                )
+            finally:
+                disconnected.cancel()
         tx = self._tx
         return await self._run(
             lambda may_block: tx.get(caller, key, may_block=may_block), traced_as="get"
+        )
+
+    async def list_locks(self, caller: Caller, *, prefix: str, after: str, limit: int) -> Answer:
+        """One page of the keys that are held or waited for."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.list_locks(
+                caller, prefix=prefix, after=after, limit=limit, may_block=may_block
+            ),
+            traced_as="list",
         )
 
     async def check(self, caller: Caller, key: str, fencing_token: int) -> Answer:

@@ -1,12 +1,13 @@
-"""What one project may hold of a server process at once: waiting acquires and other requests.
+"""What one project may hold of a server process at once: waiting requests and other requests.
 
 Connections, worker threads and database connections are shared by every project. A waiting
-acquire holds its connection open for up to a minute, so without a cap one project's waiters
-fill `--max-connections` and every other project, and the health probes, get 503 (issue 20:
-10,600 waiters of one project did). Requests in flight hold a worker thread or a database
-connection each, and every other project's requests queue behind them. So each project may hold
-at most `max_waiters` waiting acquires and `max_requests` other requests open at once in one
-process; one more gets 429 `rate_limited` with `Retry-After`, and only that project is refused.
+acquire holds its connection open for up to a minute, and so does a watch of a key (a long
+poll), so without a cap one project's waiters fill `--max-connections` and every other
+project, and the health probes, get 503 (issue 20: 10,600 waiters of one project did). Requests
+in flight hold a worker thread or a database connection each, and every other project's
+requests queue behind them. So each project may hold at most `max_waiters` waiting requests
+(acquires and watches together) and `max_requests` other requests open at once in one process;
+one more gets 429 `rate_limited` with `Retry-After`, and only that project is refused.
 
 Requests are counted on the event loop only, so the counts need no lock.
 """
@@ -43,7 +44,7 @@ class ProjectShares:
         share = (project_id, waiting)
         held = self._open.get(share, 0)
         if held >= self._caps[waiting]:
-            what = "waiting acquires" if waiting else "requests in flight"
+            what = "waiting requests (acquires and watches)" if waiting else "requests in flight"
             raise ApiError.over_share(what, self._caps[waiting])
         self._open[share] = held + 1
         try:

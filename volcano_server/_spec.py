@@ -6,6 +6,7 @@ spec says and what the server enforces cannot drift apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
@@ -31,6 +32,7 @@ class Operation:
     headers: Mapping[str, Validator]  # lower-cased header name -> validator
     body: Validator | None
     authenticated: bool
+    query: Mapping[str, Validator] = attrs.field(factory=dict)  # each parses the text sent
 
 
 @attrs.frozen
@@ -123,9 +125,14 @@ def _operations(
                     },
                     body=body,
                     authenticated=bool(op.get("security", default_security)),
+                    query={
+                        name: _from_query(deref(p["schema"]), compile_schema(p["schema"], resolve))
+                        for (where, name), p in params.items()
+                        if where == "query"
+                    },
                 )
             )
-            unsupported = {where for where, _ in params} - {"path", "header"}
+            unsupported = {where for where, _ in params} - {"path", "header", "query"}
             if unsupported:
                 raise SchemaError(f"{op['operationId']}: unsupported parameters in {unsupported}")
     return operations
@@ -153,5 +160,38 @@ def _from_path(schema: Mapping[str, Any], validate: Validator) -> Validator:
         ):
             raise ValidationFailure(name, f"must be a whole number in digits, got {text!r}")
         return validate(int(text), name)
+
+    return parse
+
+
+# A query parameter is text; a number in it is written in plain digits, at most this long.
+_MAX_QUERY_NUMBER = 30
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+_NUMBER_TEXT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")  # as JSON writes one
+
+
+def _from_query(schema: Mapping[str, Any], validate: Validator) -> Validator:
+    """`validate` for a query parameter: a number is parsed from its text first.
+
+    An integer is ASCII digits with an optional leading `-`; a number is written as JSON
+    writes one (`30`, `2.5`, `1e-3`). No spaces, `+` sign, underscores, other digits, `nan`
+    or `inf` that Python's own parsing would take; a bound is judged on the number, not on
+    its text.
+    """
+    kind = schema.get("type")
+    if kind not in ("integer", "number"):
+        return validate
+    pattern = _INTEGER_TEXT if kind == "integer" else _NUMBER_TEXT
+    noun = "a whole number in digits" if kind == "integer" else "a number, like 30 or 2.5"
+
+    def parse(text: Any, name: str) -> Any:
+        if not (
+            isinstance(text, str)
+            and text.isascii()
+            and len(text) <= _MAX_QUERY_NUMBER
+            and pattern.fullmatch(text)
+        ):
+            raise ValidationFailure(name, f"must be {noun}, got {text!r}")
+        return validate(int(text) if kind == "integer" else float(text), name)
 
     return parse

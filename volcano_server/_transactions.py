@@ -52,6 +52,7 @@ from ._rules import (
     lock_held,
     lock_state,
     replaced,
+    versioned,
     without,
 )
 from ._wire import Answer, dumps, parse_rfc3339_us
@@ -103,12 +104,14 @@ class _Effects:
         self._registry = registry
         self.granted: list[tuple[Entry, Lease, Answer]] = []
         self.joined: list[Entry] = []
-        self.watched: list[tuple[KeyRef, float | None]] = []
+        self.timed: list[tuple[KeyRef, float | None]] = []
+        self.changed: list[KeyRef] = []  # keys whose version moved
         self.counted: list[LockEvent] = []
 
     def committed(
         self,
-        watch: Callable[[KeyRef, float | None], None],
+        time_handoff: Callable[[KeyRef, float | None], None],
+        changed: Callable[[KeyRef], None],
         clock_us: int | None,
         metrics: LockMetrics,
     ) -> None:
@@ -117,8 +120,10 @@ class _Effects:
         for entry, lease, answer in self.granted:
             entry.granted = lease
             self._registry.move(entry, Move.COMMIT, attrs.evolve(answer, clock_us=clock_us))
-        for key_ref, seconds in self.watched:
-            watch(key_ref, seconds)
+        for key_ref, seconds in self.timed:
+            time_handoff(key_ref, seconds)
+        for key_ref in self.changed:
+            changed(key_ref)
 
     def rolled_back(self) -> None:
         for entry, _, _ in self.granted:
@@ -142,14 +147,16 @@ class Transactions:
         *,
         retention_seconds: float,
         settings: WaitingSettings,
-        watch: Callable[[KeyRef, float | None], None],
+        time_handoff: Callable[[KeyRef, float | None], None],
+        changed: Callable[[KeyRef], None],
         pulse: Pulse,
         revocations: Revocations,
         metrics: LockMetrics,
     ) -> None:
-        """Built with what the transactions tell or ask of the waiting code.
+        """Built with what the transactions tell or ask of the waiting and watching code.
 
-        `watch(key, seconds)` re-times a key's hand-off after a commit (None: not held);
+        `time_handoff(key, seconds)` re-times a key's hand-off after a commit (None: not held);
+        `changed(key)` tells this server's watchers that a commit moved the key's version;
         `pulse` says whether other servers' heartbeats can be judged yet; `revocations`,
         whether a waiter's service key is known revoked (it is then never granted); `metrics`
         counts what committed transactions did to leases.
@@ -157,7 +164,8 @@ class Transactions:
         self._storage = storage
         self._metrics = metrics
         self._registry = registry
-        self._watch = watch
+        self._time_handoff = time_handoff
+        self._changed = changed
         self._pulse = pulse
         self._revocations = revocations
         self._retention_us = round(retention_seconds * 1_000_000)
@@ -175,13 +183,15 @@ class Transactions:
         ttl_seconds: float,
         *,
         limit: int = 1,
+        label: str | None = None,
         entry: Entry | None = None,
         may_block: bool = True,
     ) -> Answer | Queued:
         """Take a free slot of the key, or extend the caller's own live lease.
 
         With `entry` (a waiting acquire), a key whose slots are all held by others puts the
-        caller in line (or back at its old place) and returns `Queued`.
+        caller in line (or back at its old place) and returns `Queued`. The lease carries
+        `label` (none: None).
         """
         project_id = caller.project_id
         registry = self._registry
@@ -196,6 +206,7 @@ class Transactions:
                 owner_token=owner_token,
                 ttl=ttl_seconds,
                 limit=limit,
+                label=label,
             )
             if decision.status == 200:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
@@ -218,9 +229,10 @@ class Transactions:
         fencing_token: int,
         ttl_seconds: float,
         *,
+        label: str | None = None,
         may_block: bool = True,
     ) -> Answer:
-        """Extend the live lease that matches both tokens."""
+        """Extend the live lease that matches both tokens; with `label`, relabel it."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_renew(
@@ -230,6 +242,7 @@ class Transactions:
                 owner_token=owner_token,
                 fencing_token=fencing_token,
                 ttl=ttl_seconds,
+                label=label,
             )
             return decision.row or row, decision
 
@@ -264,6 +277,7 @@ class Transactions:
                     owner_token=renewal.owner_token,
                     fencing_token=renewal.fencing_token,
                     ttl=renewal.ttl_seconds,
+                    label=renewal.label,
                 )
                 if decision.refusal is not None:
                     results.append(_batch.refused(renewal.key, decision.refusal, request_id))
@@ -274,8 +288,14 @@ class Transactions:
                 results.append(
                     _batch.renewed(renewal.key, decision.payload, decision.lease.expires_at_us)
                 )
-            changed = [(rows[key], loaded[key]) for key in keys if rows[key] != loaded[key]]
-            tx.save_locks([(row, before) for row, before in changed if row is not None])
+            saved = []
+            for key in keys:  # as `_save` does: each row's version moved past what changed
+                row, before = rows[key], loaded[key]
+                if row is not None and row != before:
+                    saved.append((versioned(before, row), before))
+            tx.save_locks(saved)
+            for row, before in saved:
+                self._changed_version(tx, effects, before, row)
             for key in keys:
                 self._retime(effects, rows[key], now)
             answer = _batch.answer(results)
@@ -322,6 +342,20 @@ class Transactions:
             row = tx.load_lock(caller.project_id, key)
             waiting = tx.waiting_count(caller.project_id, key) if row is not None else 0
         return Answer(200, dumps(lock_state(row, now, key, waiting)))
+
+    def list_locks(
+        self, caller: Caller, *, prefix: str, after: str, limit: int, may_block: bool = True
+    ) -> Answer:
+        """One page of the keys with a live lease or a caller in line, in key order."""
+        with self._storage.read(may_block=may_block) as tx:
+            now = tx.now_us()
+            listed = tx.list_locks(caller.project_id, prefix=prefix, after=after, limit=limit + 1)
+        page = listed[:limit]
+        body = {
+            "locks": [lock_state(row, now, row.key, waiting) for row, waiting in page],
+            "next": page[-1][0].key if len(listed) > limit else None,
+        }
+        return Answer(200, dumps(body))
 
     def check(
         self, caller: Caller, key: str, fencing_token: int, *, may_block: bool = True
@@ -542,6 +576,7 @@ class Transactions:
                 entry.owner_token,
                 entry.ttl_seconds,
                 registry.server_id,
+                label=entry.label,
             )
         else:
             seq = mine.seq
@@ -551,6 +586,7 @@ class Transactions:
                 until_us=None,
                 server_id=registry.server_id,
                 ttl_seconds=entry.ttl_seconds,
+                label=entry.label,
             )
         tx.touch_server(registry.server_id, now + self._lifetime_us)
         registry.join(entry, seq)
@@ -576,6 +612,7 @@ class Transactions:
             until_us=until_us,
             server_id=waiter.server_id,
             ttl_seconds=waiter.ttl_seconds,
+            label=waiter.label,
         )
 
     # -- transactions ----------------------------------------------------------------------
@@ -690,18 +727,38 @@ class Transactions:
         *,
         ending: End | None = None,
     ) -> None:
-        """Save the key's row if it changed; re-time the key's hand-off if requests wait here.
+        """Save the key's row if it changed, with its version moved past what changed.
 
         Leases it drops are counted: expired ones as expiries, live ones as `ending` says (a
-        reservation given back, never granted, counts as nothing).
+        reservation given back, never granted, counts as nothing). A moved version is told to
+        this server's watchers once the transaction commits, and to other servers watching the
+        key (an announcement). The key's hand-off is re-timed if requests wait for it here.
         """
         if row is None:
             return
         if row != loaded:
             if loaded is not None and loaded.leases:
                 effects.counted.extend(_ends(loaded, row, now, ending))
+            row = versioned(loaded, row)
             tx.save_lock(row, loaded)
+            self._changed_version(tx, effects, loaded, row)
         self._retime(effects, row, now)
+
+    def _changed_version(
+        self, tx: WriteTx, effects: _Effects, loaded: LockRow | None, row: LockRow
+    ) -> None:
+        """Tell a saved row's new version to the key's watchers, once the transaction commits.
+
+        This server's watchers hear it from `effects`; other servers watching the key, from
+        an announcement.
+        """
+        if loaded is not None and row.version == loaded.version:
+            return
+        key_ref = (row.project_id, row.key)
+        effects.changed.append(key_ref)
+        here = self._registry.server_id
+        if any(server != here for server in tx.watched_by(*key_ref)):
+            tx.announce_change(*key_ref)
 
     def _retime(self, effects: _Effects, row: LockRow | None, now: int) -> None:
         """Re-time the key's hand-off after this transaction, if requests wait here for it."""
@@ -711,7 +768,7 @@ class Transactions:
         if self._registry.entries_of(key_ref):
             soonest = row.soonest_expiry(now)
             left = None if soonest is None else (soonest - now) / 1_000_000
-            effects.watched.append((key_ref, left))
+            effects.timed.append((key_ref, left))
 
     def _in_transaction(
         self,
@@ -732,7 +789,7 @@ class Transactions:
             effects.rolled_back()
             raise
         committed = tx.committed_us
-        effects.committed(self._watch, committed, self._metrics)
+        effects.committed(self._time_handoff, self._changed, committed, self._metrics)
         if isinstance(result, Answer) and result.lease_until_us is not None:
             return attrs.evolve(result, clock_us=committed)
         return result

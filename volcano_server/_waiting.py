@@ -13,6 +13,10 @@ What wakes a key's queue, so a free key never waits for a poll:
 - another server that reserved the key for one of our entries tells us (PostgreSQL NOTIFY);
   on SQLite, servers sharing one file poll for that instead, only while another server beats;
 - a heartbeat row per server lets the others skip waiters whose server has died.
+
+The same heartbeat and listener serve this server's watches (`_watching`): announced changes
+wake them, a reconnected listener makes them read again, and each beat forgets watch records
+that have lingered unused (and, on SQLite shared by several servers, polls their keys).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
 from ._tracing import Tracing
 from ._transactions import Caller, Transactions, shutting_down
+from ._watching import Watches
 from ._wire import Answer
 from .storage import Storage
 
@@ -94,8 +99,8 @@ class Waits:
     """Every waiting request this server holds open, the timers and heartbeat that serve them.
 
     Built with everything it needs: the storage, its settings, how storage work runs (`run`,
-    which answers an outage with 503), and the lock transactions, which it makes with its own
-    timers as their way to re-time a key.
+    which answers an outage with 503), this server's watches (told of each change), and the
+    lock transactions, which it makes with its own timers as their way to re-time a key.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class Waits:
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
+        watches: Watches,
         metrics: LockMetrics,
         tracing: Tracing | None = None,
     ) -> None:
@@ -119,12 +125,14 @@ class Waits:
         self._run = run
         self._pulse = pulse
         self._revocations = revocations
+        self._watches = watches
         self.transactions = Transactions(
             storage,
             registry,
             retention_seconds=retention_seconds,
             settings=settings,
-            watch=self.watch,
+            time_handoff=self.time_handoff,
+            changed=watches.changed,
             pulse=pulse,
             revocations=revocations,
             metrics=metrics,
@@ -145,8 +153,12 @@ class Waits:
         return self._parked
 
     def close(self) -> None:
-        """Refuse new waits and send every queued request away (the server is shutting down)."""
+        """Refuse new waits and send every queued request away (the server is shutting down).
+
+        Watches are answered at once, with the key's state.
+        """
         self._registry.close()
+        self._watches.close()
 
     # -- one waiting request ----------------------------------------------------------------
 
@@ -158,6 +170,7 @@ class Waits:
         ttl_seconds: float,
         *,
         limit: int,
+        label: str | None,
         wait_seconds: float,
         gone: asyncio.Future[None],
     ) -> Answer | None:
@@ -170,6 +183,7 @@ class Waits:
             request_id=caller.request_id,
             fingerprint=caller.fingerprint,
             credential=caller.credential,
+            label=label,
         )
         tx = self.transactions
         result = await self._run(
@@ -179,6 +193,7 @@ class Waits:
                 owner_token,
                 ttl_seconds,
                 limit=limit,
+                label=label,
                 entry=entry,
                 may_block=may_block,
             ),
@@ -269,7 +284,7 @@ class Waits:
 
     # -- waking keys ------------------------------------------------------------------------
 
-    def watch(self, key_ref: KeyRef, seconds: float | None) -> None:
+    def time_handoff(self, key_ref: KeyRef, seconds: float | None) -> None:
         """Hand the key over after `seconds` (when its live lease ends), from any thread.
 
         None: the key is not held, so nothing to time; a key with no entries here is dropped.
@@ -326,13 +341,14 @@ class Waits:
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._beat)
-                tasks.start_soon(self._storage.listen, self._announced, self._reconnected)
+                tasks.start_soon(self._storage.listen, _Listener(self, self._watches))
         finally:
             for timer in self._timers.values():
                 timer.cancel()
             self._timers.clear()
             for task in self._tasks:
                 task.cancel()
+            self._watches.stop()
 
     async def _beat(self) -> None:
         settings, tx, server_id = self.settings, self.transactions, self._registry.server_id
@@ -354,10 +370,12 @@ class Waits:
                 else:
                     self._pulse.beat(dated)
                 await self._send_revoked_away()
+                await self._watches.tidy()
                 next_beat = loop_now + settings.heartbeat_seconds
             if others and not self._storage.pushes_handoffs:
                 for key_ref in self._registry.waited_keys():
                     self.settle_soon(key_ref)
+                self._watches.poll()
                 await anyio.sleep(settings.poll_seconds)
             else:
                 await anyio.sleep(max(0.0, next_beat - loop_now))
@@ -385,17 +403,36 @@ class Waits:
                     if entry.credential == digest:
                         self._registry.revoke(entry)
 
-    def _announced(self, server_id: str, seq: int) -> None:
+    def reserved(self, server_id: str, seq: int) -> None:
+        """Another server reserved a slot for waiter `seq` of `server_id` (maybe ours)."""
         if server_id != self._registry.server_id:
             return
         entry = self._registry.entry_at(seq)
         if entry is not None:
             self.settle_soon(entry.key_ref)
 
-    def _reconnected(self) -> None:
-        # Announcements made while the listener was down are lost: look at every key we wait on.
+    def reconnected(self) -> None:
+        """Announcements made while the listener was down are lost: look at every waited key."""
         for key_ref in self._registry.waited_keys():
             self.settle_soon(key_ref)
+
+
+class _Listener:
+    """What this server does with other servers' announcements (`Storage.listen`)."""
+
+    def __init__(self, waits: Waits, watches: Watches) -> None:
+        self._waits = waits
+        self._watches = watches
+
+    def reserved(self, server_id: str, seq: int) -> None:
+        self._waits.reserved(server_id, seq)
+
+    def changed(self, project_id: int, key: str) -> None:
+        self._watches.changed_elsewhere(project_id, key)
+
+    def connected(self) -> None:
+        self._waits.reconnected()
+        self._watches.reconnected()
 
 
 def _quietly(done: asyncio.Future[Any]) -> None:

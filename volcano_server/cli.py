@@ -169,8 +169,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=1_000,
         metavar="N",
-        help="waiting acquires one project may hold open in this process; more get 429"
-        " (default: %(default)s)",
+        help="waiting requests (waiting acquires and watches) one project may hold open in"
+        " this process; more get 429 (default: %(default)s)",
     )
     serve.add_argument(
         "--max-requests-per-project",

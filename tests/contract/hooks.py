@@ -23,20 +23,32 @@ schemathesis.openapi.format(
 )
 
 # A valid wait_seconds (up to 60) on a key some earlier case holds makes the request wait that
-# long; every generated wait is cut to this, still valid, so the suite stays fast. Invalid
-# values (negative, over 60, not a number) are left alone, so negative cases stay negative.
+# long, and so does a watch (a get with after_version) of a key that does not change; every
+# generated wait is cut to this, still valid, so the suite stays fast. Invalid values
+# (negative, over 60, not a number) are left alone, so negative cases stay negative.
 WAIT_CAP_SECONDS = 0.2
 
 
 @schemathesis.hook
 def before_call(ctx: schemathesis.HookContext, case: schemathesis.Case, **kwargs: Any) -> None:
-    """Cut every valid generated wait_seconds to WAIT_CAP_SECONDS."""
-    body = case.body
-    if not isinstance(body, dict):
-        return
-    wait = body.get("wait_seconds")
-    if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 60:
-        body["wait_seconds"] = min(wait, WAIT_CAP_SECONDS)
+    """Cut every valid generated wait_seconds, in a body or a query, to WAIT_CAP_SECONDS."""
+    for values in (case.body, case.query):
+        if not isinstance(values, dict):
+            continue
+        wait = values.get("wait_seconds")
+        if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 60:
+            values["wait_seconds"] = min(wait, WAIT_CAP_SECONDS)
+        elif isinstance(wait, str) and _seconds(wait) is not None:
+            values["wait_seconds"] = str(min(_seconds(wait) or 0.0, WAIT_CAP_SECONDS))
+
+
+def _seconds(text: str) -> float | None:
+    """A valid wait written as text (a query value), or None."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    return seconds if 0 < seconds <= 60 else None
 
 
 _probed: set[str] = set()

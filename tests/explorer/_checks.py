@@ -18,6 +18,13 @@ database holds.
   request was open and its server alive.
 - **Nobody holds what nobody heard of** (at the end, once all work is done): every live lease
   belongs to an owner that was told of it, or that still has a request open for the key.
+- **A key's version never goes back**, and no watch is told of a version the key has not
+  reached; the versions one watcher hears never go back either.
+- **A version names one state**: whenever the key is at the version a watcher last heard, its
+  holders (fencing tokens and labels) are the ones the watcher heard of.
+- **A watcher ends on the server's state** (at the end, once nothing changes any more): the
+  last state it heard has the key's version, holders and labels, and the watch it has open
+  waits from that version.
 """
 
 from __future__ import annotations
@@ -69,6 +76,18 @@ class LeaseNobodyHeard(Violation):
     """A lease handed to a waiter that left was never taken back."""
 
 
+class VersionWentBack(Violation):
+    """A key's version decreased, or a watch heard of one it had not reached."""
+
+
+class VersionStale(Violation):
+    """The key's holders changed, and its version did not."""
+
+
+class WatcherBehind(Violation):
+    """A watcher's last state is not the key's, once nothing changes any more."""
+
+
 LeaseRow = tuple[int, str, int]
 """(fencing token, owner token, expires_at_us) of one stored lease."""
 
@@ -91,6 +110,19 @@ class Reader:
     def alive_servers(self, now_us: int) -> set[str]:
         """Ids of servers whose heartbeat runs past `now_us`."""
         raise NotImplementedError
+
+    def saved_version(self, key: str) -> int:
+        """The version saved in the key's row (0 for a key never acquired)."""
+        raise NotImplementedError
+
+    def labels(self, key: str) -> dict[int, str | None]:
+        """The label of each stored lease of the key, by fencing token."""
+        raise NotImplementedError
+
+    def version(self, key: str, now_us: int) -> int:
+        """The key's version at `now_us`: as saved, plus each stored lease expired by then."""
+        expired = sum(until <= now_us for _token, _owner, until in self.leases(key))
+        return self.saved_version(key) + expired
 
 
 @attrs.define
@@ -123,6 +155,8 @@ class Checks:
         self._line: dict[str, list[tuple[int, str, str, str]]] = {}
         self._seen: dict[str, int] = {}  # key -> highest token seen held after a transaction
         self._queued: set[tuple[str, str]] = set()  # (key, owner) seen in line since it last sent
+        self._versions: dict[str, int] = {}  # key -> highest version seen in the database
+        self.watched: dict[str, dict[str, Any]] = {}  # watch client -> the last state it heard
         self._own_grants: set[tuple[str, int]] = set()  # (key, token) an acquire's own tx granted
         world.answer_hooks.append(self._heard)
         world.send_hooks.append(self._sent)
@@ -156,6 +190,8 @@ class Checks:
         return latest is not None and token < latest
 
     def _heard(self, request: Request) -> None:
+        if request.status == 200 and request.op == "watch":
+            self._watch_heard(request, request.payload)
         if request.status == 200 and request.op in ("acquire", "renew"):
             self._lease(request, request.payload)
         elif request.op == "renew" and request.status == 409 and request.body is not None:
@@ -248,6 +284,70 @@ class Checks:
         else:
             self._beliefs.append(_Belief(owner, request.client, key, token, deadline))
 
+    def _watch_heard(self, request: Request, state: dict[str, Any]) -> None:
+        now = request.answered_us
+        assert now is not None
+        version = state["version"]
+        actual = self.reader.version(request.key, now)
+        if version > actual:
+            self.problem(
+                VersionWentBack,
+                f"{request.describe()} heard version {version}; the key is at {actual}",
+            )
+        last = self.watched.get(request.client)
+        if last is not None and version < last["version"]:
+            self.problem(
+                VersionWentBack,
+                f"{request.describe()} heard version {version} after {last['version']}",
+            )
+        self.watched[request.client] = state
+
+    def _holders(self, key: str, now: int) -> list[tuple[int, str | None]]:
+        """The key's live leases in the database: (fencing token, label), by token."""
+        labels = self.reader.labels(key)
+        return sorted((token, labels.get(token)) for token, _o, _u in self._live(key, now))
+
+    def _same_version_same_holders(self, key: str, version: int, now: int) -> None:
+        for client, state in self.watched.items():
+            heard = sorted((h["fencing_token"], h["label"]) for h in state["holders"])
+            if state["version"] == version and heard != self._holders(key, now):
+                self.problem(
+                    VersionStale,
+                    f"{client} heard version {version} with holders {heard}; the key is still"
+                    f" at version {version} with holders {self._holders(key, now)}",
+                )
+
+    def watcher_agrees(self, client: str, key: str) -> None:
+        """Once nothing changes any more: `client`'s last state is the key's, and its open
+        watch (if any) waits from that version."""
+        now = self.world.now_us()
+        version = self.reader.version(key, now)
+        holders = self._holders(key, now)
+        last = self.watched.get(client)
+        heard = (
+            (0, [])
+            if last is None
+            else (
+                last["version"],
+                sorted((h["fencing_token"], h["label"]) for h in last["holders"]),
+            )
+        )
+        if heard != (version, holders):
+            self.problem(
+                WatcherBehind,
+                f"{client} last heard version {heard[0]} holders {heard[1]}; the key is at"
+                f" version {version} holders {holders}",
+            )
+        open_ = [r for r in self.world.requests if r.client == client and r.in_flight]
+        for request in open_:
+            after = (request.body or {}).get("after_version")
+            if after != version:
+                self.problem(
+                    WatcherBehind,
+                    f"{request.describe()} still waits from version {after}; the key is at"
+                    f" {version}",
+                )
+
     def _beliefs_of(self, owner: str, key: str, token: int) -> list[_Belief]:
         return [b for b in self._beliefs if (b.owner, b.key, b.token) == (owner, key, token)]
 
@@ -260,6 +360,11 @@ class Checks:
         """Judge the database as it stands after a step."""
         now = self.world.now_us()
         for key in self.keys:
+            version = self.reader.version(key, now)
+            if version < self._versions.get(key, 0):
+                self.problem(VersionWentBack, f"{key}'s version went back to {version}")
+            self._versions[key] = max(version, self._versions.get(key, 0))
+            self._same_version_same_holders(key, version, now)
             stored = self.reader.key(key)
             if stored is not None:
                 if stored[0] < self._highest.get(key, 0):

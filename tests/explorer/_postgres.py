@@ -10,7 +10,8 @@ then move time, run other transactions, and only later let the paused one go on,
 a server descheduled between two statements does to a real database.
 
 NOTIFY still travels through PostgreSQL: one LISTEN connection of the explorer's collects the
-announcements, and the schedule decides when each reaches the servers.
+announcements (hand-offs and changes of watched keys), and the schedule decides when each
+reaches the servers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -26,8 +27,13 @@ import psycopg
 from tests.explorer._checks import LeaseRow, Reader
 from tests.explorer._loop import VirtualLoop
 from tests.explorer._world import LOSING, Pending, World, clock_of
-from volcano_server.storage import Storage
-from volcano_server.storage._postgres import HANDOFF_CHANNEL, PostgresStorage
+from volcano_server.storage import Listener, Storage
+from volcano_server.storage._postgres import (
+    CHANGE_CHANNEL,
+    HANDOFF_CHANNEL,
+    PostgresStorage,
+    heard,
+)
 
 __all__ = ["PostgresReader", "postgres_world"]
 
@@ -69,11 +75,9 @@ class _Storage(PostgresStorage):
         self._gates.checked_out(conn.info.backend_pid)
         return conn
 
-    async def listen(
-        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
-    ) -> None:
-        self._gates.listeners[self._server] = on_announce
-        on_connected()
+    async def listen(self, listener: Listener) -> None:
+        self._gates.listeners[self._server] = listener
+        listener.connected()
         await self._gates.forever()
 
 
@@ -86,14 +90,15 @@ class ClockGates:
         self._lock = threading.Lock()
         self._gated: set[int] = set()
         self._pids: dict[int, int] = {}  # thread ident -> backend pid
-        self.listeners: dict[str, Callable[[str, int], None]] = {}
-        self.announcements: list[tuple[str, int]] = []
+        self.listeners: dict[str, Listener] = {}
+        self.announcements: list[tuple[str, str]] = []  # (channel, payload)
         self._sentinels = 0
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
         self._listener = psycopg.connect(url, autocommit=True)
         self._listener.execute(f"LISTEN {HANDOFF_CHANNEL}")
+        self._listener.execute(f"LISTEN {CHANGE_CHANNEL}")
         loop.on_time = lambda _now: self.set_clock(clock_of(loop)())
 
     async def forever(self) -> None:
@@ -193,15 +198,14 @@ class ClockGates:
         for notify in self._listener.notifies(timeout=_QUIET_SECONDS):
             if notify.payload == sentinel:
                 return
-            server_id, _, seq = notify.payload.partition(" ")
-            self.announcements.append((server_id, int(seq)))
+            self.announcements.append((notify.channel, notify.payload))
         raise AssertionError(f"NOTIFY never brought back {sentinel!r}")
 
     def deliver(self, index: int) -> None:
-        """One announcement reaches every server (each takes only its own)."""
-        server_id, seq = self.announcements.pop(index)
-        for on_announce in list(self.listeners.values()):
-            on_announce(server_id, seq)
+        """One announcement reaches every server (each takes only what concerns it)."""
+        channel, payload = self.announcements.pop(index)
+        for listener in list(self.listeners.values()):
+            heard(listener, channel, payload)
 
     def kill(self, server: str, running: list[Pending]) -> None:
         """A server died: its transactions' connections go with it."""
@@ -255,6 +259,18 @@ class PostgresReader(Reader):
             "SELECT server_id FROM servers WHERE alive_until_us > %s", (now_us,)
         ).fetchall()
         return {row[0] for row in rows}
+
+    def saved_version(self, key: str) -> int:
+        row = self._conn.execute(
+            "SELECT version FROM locks WHERE key = %s AND fencing_token > 0", (key,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def labels(self, key: str) -> dict[int, str | None]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, label FROM leases WHERE key = %s", (key,)
+        ).fetchall()
+        return {row[0]: row[1] for row in rows}
 
     def close(self) -> None:
         self._conn.close()

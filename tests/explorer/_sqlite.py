@@ -44,5 +44,15 @@ class SQLiteReader(Reader):
         ).fetchall()
         return {row[0] for row in rows}
 
+    def saved_version(self, key: str) -> int:
+        row = self._conn.execute("SELECT version FROM locks WHERE key = ?", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def labels(self, key: str) -> dict[int, str | None]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, label FROM leases WHERE key = ?", (key,)
+        ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
     def close(self) -> None:
         self._conn.close()

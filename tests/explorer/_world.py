@@ -22,6 +22,7 @@ import functools
 import itertools
 import json
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -59,6 +60,9 @@ _OPERATIONS = (
     "leave",
     "undeliver",
     "beat",
+    "read_key",
+    "watch_key",
+    "unwatch",
 )
 
 
@@ -340,7 +344,10 @@ class World:
         method, path = _route(request.op, request.key)
         headers = list(self.headers)
         raw = b""
-        if request.body is not None:
+        query = b""
+        if request.op == "watch":  # its "body" is its query string
+            query = urllib.parse.urlencode(request.body or {}).encode()
+        elif request.body is not None:
             raw = json.dumps(request.body).encode()
             headers.append((b"content-type", b"application/json"))
         if request.request_id is not None:
@@ -353,7 +360,7 @@ class World:
             "scheme": "http",
             "path": path,
             "raw_path": path.encode(),
-            "query_string": b"",
+            "query_string": query,
             "root_path": "",
             "headers": headers,
             "client": ("10.0.0.1", request.id),
@@ -490,8 +497,8 @@ class World:
                 return
         raise AssertionError("storage work kept coming for 1000 rounds")
 
-    def announcements(self) -> list[tuple[str, int]]:
-        """PostgreSQL: hand-off announcements sent, not yet delivered to the servers."""
+    def announcements(self) -> list[tuple[str, str]]:
+        """PostgreSQL: announcements (hand-offs, changes) sent, not yet delivered."""
         return [] if self.gates is None else self.gates.announcements
 
     def deliver(self, index: int) -> None:
@@ -527,6 +534,9 @@ def _summary(request: Request) -> str:
     replayed = " (replayed)" if request.replayed else ""
     if "error" in payload:
         return f" {payload['error']['code']}{replayed}"
+    if request.op == "watch" and "version" in payload:
+        labels = [(h["fencing_token"], h["label"]) for h in payload["holders"]]
+        return f" version {payload['version']} holders {labels}"
     if "results" in payload:
         told = [
             f"token {r['lease']['fencing_token']}" if "lease" in r else r["error"]["code"]
@@ -542,7 +552,7 @@ def _summary(request: Request) -> str:
 def _route(op: str, key: str) -> tuple[str, str]:
     if op == "renew_many":
         return "POST", "/v1/leases/renew"
-    if op == "get":
+    if op in ("get", "watch"):
         return "GET", f"/v1/locks/{key}"
     if op == "force_release":
         return "DELETE", f"/v1/locks/{key}"

@@ -2,13 +2,15 @@
 every step, and a failure shrinks to a short schedule.
 
 Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
-acquire (waiting or not, with or without a request id), renew (one lease, or in a batch with an
-older token beside it), release (with their latest or an older fencing token), force-release and
-read one key, retry requests with the same request id,
-and close connections at any point of a request's life. The schedule also decides when each
-piece of storage work runs (or fails before committing, or commits and loses its answer), when a
-PostgreSQL transaction stopped at a clock read goes on, when time moves, and when a server is
-killed or restarted. `_checks` says what must hold.
+acquire (waiting or not, with or without a request id, with or without a label), renew (one
+lease, some with a new label, or in a batch with an older token beside it), release (with their
+latest or an older fencing token), force-release and read one key, retry requests with the same
+request id, and close connections at any point of a request's life; a fourth client watches the
+key, each long poll from the last version it heard, and must end on the server's state once
+nothing changes any more. The schedule also decides when each piece of storage work runs (or
+fails before committing, or commits and loses its answer), when a PostgreSQL transaction stopped
+at a clock read goes on, when time moves, and when a server is killed or restarted. `_checks`
+says what must hold.
 
 CI runs a bounded budget (`SQLITE_SCHEDULES`, `POSTGRES_SCHEDULES`, the same schedules each
 time); `--explore=N` runs N fresh schedules per backend, of up to 80 steps.
@@ -42,6 +44,8 @@ from tests.support.databases import fresh_postgres_database
 
 KEY = "k"
 CLIENTS = ("a", "b", "c")
+WATCHER = "w"
+LABELS = (None, "x", "y")
 SERVERS = ("s1", "s2")
 FAULTS = ("none", "none", "none", "fail", "lost")
 # CI's budget: schedules of up to 40 steps per backend (`--explore=N` for N of up to 80).
@@ -59,8 +63,13 @@ SWARM = (
     "long waits",
     "limits",  # leave `limit` out of the body when it is 1 (the default)
     "semaphores",  # locks only: every acquire has limit 1
+    "watches",  # nobody watches the key
+    "labels",  # no lease has a label
     "batches",  # no batch renewals
 )
+# How long the schedule lets time run at its end, at most, for everything to come to rest.
+SETTLING_ROUNDS = 40
+SETTLING_STEP = 0.5
 
 
 class Schedules(RuleBasedStateMachine):
@@ -102,6 +111,8 @@ class Schedules(RuleBasedStateMachine):
         self.off = swarm
         for name in SERVERS:
             self.world.start_server(name)
+        if "watches" not in self.off:
+            self._watch(SERVERS[0], 4.0)  # the watcher is there from the start
 
     # -- what clients do --------------------------------------------------------------------
 
@@ -112,9 +123,17 @@ class Schedules(RuleBasedStateMachine):
         wait=st.sampled_from([0, 0, 1.5, 4.0]),
         with_id=st.booleans(),
         limit=st.sampled_from([1, 1, 2]),
+        label=st.sampled_from(LABELS),
     )
     def acquire(
-        self, client: str, server: str, ttl: float, wait: float, with_id: bool, limit: int
+        self,
+        client: str,
+        server: str,
+        ttl: float,
+        wait: float,
+        with_id: bool,
+        limit: int,
+        label: str | None,
     ) -> None:
         """Acquire (or wait in line for) the key, as a lock or a semaphore of 2 slots."""
         if not self._idle(client):
@@ -122,6 +141,8 @@ class Schedules(RuleBasedStateMachine):
         body: dict[str, object] = {"owner_token": self.tokens[client], "ttl_seconds": ttl}
         if wait:
             body["wait_seconds"] = wait
+        if label is not None and "labels" not in self.off:
+            body["label"] = label
         if "semaphores" in self.off:
             limit = 1
         if limit != 1 or "limits" not in self.off:
@@ -134,8 +155,11 @@ class Schedules(RuleBasedStateMachine):
         server=st.sampled_from(SERVERS),
         op=st.sampled_from(["renew", "release"]),
         older=st.booleans(),
+        label=st.sampled_from((*LABELS, "")),
     )
-    def renew_or_release(self, client: str, server: str, op: str, older: bool) -> None:
+    def renew_or_release(
+        self, client: str, server: str, op: str, older: bool, label: str | None
+    ) -> None:
         older = older and "stale" not in self.off
         if not self._idle(client):
             return
@@ -149,13 +173,34 @@ class Schedules(RuleBasedStateMachine):
         body: dict[str, object] = {"owner_token": self.tokens[client], "fencing_token": token}
         if op == "renew":
             body["ttl_seconds"] = 2.5
+            if label is not None and "labels" not in self.off:
+                body["label"] = label
         self.world.send(client, server, op, KEY, body, request_id=self._new_id())
 
+    @precondition(lambda self: "watches" not in self.off)
+    @rule(server=st.sampled_from(SERVERS), wait=st.sampled_from([1.0, 4.0]))
+    def watch(self, server: str, wait: float) -> None:
+        """The watcher polls from the last version it heard, if it has no poll open."""
+        if self._idle(WATCHER):
+            self._watch(server, wait)
+
+    def _watch(self, server: str, wait: float) -> None:
+        heard = self.checks.watched.get(WATCHER)
+        after = 0 if heard is None else heard["version"]
+        body = {"after_version": after, "wait_seconds": wait}
+        self.world.send(WATCHER, server, "watch", KEY, body)
+
     @precondition(lambda self: "batches" not in self.off)
-    @rule(client=st.sampled_from(CLIENTS), server=st.sampled_from(SERVERS), both=st.booleans())
-    def renew_many(self, client: str, server: str, both: bool) -> None:
+    @rule(
+        client=st.sampled_from(CLIENTS),
+        server=st.sampled_from(SERVERS),
+        both=st.booleans(),
+        label=st.sampled_from((*LABELS, "")),
+    )
+    def renew_many(self, client: str, server: str, both: bool, label: str | None) -> None:
         """Renew the client's latest lease in a batch, with (`both`) its oldest token in the
-        same batch: the entries are judged in order, as single renews."""
+        same batch: the entries are judged in order, as single renews; the first may carry a
+        new label."""
         if not self._idle(client):
             return
         mine = [
@@ -174,6 +219,8 @@ class Schedules(RuleBasedStateMachine):
             }
             for token in chosen
         ]
+        if label is not None and "labels" not in self.off:
+            entries[0]["label"] = label
         self.world.send(
             client, server, "renew_many", KEY, {"leases": entries}, request_id=self._new_id()
         )
@@ -286,8 +333,45 @@ class Schedules(RuleBasedStateMachine):
                 self.checks.after_step()
                 self.checks.at_the_end()
                 self._verdict()
+                if any(r.client == WATCHER for r in self.world.requests):
+                    self._watcher_comes_to_rest()
         finally:
             self._stack.close()
+
+    def _watcher_comes_to_rest(self) -> None:
+        """Let time run until nothing changes, the watcher polling all along; then it must
+        hold the key's state (the last promise of `_checks`).
+
+        Once at rest, time runs one step more: a server's timer fires a moment after the
+        expiry it waits for, so that its database agrees the lease has ended.
+        """
+        for _ in range(SETTLING_ROUNDS):
+            self._rewatch()
+            self.world.drain()
+            self.checks.after_step()
+            self._verdict()
+            if self._at_rest():
+                break
+            self.world.advance(SETTLING_STEP)
+        self.world.advance(SETTLING_STEP)
+        self._rewatch()
+        self.world.drain()
+        self.checks.watcher_agrees(WATCHER, KEY)
+        self._verdict()
+
+    def _rewatch(self) -> None:
+        alive = [name for name, server in self.world.servers.items() if server.alive]
+        if alive and self._idle(WATCHER):
+            self._watch(alive[0], 4.0)
+
+    def _at_rest(self) -> bool:
+        """No lease live, no request open but the watcher's, no work waiting."""
+        now = self.world.now_us()
+        return (
+            not any(until > now for _t, _o, until in self.reader.leases(KEY))
+            and all(r.client == WATCHER for r in self.world.requests if r.in_flight)
+            and not self.world.pending
+        )
 
 
 def open_world(backend: str, stack: contextlib.ExitStack) -> tuple[World, Reader]:

@@ -29,12 +29,14 @@ __all__ = [
     "PATIENCE",
     "SYNC_ONLY",
     "TLS",
+    "Candidate",
     "Heard",
     "Kind",
     "LostSamples",
     "Sdk",
     "SendLog",
     "Sent",
+    "Stream",
 ]
 
 T = TypeVar("T")
@@ -282,6 +284,40 @@ class Sdk:
         """A guard, not yet entered (enter it with `enter`)."""
         return self.client.locks.with_lock(key, **kwargs)
 
+    def watch(self, key: str, **kwargs: Any) -> Stream:
+        """`client.locks.watch(key)`, its states read one at a time."""
+        return Stream(self.client.locks.watch(key, **kwargs), self._loop)
+
+    def listed(self, prefix: str = "", **kwargs: Any) -> list[volcano.LockState]:
+        """Every state `client.locks.list(prefix)` iterates over."""
+        states = self.client.locks.list(prefix, **kwargs)
+        if self._loop is None:
+            return list(states)
+
+        async def collect() -> list[volcano.LockState]:
+            return [state async for state in states]
+
+        return self._loop.run(collect())
+
+    def campaign(self, name: str, **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
+        """`with client.elections.campaign(name, ...) as leadership:` for either client."""
+        return self.entered(self.client.elections.campaign(name, **kwargs))
+
+    def leader(self, name: str) -> Any:
+        """`client.elections.leader(name)`."""
+        found = self.client.elections.leader(name)
+        return found if self._loop is None else self._loop.run(found)
+
+    def observe(self, name: str) -> Stream:
+        """`client.elections.observe(name)`, its leaders read one at a time."""
+        return Stream(self.client.elections.observe(name), self._loop)
+
+    def proclaim(self, leadership: Any, label: str | None) -> None:
+        """`leadership.proclaim(label)`, awaited for the async client."""
+        result = leadership.proclaim(label)
+        if self._loop is not None:
+            self._loop.run(result)
+
     @contextlib.contextmanager
     def entered(self, guard: Any) -> Iterator[Any]:
         """`with guard as x:` or `async with guard as x:`, whichever the client's objects (a
@@ -381,6 +417,86 @@ class Sdk:
     async def _aclose(self) -> None:
         await self.client.close()
         await self._http.aclose()
+
+
+class Stream:
+    """An SDK iterator (a watch, an observer) read one item at a time, whichever the client.
+
+    Each `next` waits at most `timeout` seconds, so a change that never comes fails the test
+    instead of hanging it; the sync iterator is read in a daemon thread of its own for that.
+    """
+
+    def __init__(self, iterator: Any, loop: _LoopThread | None) -> None:
+        self.iterator = iterator
+        self._loop = loop
+
+    def next(self, timeout: float = PATIENCE) -> Any:
+        """The next item (StopIteration/StopAsyncIteration when the iterator ended)."""
+        if self._loop is not None:
+            return self._loop.run(self.iterator.__anext__(), timeout)
+        outcome: dict[str, Any] = {}
+
+        def read() -> None:
+            try:
+                outcome["item"] = next(self.iterator)
+            except BaseException as exc:  # handed to the test thread
+                outcome["error"] = exc
+
+        reader = threading.Thread(target=read, name="stream-reader", daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive():
+            raise TimeoutError(f"no item within {timeout}s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["item"]
+
+    def close(self) -> None:
+        """`close()` or `aclose()`."""
+        if self._loop is not None:
+            self._loop.run(self.iterator.aclose())
+        else:
+            self.iterator.close()
+
+
+class Candidate:
+    """A client campaigning for `name` in a thread of its own until it resigns."""
+
+    def __init__(self, sdk: Sdk, name: str, label: str, *, ttl: float = 10) -> None:
+        self.sdk = sdk
+        self.label = label
+        self.leadership: Any = None
+        self.elected_at: float | None = None  # monotonic, when the campaign returned
+        self.elected = threading.Event()
+        self.resign = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(name, ttl), name=f"candidate-{label}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, name: str, ttl: float) -> None:
+        try:
+            with self.sdk.campaign(name, label=self.label, ttl=ttl) as leadership:
+                self.elected_at = time.monotonic()
+                self.leadership = leadership
+                self.elected.set()
+                self.resign.wait(30)
+        except BaseException as exc:  # handed to the test's thread
+            self.error = exc
+            self.elected.set()
+
+    def lead(self) -> Any:
+        """The leadership, once elected."""
+        assert self.elected.wait(20), f"{self.label} was never elected"
+        assert self.error is None, self.error
+        return self.leadership
+
+    def step_down(self) -> None:
+        """Leave the campaign's block (resign), and wait until it has."""
+        self.resign.set()
+        self._thread.join(20)
+        assert not self._thread.is_alive()
 
 
 async def _acheck_response(response: httpx.Response) -> None:

@@ -1,12 +1,15 @@
 """`volcano`, the command-line tool: Volcano locks from the shell.
 
     volcano locks get KEY [--json]
-    volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--token T] [--request-id R] [--json]
+    volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--label L] [--token T]
+                          [--request-id R] [--json]
     volcano locks renew KEY [--token-file PATH | --token T] --fencing-token N --ttl S [--json]
     volcano locks release KEY [--token-file PATH | --token T] --fencing-token N [--json]
     volcano locks force-release KEY [--json]
     volcano locks check KEY TOKEN [--json]          (exit 0: live, 1: not live)
-    volcano locks run KEY [--ttl 30] [--limit 1] [--wait 0] [--grace 10] -- COMMAND [ARGS...]
+    volcano locks run KEY [--ttl 30] [--limit 1] [--wait 0] [--label L] [--grace 10] -- COMMAND
+    volcano locks watch KEY [--after-version V]     (one JSON line per change, until Ctrl-C)
+    volcano locks list [PREFIX] [--json]
 
 It reads VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL like `volcano.Client`
 (and VOLCANO_OWNER_TOKEN for renew and release), and uses nothing but the SDK's public API.
@@ -27,6 +30,7 @@ from ._commands import COMMANDS
 from ._exit import Exit, Failure, failure
 from ._logs import HeldWarnings, configure_logging
 from ._parser import parse
+from ._streams import STREAMS
 
 if TYPE_CHECKING:
     import argparse
@@ -61,6 +65,8 @@ def _dispatch(args: argparse.Namespace, held: HeldWarnings) -> int:
                 from ._run import run
 
                 return run(client, args, held)
+            if args.handler in STREAMS:
+                return STREAMS[args.handler](client, args)
             fields = COMMANDS[args.handler](client, args)
         except volcano.Error as error:
             limit = getattr(args, "limit", 1)

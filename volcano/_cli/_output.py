@@ -39,6 +39,7 @@ def state(value: volcano.LockState) -> Fields:
         "fencing_token": value.fencing_token,
         "limit": value.limit,
         "waiters": value.waiters,
+        "version": value.version,
         "holders": [
             {
                 "fencing_token": holder.fencing_token,
@@ -76,7 +77,7 @@ def render(fields: Fields, *, as_json: bool) -> str:
             lines.append(f"{name:<{width}}{len(value)}")
             lines.extend(_table(value))
         else:
-            lines.append(f"{name:<{width}}{_human(value)}")
+            lines.append(f"{name:<{width}}{human(value)}")
     return "\n".join(lines)
 
 
@@ -84,7 +85,7 @@ def _table(rows: list[dict[str, Scalar]]) -> list[str]:
     """Rows as aligned columns under a header, indented by two spaces; nothing for no rows."""
     if not rows:
         return []
-    cells = [list(rows[0])] + [[_human(value) for value in row.values()] for row in rows]
+    cells = [list(rows[0])] + [[human(value) for value in row.values()] for row in rows]
     widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]
     return [
         "  "
@@ -93,7 +94,8 @@ def _table(rows: list[dict[str, Scalar]]) -> list[str]:
     ]
 
 
-def _human(value: Scalar) -> str:
+def human(value: Scalar) -> str:
+    """A value as people read it: `-` for none, yes/no, whole numbers without `.0`."""
     if value is None:
         return "-"
     if isinstance(value, bool):

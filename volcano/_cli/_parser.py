@@ -58,6 +58,49 @@ examples:
   volcano locks get nightly-report
   volcano locks acquire nightly-report --ttl 60 --json
   volcano locks run build-slots --limit 4 -- make build
+  volcano locks watch scheduler
+  volcano locks list report-
+
+{ENVIRONMENT}"""
+
+WATCH_DESCRIPTION = """\
+Print KEY's state now, then its state after each change, one JSON object per line,
+as they happen: a grant, a release, an expiry, a force release, a label changed by
+a renewal (the fields are get --json's, with the key's version). Changes faster
+than the long polls are folded into the latest state. Transport failures and
+overloaded servers are retried (backing off up to 5 s); Ctrl-C ends it (exit 0)."""
+
+WATCH_EPILOG = f"""\
+examples:
+  volcano locks watch scheduler
+  # who leads, each time it changes
+  volcano locks watch scheduler | jq -r '.holders[0].label // "vacant"'
+
+exit status:
+  0    ended by Ctrl-C (or its output was closed)
+  64   usage error        69  server unreachable for good (5xx, 429 and transport
+                              failures are retried)     70  unexpected answer
+  77   credentials refused
+
+{ENVIRONMENT}"""
+
+LIST_DESCRIPTION = """\
+List the keys that are held or waited for, in key order (those starting with
+PREFIX when given): key, held, fencing token, holders (with their labels),
+waiters and version. --json prints one JSON object per key and line (get --json's
+fields). Pages are asked for as the listing goes; a key held throughout appears
+exactly once."""
+
+LIST_EPILOG = f"""\
+examples:
+  volcano locks list
+  volcano locks list report-
+  volcano locks list --json | jq -r 'select(.waiters > 0) | .key'
+
+exit status:
+  0    listed (perhaps nothing)
+  64   usage error        69  server unreachable   70  unexpected answer
+  77   credentials refused
 
 {ENVIRONMENT}"""
 
@@ -72,7 +115,14 @@ SIGKILL after --grace seconds, and volcano exits with 76. If volcano itself dies
 even by SIGKILL, a watchdog SIGKILLs COMMAND's process group at once, and the
 lease is left to expire (nobody can release it); a process that leaves the group
 (setsid) escapes both. When volcano's stdin is a terminal, COMMAND's stdin is
-/dev/null (it does not own the terminal)."""
+/dev/null (it does not own the terminal).
+
+Run this while I am the leader: run it on every candidate with a long --wait and
+a --label naming the machine. One runs COMMAND; the others wait in line, and the
+first of them takes over as soon as it exits, or once its ttl has passed when it
+crashed or was cut off (COMMAND has been stopped by then: it never runs on two
+machines at once while the lease is held). VOLCANO_FENCING_TOKEN is the term:
+higher for each new leader. `volcano locks watch KEY` shows who leads."""
 
 RUN_EPILOG = f"""\
 examples:
@@ -84,6 +134,9 @@ examples:
   volcano locks run build-slots --limit 4 --wait 3600 -- make build
   # crontab: only one machine makes the report; 75 means another one is on it
   0 3 * * *  volcano locks run nightly-report -- /srv/reports/nightly.sh
+  # run this while I am the leader: every machine runs it; one leads, the
+  # others wait in line and take over in turn when it ends, dies or is cut off
+  volcano locks run scheduler --ttl 10 --wait 31536000 --label "$(hostname)" -- ./scheduler
 
 exit status:
   COMMAND's own status when it ran to its end (128+N when signal N ended it)
@@ -130,7 +183,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def acquisition_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `acquire` / `with_lock` that the command line gave."""
-    options: dict[str, Any] = {"ttl": args.ttl, "wait": args.wait, "limit": args.limit}
+    options: dict[str, Any] = {
+        "ttl": args.ttl,
+        "wait": args.wait,
+        "limit": args.limit,
+        "label": args.label,
+    }
     if getattr(args, "token", None) is not None:
         options["token"] = args.token
     if getattr(args, "request_id", None) is not None:
@@ -158,13 +216,13 @@ def _parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     locks.set_defaults(
-        missing="choose a command: get, acquire, renew, release, force-release, check or run "
-        "(see volcano locks --help)"
+        missing="choose a command: get, acquire, renew, release, force-release, check, run, "
+        "watch or list (see volcano locks --help)"
     )
     _add_lock_commands(
         locks.add_subparsers(
             title="commands",
-            metavar="{get,acquire,renew,release,force-release,check,run}",
+            metavar="{get,acquire,renew,release,force-release,check,run,watch,list}",
             parser_class=Parser,
         )
     )
@@ -259,7 +317,8 @@ def _add_lock_commands(commands: Commands) -> None:
         json_output=False,
     )
     run.usage = (
-        "%(prog)s KEY [--ttl S] [--limit N] [--wait S] [--grace S] [-v] -- COMMAND [ARGS...]"
+        "%(prog)s KEY [--ttl S] [--limit N] [--wait S] [--label L] [--grace S] [-v]"
+        " -- COMMAND [ARGS...]"
     )
     _add_acquisition_options(run, ttl_default=30)
     run.add_argument(
@@ -268,6 +327,40 @@ def _add_lock_commands(commands: Commands) -> None:
         default=10.0,
         metavar="S",
         help="seconds between SIGTERM and SIGKILL when ownership is lost (default: 10)",
+    )
+
+    watch = _command(
+        commands,
+        "watch",
+        "print KEY's state, then one JSON line per change, until Ctrl-C",
+        WATCH_EPILOG,
+        description=WATCH_DESCRIPTION,
+        json_output=False,
+    )
+    watch.add_argument(
+        "--after-version",
+        type=_version,
+        default=None,
+        metavar="V",
+        help="start after version V (a state's version): print only what changes from it",
+    )
+
+    listing = commands.add_parser(
+        "list",
+        help="list the keys that are held or waited for (starting with PREFIX)",
+        description=LIST_DESCRIPTION,
+        epilog=LIST_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    listing.set_defaults(handler="list")
+    listing.add_argument(
+        "key", metavar="PREFIX", nargs="?", default="", help="only keys starting with it"
+    )
+    listing.add_argument(
+        "-v", "--verbose", action="store_true", help="log requests and retries on stderr"
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="print one JSON object per key and line"
     )
 
 
@@ -332,6 +425,13 @@ def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> No
         help="wait up to S seconds for a held lock, in line with other waiters (default: 0, "
         "exit 75 at once)",
     )
+    parser.add_argument(
+        "--label",
+        default=None,
+        metavar="L",
+        help="a public label for the lease, shown to everyone who reads KEY (a host name: "
+        "up to 200 printable ASCII characters, never a secret)",
+    )
 
 
 def _add_lease_options(parser: Parser) -> None:
@@ -386,6 +486,12 @@ def _limit(value: str) -> int:
     # The range is the SDK's to judge (InvalidArgumentError: exit 64, naming it).
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {value!r}")
+    return int(value)
+
+
+def _version(value: str) -> int:
+    if not value.isdigit() or not 0 <= int(value) <= 2**53 - 1:
+        raise argparse.ArgumentTypeError(f"expected a version from 0 to 2^53-1, got {value!r}")
     return int(value)
 
 

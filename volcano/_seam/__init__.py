@@ -20,12 +20,14 @@ from ._operations import (
     check,
     force_release,
     get,
+    list_page,
     release,
     renew,
     renew_many,
     renewals,
+    watch,
 )
-from ._reading import PARSE_ERRORS, Answer, Renewed
+from ._reading import PARSE_ERRORS, Answer, Page, Renewed
 from ._sending import AsyncSender, Sender
 
 __all__ = [
@@ -33,14 +35,17 @@ __all__ = [
     "Answer",
     "AsyncSender",
     "Call",
+    "Page",
     "Renewed",
     "Sender",
     "acquire",
     "check",
     "force_release",
     "get",
+    "list_page",
     "release",
     "renew",
     "renew_many",
     "renewals",
+    "watch",
 ]

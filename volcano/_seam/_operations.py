@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from .._models import ForceReleaseResult, LockLease, LockState
-    from ._reading import Renewed
+    from ._reading import Page, Renewed
 
 T = TypeVar("T")
 
@@ -65,32 +65,51 @@ RELEASE = Operation("release", "release_lock", 204)
 GET = Operation("get", "get_lock", 200)
 FORCE_RELEASE = Operation("force_release", "force_release_lock", 200)
 CHECK = Operation("check", "check_lease", 200)
+WATCH = Operation("watch", "get_lock", 200)
+LIST = Operation("list", "list_locks", 200)
 
 
 def acquire(
-    key: str, *, owner_token: str, ttl: float, request_id: str, wait: float = 0.0, limit: int = 1
+    key: str,
+    *,
+    owner_token: str,
+    ttl: float,
+    request_id: str,
+    wait: float = 0.0,
+    limit: int = 1,
+    label: str | None = None,
 ) -> Call[LockLease]:
     """The request that acquires `key` for `owner_token` for `ttl` seconds.
 
     With `wait`, it queues for the key up to that many seconds (the body then carries
     `wait_seconds`; without it, it is exactly the request of a client that never waits). A
     `limit` above 1 asks for one of that many slots; 1, the server's default, is not sent, so a
-    plain lock's request stays the one a client without semaphores sends.
+    plain lock's request stays the one a client without semaphores sends. A `label` is sent
+    only when given.
     """
     body = models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
     if wait > 0:
         body.wait_seconds = wait
     if limit != 1:
         body.limit = limit
+    if label is not None:
+        body.label = label
     expected = functools.partial(_reading.lease, key=key, owner_token=owner_token)
     return Call(ACQUIRE, key, request_id, {"key": key, "body": body}, expected)
 
 
-def renew(lease: LockLease, *, ttl: float, request_id: str) -> Call[LockLease]:
-    """The request that extends `lease` to `ttl` seconds from now."""
+def renew(
+    lease: LockLease, *, ttl: float, request_id: str, label: str | None = None
+) -> Call[LockLease]:
+    """The request that extends `lease` to `ttl` seconds from now.
+
+    With `label`, the lease's label becomes it (an empty one: none); without, it is kept.
+    """
     body = models().RenewRequest(
         owner_token=lease.owner_token, fencing_token=lease.fencing_token, ttl_seconds=ttl
     )
+    if label is not None:
+        body.label = label
     expected = functools.partial(
         _reading.lease,
         key=lease.key,
@@ -157,3 +176,23 @@ def force_release(key: str, *, request_id: str) -> Call[ForceReleaseResult]:
     """The request that removes `key`'s live leases, whatever their owners."""
     convert = functools.partial(_reading.force_release, key=key)
     return Call(FORCE_RELEASE, key, request_id, {"key": key}, convert)
+
+
+def watch(key: str, *, after_version: int, wait: float, request_id: str) -> Call[LockState]:
+    """The long poll that reads `key` once its version differs from `after_version`.
+
+    The server answers then, or when `wait` seconds pass, with the key's state either way.
+    """
+    kwargs = {"key": key, "after_version": after_version, "wait_seconds": wait}
+    return Call(WATCH, key, request_id, kwargs, functools.partial(_reading.state, key=key))
+
+
+def list_page(*, prefix: str, after: str, limit: int, request_id: str) -> Call[Page]:
+    """The request for one page of the keys that are held or waited for."""
+    kwargs: dict[str, Any] = {"limit": limit}
+    if prefix:
+        kwargs["prefix"] = prefix
+    if after:
+        kwargs["after"] = after
+    convert = functools.partial(_reading.page, prefix=prefix, after=after)
+    return Call(LIST, prefix or "*", request_id, kwargs, convert)

@@ -182,10 +182,36 @@ def state(parsed: object, *, key: str) -> LockState:
         limit=_count(body.limit, "limit"),
         holders=tuple(_holder(holder) for holder in body.holders),
         waiters=_count(body.waiters, "waiters"),
+        version=_count(body.version, "version"),
     )
     if made.key != key:
         raise SpecMismatchError(f"key {made.key!r} is not the key {key!r} asked for")
     return made
+
+
+@attrs.frozen
+class Page:
+    """One page of a listing: the keys' states, and the `after` of the next page (or None)."""
+
+    states: tuple[LockState, ...]
+    next_after: str | None
+
+
+def page(parsed: object, *, prefix: str, after: str) -> Page:
+    """A LockList body: states of keys after `after` that start with `prefix`, in key order."""
+    body = _body(parsed, models().LockList, "LockList")
+    states: list[LockState] = []
+    for item in body.locks:
+        made = state(item, key=_string(getattr(item, "key", None), "key"))
+        if not made.key.startswith(prefix) or made.key <= after:
+            raise SpecMismatchError(f"key {made.key!r} is outside the page asked for")
+        if states and made.key <= states[-1].key:
+            raise SpecMismatchError("the keys are not in order")
+        states.append(made)
+    following = body.next_
+    if following is not None and (not states or following != states[-1].key):
+        raise SpecMismatchError("next is not the last key of the page")
+    return Page(tuple(states), following)
 
 
 def force_release(parsed: object, *, key: str) -> ForceReleaseResult:

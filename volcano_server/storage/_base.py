@@ -22,7 +22,7 @@ the waiting request, and `servers` rows (a heartbeat) tell which of those are al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -35,8 +35,10 @@ __all__ = [
     "KeyKind",
     "KeyRecord",
     "Lease",
+    "Listener",
     "LockRow",
     "ProjectKeys",
+    "ReadOnlyTx",
     "ReadTx",
     "Storage",
     "StorageUnavailable",
@@ -125,7 +127,9 @@ class LockRow:
 
     With limit 1 the key is a lock; with N, a semaphore of N slots. `leases` may hold leases
     that have expired since they were stored (by fencing token, oldest first); only the live
-    ones count (`live_leases`).
+    ones count (`live_leases`). `version` counts the changes of the key's holders saved so
+    far; the key's version at a given moment also counts the stored leases that have expired
+    by then (`version_at`), so an expiry changes it without any write.
     """
 
     project_id: int
@@ -133,6 +137,11 @@ class LockRow:
     fencing_token: int
     limit: int = 1
     leases: tuple[Lease, ...] = ()
+    version: int = 0
+
+    def version_at(self, now_us: int) -> int:
+        """The key's version at `now_us`: the saved changes, and each stored lease expired."""
+        return self.version + sum(not lease.live(now_us) for lease in self.leases)
 
     def live_leases(self, now_us: int) -> tuple[Lease, ...]:
         """The leases live at `now_us`, oldest first."""
@@ -176,7 +185,8 @@ class Waiter:
     """A caller in a key's queue, as stored. `seq` orders the queue: lower arrived earlier.
 
     `until_us` is when an away waiter's place is given up, or when a reservation lapses.
-    `server_alive` is read with the row: whether the server holding the request still beats.
+    `label` goes with the lease it is granted. `server_alive` is read with the row: whether
+    the server holding the request still beats.
     """
 
     seq: int
@@ -187,13 +197,32 @@ class Waiter:
     server_id: str
     state: WaiterState
     until_us: int | None
+    label: str | None
     server_alive: bool
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Waiter:
         """A waiter from a row of its fields in order, the last one `server_alive`."""
-        seq, project_id, key, owner_token, ttl, server_id, state, until_us, alive = row
-        return cls(seq, project_id, key, owner_token, ttl, server_id, state, until_us, bool(alive))
+        seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive = row
+        return cls(
+            seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, bool(alive)
+        )
+
+
+class Listener(Protocol):
+    """What a server does with what other servers announce (`Storage.listen`)."""
+
+    def reserved(self, server_id: str, seq: int) -> None:
+        """Waiter `seq` of `server_id` was reserved a slot (`WriteTx.announce`)."""
+        ...
+
+    def changed(self, project_id: int, key: str) -> None:
+        """The key's version changed (`WriteTx.announce_change`)."""
+        ...
+
+    def connected(self) -> None:
+        """The listening connection is (re)established: anything may have been missed."""
+        ...
 
 
 class ReadTx(Protocol):
@@ -209,6 +238,20 @@ class ReadTx(Protocol):
 
     def waiting_count(self, project_id: int, key: str) -> int:
         """How many callers wait in the key's line (not counting those reserved a slot)."""
+        ...
+
+
+class ReadOnlyTx(ReadTx, Protocol):
+    """What `Storage.read` gives: the reads, and listing keys."""
+
+    def list_locks(
+        self, project_id: int, *, prefix: str, after: str, limit: int
+    ) -> list[tuple[LockRow, int]]:
+        """Up to `limit` keys with a live lease or a caller waiting, after `after`, in order.
+
+        Only keys starting with `prefix`; each with its row and how many wait in its line,
+        judged at `now_us()`.
+        """
         ...
 
 
@@ -262,7 +305,14 @@ class WriteTx(ReadTx, Protocol):
         ...
 
     def add_waiter(
-        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+        self,
+        project_id: int,
+        key: str,
+        owner_token: str,
+        ttl_seconds: float,
+        server_id: str,
+        *,
+        label: str | None = None,
     ) -> int:
         """Put a new waiter at the end of the key's queue; return its `seq`."""
         ...
@@ -275,6 +325,7 @@ class WriteTx(ReadTx, Protocol):
         until_us: int | None,
         server_id: str,
         ttl_seconds: float,
+        label: str | None = None,
     ) -> None:
         """Change a waiter's state (its place, `seq`, stays)."""
         ...
@@ -293,6 +344,25 @@ class WriteTx(ReadTx, Protocol):
 
     def announce(self, server_id: str, seq: int) -> None:
         """Tell `server_id`, once this transaction commits, that waiter `seq` was reserved."""
+        ...
+
+    def watched_by(self, project_id: int, key: str) -> tuple[str, ...]:
+        """The servers that asked to hear of the key's changes (read under its row lock).
+
+        Backends that cannot push (SQLite) return none: their servers poll instead.
+        """
+        ...
+
+    def watch(self, project_id: int, key: str, server_id: str, generation: int) -> None:
+        """Record that `server_id` asks to hear of the key's changes (`announce_change`).
+
+        Made in a transaction that loaded (so locked) the key first: a change committed after
+        it sees the record, one committed before it is seen by what the server reads next.
+        """
+        ...
+
+    def announce_change(self, project_id: int, key: str) -> None:
+        """Tell the servers watching the key, once this transaction commits, that it changed."""
         ...
 
 
@@ -316,7 +386,7 @@ class Storage(Protocol):
         """
         ...
 
-    def read(self, *, may_block: bool = True) -> AbstractContextManager[ReadTx]:
+    def read(self, *, may_block: bool = True) -> AbstractContextManager[ReadOnlyTx]:
         """Begin a read-only transaction."""
         ...
 
@@ -375,18 +445,23 @@ class Storage(Protocol):
         """Delete up to `limit` waiters that are gone for good; return how many.
 
         Gone: away past `until_us`, or held by a server whose heartbeat ran out more than
-        `grace_us` ago (and heartbeat rows of such servers).
+        `grace_us` ago (and heartbeat rows and watch records of such servers).
         """
         ...
 
-    async def listen(
-        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
-    ) -> None:
-        """Deliver other servers' `announce` calls until cancelled.
+    def unwatch(self, server_id: str, watches: Sequence[tuple[int, str, int]]) -> None:
+        """Forget `server_id`'s watches of these (project id, key, generation)s.
 
-        Calls `on_connected` each time the listening connection is (re)established, since
-        announcements made while it was down are lost. Backends that cannot push (SQLite)
-        return at once; the server then polls.
+        Only a record still of that generation goes: one made again since stays.
+        """
+        ...
+
+    async def listen(self, listener: Listener) -> None:
+        """Deliver other servers' `announce` and `announce_change` calls until cancelled.
+
+        Calls `listener.connected` each time the listening connection is (re)established,
+        since announcements made while it was down are lost. Backends that cannot push
+        (SQLite) return at once; the server then polls.
         """
         ...
 

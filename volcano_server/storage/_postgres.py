@@ -58,6 +58,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._base import (
     KeyRecord,
+    Listener,
     LockRow,
     StoredOutcome,
     Waiter,
@@ -73,12 +74,14 @@ from ._sql import (
     WAITING_COUNT,
     for_postgres,
     leases_of,
+    listed_keys,
+    listed_params,
     lock_writes,
     unavailable_when,
 )
 from ._urls import UnsupportedDatabaseURL, redact_url
 
-__all__ = ["PostgresStorage"]
+__all__ = ["CHANGE_CHANNEL", "HANDOFF_CHANNEL", "PostgresStorage", "heard"]
 
 log = logging.getLogger("volcano_server")
 
@@ -91,13 +94,16 @@ log = logging.getLogger("volcano_server")
 # each statement on a new snapshot in READ COMMITTED, so the line is read after the lock is
 # granted too; and its plans are cached in the database session, which no pooler sees. It
 # decides nothing: the rules run in Python, on what it returns.
+#
+# It also says which servers watch the key (issue 22), read once the row lock is granted: a
+# watch recorded before is seen, and one recorded after waits for this transaction's commit.
 _OPEN_FUNCTION = """
 CREATE OR REPLACE FUNCTION volcano_open(
     p_project bigint, p_key text, p_request text, p_line integer
 ) RETURNS TABLE (
     claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
     claimed_until bigint, claimed_undelivered boolean, clock_us bigint, lock_token bigint,
-    lock_limit integer, leases jsonb, line jsonb
+    lock_limit integer, lock_version bigint, leases jsonb, line jsonb, watchers jsonb
 ) LANGUAGE plpgsql AS $$
 BEGIN
     IF p_request IS NOT NULL THEN
@@ -110,12 +116,13 @@ BEGIN
             INTO claimed_print, claimed_status, claimed_body, claimed_retry, claimed_until,
                 claimed_undelivered;
     END IF;
-    SELECT l.fencing_token, l.limit_count INTO lock_token, lock_limit
+    SELECT l.fencing_token, l.limit_count, l.version INTO lock_token, lock_limit, lock_version
         FROM locks l WHERE l.project_id = p_project AND l.key = p_key FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO locks AS l (project_id, key, fencing_token) VALUES (p_project, p_key, 0)
             ON CONFLICT (project_id, key) DO UPDATE SET fencing_token = l.fencing_token
-            RETURNING l.fencing_token, l.limit_count INTO lock_token, lock_limit;
+            RETURNING l.fencing_token, l.limit_count, l.version
+            INTO lock_token, lock_limit, lock_version;
     END IF;
     clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
@@ -124,13 +131,15 @@ BEGIN
         INTO leases
         FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
-            w.ttl_seconds, w.server_id, w.state, w.until_us, s.alive_until_us)
+            w.ttl_seconds, w.server_id, w.state, w.until_us, w.label, s.alive_until_us)
             ORDER BY w.seq), '[]')
         INTO line
         FROM (SELECT * FROM lock_waiters w
               WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
               ORDER BY w.seq LIMIT p_line) w
         LEFT JOIN servers s USING (server_id);
+    SELECT coalesce(jsonb_agg(x.server_id), '[]') INTO watchers
+        FROM lock_watches x WHERE x.project_id = p_project AND x.key = p_key;
     RETURN NEXT;
 END $$
 """
@@ -252,7 +261,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             " DROP COLUMN ttl_seconds"
         ),
         _CLOCK_FUNCTION,
-        # The function's result columns change: it must be dropped, not replaced.
+        # The function's result columns change: it must be dropped, not replaced. (It is today's
+        # function: PL/pgSQL resolves the tables it names only when it runs, and 7 replaces it.)
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
@@ -263,6 +273,26 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: (
         "ALTER TABLE leases ADD COLUMN granted_at_us bigint",
         ("UPDATE leases SET granted_at_us = expires_at_us - round(ttl_seconds * 1000000)::bigint"),
+        # Today's function (see 5), whose result columns may differ from the one in place.
+        "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
+        _OPEN_FUNCTION,
+    ),
+    # Issue 22: a key's version (changes of its holders; it starts at the last fencing token,
+    # which no reader has seen as a version), a waiter's label for the lease it is given, and
+    # which servers watch which keys (they are told of each change by NOTIFY).
+    7: (
+        "ALTER TABLE locks ADD COLUMN version bigint NOT NULL DEFAULT 0",
+        "UPDATE locks SET version = fencing_token",
+        "ALTER TABLE lock_waiters ADD COLUMN label text",
+        """CREATE TABLE lock_watches (
+            project_id bigint NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            server_id text COLLATE "C" NOT NULL,
+            generation bigint NOT NULL,
+            PRIMARY KEY (project_id, key, server_id)
+        )""",
+        "CREATE INDEX lock_watches_by_server ON lock_watches (server_id)",
+        "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
 }
@@ -311,14 +341,20 @@ _PURGE = (
 # A waiter's row and its server's heartbeat, which `_waiter` judges against the transaction's now.
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, s.alive_until_us FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
+    " w.until_us, w.label, s.alive_until_us"
+    " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 _OPEN = "SELECT * FROM volcano_open(%s, %s, %s, %s)"
 # Several keys' rows, locked in key order (the lock is taken on each row as the sorted rows are
 # returned), so that transactions locking several keys never wait for each other in a circle.
 _LOCK_KEYS = (
-    "SELECT key, fencing_token, limit_count FROM locks"
+    "SELECT key, fencing_token, limit_count, version FROM locks"
     " WHERE project_id = %s AND key = ANY(%s) ORDER BY key FOR UPDATE"
+)
+# Read once the keys are locked (a statement of its own: its own snapshot), as `volcano_open`
+# reads the watchers of one key.
+_WATCHERS_OF_KEYS = (
+    "SELECT key, server_id FROM lock_watches WHERE project_id = %s AND key = ANY(%s)"
 )
 _LEASES_OF_KEYS = (
     f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants only
@@ -341,8 +377,35 @@ _PURGE_SERVERS = (
     "DELETE FROM servers s WHERE alive_until_us + %(grace)s < %(now)s"
     " AND NOT EXISTS (SELECT 1 FROM lock_waiters w WHERE w.server_id = s.server_id)"
 )
+# Watches of servers gone for good, or of servers with no heartbeat row at all.
+_PURGE_WATCHES = (
+    "DELETE FROM lock_watches x WHERE NOT EXISTS (SELECT 1 FROM servers s"
+    " WHERE s.server_id = x.server_id AND s.alive_until_us + %(grace)s >= %(now)s)"
+)
+_WATCH = (
+    "INSERT INTO lock_watches (project_id, key, server_id, generation) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (project_id, key, server_id) DO UPDATE SET generation = excluded.generation"
+)
+_UNWATCH = (
+    "DELETE FROM lock_watches WHERE server_id = %s"
+    " AND (project_id, key, generation) IN (SELECT * FROM unnest(%s::bigint[], %s::text[],"
+    " %s::bigint[]))"
+)
+# One page of `list_locks`: each listed key's row, leases and line, in one statement (so one
+# snapshot), given the page's keys.
+_LISTED = (
+    "SELECT l.key, l.fencing_token, l.limit_count, l.version,"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,"
+    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token), '[]')"
+    " FROM leases x WHERE x.project_id = l.project_id AND x.key = l.key),"
+    " (SELECT count(*) FROM lock_waiters w WHERE w.project_id = l.project_id AND w.key = l.key"
+    " AND w.state = 'waiting')"
+    " FROM locks l WHERE l.project_id = %s AND l.key IN ({keys}) ORDER BY l.key"
+)
 # The channel on which servers tell each other that a waiter's lock was reserved.
 HANDOFF_CHANNEL = "volcano_handoff"
+# The channel on which servers tell each other that a watched key changed: "project_id key".
+CHANGE_CHANNEL = "volcano_change"
 
 # SQLSTATEs outside OperationalError that still mean "not now": a read-only standby (after a
 # failover) and a transaction killed for idling too long.
@@ -389,7 +452,9 @@ class _LockedKey:
     """
 
     # A reader outside any transaction never meets a placeholder: none is ever committed.
-    READ = "SELECT fencing_token, limit_count FROM locks WHERE project_id = %s AND key = %s"
+    READ = (
+        "SELECT fencing_token, limit_count, version FROM locks WHERE project_id = %s AND key = %s"
+    )
     _UNPLACE = "DELETE FROM locks WHERE project_id = %s AND key = %s AND fencing_token = 0"
 
     def __init__(self, row: LockRow | None, project_id: int, key: str) -> None:
@@ -409,14 +474,15 @@ class _LockedKey:
 def _row(
     project_id: int, key: str, fields: Sequence[Any] | None, leases: Iterable[Sequence[Any]]
 ) -> LockRow | None:
-    """The key a fetched (fencing token, limit) holds; token 0 is a placeholder (`_LockedKey`).
+    """The key a fetched (fencing token, limit, version) holds; token 0 is a placeholder.
 
-    (A `volcano_open` lease list comes through JSON: a ttl of 30.0 comes back as 30.)
+    (See `_LockedKey`. A `volcano_open` lease list comes through JSON: a ttl of 30.0 comes back
+    as 30.)
     """
     if fields is None or fields[0] == 0:
         return None
-    token, limit = fields
-    return LockRow(project_id, key, token, limit, leases_of(leases))
+    token, limit, version = fields
+    return LockRow(project_id, key, token, limit, leases_of(leases), version)
 
 
 def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
@@ -425,10 +491,10 @@ def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
     Its server is alive while its heartbeat runs past `now_us`. (A line's numbers come through
     JSON: a ttl of 30.0 comes back as 30.)
     """
-    seq, project_id, key, owner_token, ttl, server_id, state, until_us, alive_until_us = fields
-    alive = alive_until_us is not None and alive_until_us > now_us
+    seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive_until = fields
+    alive = alive_until is not None and alive_until > now_us
     return Waiter.from_row(
-        (seq, project_id, key, owner_token, float(ttl), server_id, state, until_us, alive)
+        (seq, project_id, key, owner_token, float(ttl), server_id, state, until_us, label, alive)
     )
 
 
@@ -456,6 +522,24 @@ class _ReadTx:
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_fetch(self._conn, _WAITING_COUNT, (project_id, key))[0])
+
+    def list_locks(
+        self, project_id: int, *, prefix: str, after: str, limit: int
+    ) -> list[tuple[LockRow, int]]:
+        """Two round trips: the page's keys, then their rows, leases and lines together."""
+        params = listed_params(project_id, self.now_us(), prefix=prefix, after=after, limit=limit)
+        query = for_postgres(listed_keys(bounded=bool(prefix)))
+        keys = [key for (key,) in self._conn.execute(query, params)]
+        if not keys:
+            return []
+        listed = _LISTED.format(keys=", ".join(["%s"] * len(keys)))
+        rows = self._conn.execute(listed, (project_id, *keys)).fetchall()
+        found = []
+        for key, token, limit_count, version, leases, waiting in rows:
+            row = _row(project_id, key, (token, limit_count, version), leases)
+            if row is not None:
+                found.append((row, int(waiting)))
+        return found
 
 
 class _WriteTx:
@@ -494,6 +578,8 @@ class _WriteTx:
         self._locked: dict[tuple[int, str], _LockedKey] = {}
         # Heads of lines read right after their key was locked, until a waiter row changes.
         self._lines: dict[tuple[int, str], Sequence[Sequence[Any]]] = {}
+        # The servers watching each locked key, read along with it.
+        self._watchers: dict[tuple[int, str], tuple[str, ...]] = {}
         # Set by writes that must outlast a crash or a failover: what a client may be told
         # (leases, outcomes), places in line and heartbeats (their requests and servers live on).
         self.durable = False
@@ -535,13 +621,14 @@ class _WriteTx:
     def _open(self, project_id: int, key: str, request_id: str | None) -> StoredOutcome | None:
         """One round trip: claim `request_id` (or read the clock), lock the key, read its line."""
         self._first_key = None
-        *claimed, clock_us, token, limit, leases, line = _one(
+        *claimed, clock_us, token, limit, version, leases, line, watchers = _one(
             self._ask(_OPEN, (project_id, key, request_id, _LINE_AHEAD))
         )
         self._set_now(clock_us)
-        row = _row(project_id, key, (token, limit), leases)
+        row = _row(project_id, key, (token, limit, version), leases)
         self._locked[project_id, key] = _LockedKey(row, project_id, key)
         self._lines[project_id, key] = line
+        self._watchers[project_id, key] = tuple(watchers)
         return None if request_id is None else StoredOutcome(*claimed)
 
     def _set_now(self, clock_us: int) -> None:
@@ -562,17 +649,22 @@ class _WriteTx:
         params = (project_id, list(keys))
         self._send(_LOCK_KEYS, params)
         self._send(_CLOCK, ())
-        locked, (clock,), leases = self._ask_sets(_LEASES_OF_KEYS, params, 3)
+        self._send(_LEASES_OF_KEYS, params)
+        locked, (clock,), leases, watching = self._ask_sets(_WATCHERS_OF_KEYS, params, 4)
         self._now = clock[0] + self._offset()  # after every lock: the batch's one clock
         of_key: dict[str, list[Sequence[Any]]] = {}
         for key, *lease in leases:
             of_key.setdefault(key, []).append(lease)
+        watchers: dict[str, list[str]] = {}
+        for key, server_id in watching:
+            watchers.setdefault(key, []).append(server_id)
         found: dict[str, LockRow | None] = dict.fromkeys(keys)
         for key, *fields in locked:
             row = _row(project_id, key, fields, of_key.get(key, ()))
             found[key] = row
             if row is not None:
                 self._locked[project_id, key] = _LockedKey(row, project_id, key)
+                self._watchers[project_id, key] = tuple(watchers.get(key, ()))
         return found
 
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
@@ -631,16 +723,23 @@ class _WriteTx:
         return None if row is None else _waiter(row, self.now_us())
 
     def add_waiter(
-        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+        self,
+        project_id: int,
+        key: str,
+        owner_token: str,
+        ttl_seconds: float,
+        server_id: str,
+        *,
+        label: str | None = None,
     ) -> int:
         self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
         (seq,) = _one(
             self._ask(
                 "INSERT INTO lock_waiters"
-                " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
-                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL) RETURNING seq",
-                (project_id, key, owner_token, ttl_seconds, server_id),
+                " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us, label)"
+                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s) RETURNING seq",
+                (project_id, key, owner_token, ttl_seconds, server_id, label),
             )
         )
         return int(seq)
@@ -653,14 +752,15 @@ class _WriteTx:
         until_us: int | None,
         server_id: str,
         ttl_seconds: float,
+        label: str | None = None,
     ) -> None:
         self._lines.clear()
         if state == "waiting":
             self.durable = True  # back in line: as add_waiter
         self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
-            " ttl_seconds = %s WHERE seq = %s",
-            (state, until_us, server_id, ttl_seconds, seq),
+            " ttl_seconds = %s, label = %s WHERE seq = %s",
+            (state, until_us, server_id, ttl_seconds, label, seq),
         )
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
@@ -686,6 +786,20 @@ class _WriteTx:
 
     def announce(self, server_id: str, seq: int) -> None:
         self._send("SELECT pg_notify(%s, %s)", (HANDOFF_CHANNEL, f"{server_id} {seq}"))
+
+    def watched_by(self, project_id: int, key: str) -> tuple[str, ...]:
+        if (project_id, key) not in self._locked:
+            self._open(project_id, key, None)
+        return self._watchers.get((project_id, key), ())
+
+    def watch(self, project_id: int, key: str, server_id: str, generation: int) -> None:
+        # Durable: a watch a failover lost would leave this server's watchers unwoken by
+        # changes made through others (each listener reconnection records them again too).
+        self.durable = True
+        self._send(_WATCH, (project_id, key, server_id, generation))
+
+    def announce_change(self, project_id: int, key: str) -> None:
+        self._send("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{project_id} {key}"))
 
     def _send(self, query: str, params: tuple[object, ...]) -> None:
         """Queue `query`, bound, to go with the next round trip."""
@@ -862,17 +976,24 @@ class PostgresStorage(KeyAdmin):
             now += self._offset()
             values = {"now": now, "grace": grace_us, "limit": limit}
             gone = conn.execute(_PURGE_WAITERS, values).rowcount
+            conn.execute(_PURGE_WATCHES, values)
             conn.execute(_PURGE_SERVERS, values)
             return gone
 
-    async def listen(
-        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
-    ) -> None:
-        """LISTEN for reservations on a connection of its own, reconnecting when it drops.
+    def unwatch(self, server_id: str, watches: Sequence[tuple[int, str, int]]) -> None:
+        """Forget these watches of `server_id`, each only while still of its generation."""
+        if not watches:
+            return
+        projects, keys, generations = (list(column) for column in zip(*watches, strict=True))
+        with _mapped_errors(), self._connection() as conn:
+            conn.execute(_UNWATCH, (server_id, projects, keys, generations))
+
+    async def listen(self, listener: Listener) -> None:
+        """LISTEN for reservations and changes on a connection of its own, reconnecting.
 
         Reconnection is tried every second at most: announcements made meanwhile are lost
-        (`on_connected` makes up for them), so after a failover or a restart every second
-        without it is a second the server's waiters may wait for nothing.
+        (`listener.connected` makes up for them), so after a failover or a restart every
+        second without it is a second the server's waiters and watchers may wait for nothing.
         """
         pause = 0.2
         while True:
@@ -886,12 +1007,11 @@ class PostgresStorage(KeyAdmin):
             try:
                 async with conn:
                     await conn.execute(f"LISTEN {HANDOFF_CHANNEL}")
+                    await conn.execute(f"LISTEN {CHANGE_CHANNEL}")
                     pause = 0.2
-                    on_connected()
+                    listener.connected()
                     async for notify in conn.notifies():
-                        server_id, _, seq = notify.payload.partition(" ")
-                        if seq.isdigit():
-                            on_announce(server_id, int(seq))
+                        heard(listener, notify.channel, notify.payload)
             except psycopg.Error as exc:
                 log.warning(
                     "listening for hand-offs: connection lost, reconnecting: %s", _one_line(exc)
@@ -931,6 +1051,15 @@ class PostgresStorage(KeyAdmin):
                 return conn
             conn.close()  # the pool replaces a closed connection
             self._pool.putconn(conn)
+
+
+def heard(listener: Listener, channel: str, payload: str) -> None:
+    """Pass one notification on to `listener` (one of another version's is ignored)."""
+    first, _, second = payload.partition(" ")
+    if channel == HANDOFF_CHANNEL and second.isdigit():
+        listener.reserved(first, int(second))
+    elif channel == CHANGE_CHANNEL and first.isdigit() and second:
+        listener.changed(int(first), second)
 
 
 def _has_input(conn: psycopg.Connection[Any]) -> bool:

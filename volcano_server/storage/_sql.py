@@ -21,15 +21,18 @@ __all__ = [
     "WAITING_COUNT",
     "for_postgres",
     "leases_of",
+    "listed_keys",
+    "listed_params",
     "lock_writes",
     "unavailable_when",
 ]
 
-# Insert or update a key's row: (project_id, key, fencing_token, limit).
+# Insert or update a key's row: (project_id, key, fencing_token, limit, version).
 SAVE_LOCK = (
-    "INSERT INTO locks (project_id, key, fencing_token, limit_count) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (project_id, key) DO UPDATE SET"
-    " fencing_token = excluded.fencing_token, limit_count = excluded.limit_count"
+    "INSERT INTO locks (project_id, key, fencing_token, limit_count, version)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
+    " fencing_token = excluded.fencing_token, limit_count = excluded.limit_count,"
+    " version = excluded.version"
 )
 # Insert or update one lease of a key (`lease_params`).
 SAVE_LEASE = (
@@ -56,7 +59,7 @@ WAITING_COUNT = (
 # A waiter's fields in `Waiter.from_row` order; the first parameter is now (is its server alive).
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, coalesce(s.alive_until_us, 0) > ?"
+    " w.until_us, w.label, coalesce(s.alive_until_us, 0) > ?"
     " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 # (now, project_id, key, limit): the key's waiters in line, first come first.
@@ -73,6 +76,48 @@ TOUCH_SERVER = (
 )
 
 
+def listed_keys(*, bounded: bool) -> str:
+    """The keys of one page of `list_locks`, each with a live lease or a caller in line.
+
+    Its parameters are `listed_params`. `bounded`: a prefix is given, and keys must sort
+    below its upper bound (`prefix_bound`).
+    """
+    where = "project_id = ? AND key > ? AND key >= ?" + (" AND key < ?" if bounded else "")
+    return (
+        "SELECT key FROM ("  # noqa: S608 - constants only
+        f"SELECT key FROM leases WHERE expires_at_us > ? AND {where}"
+        f" UNION SELECT key FROM lock_waiters WHERE state = 'waiting' AND {where}"
+        ") AS listed ORDER BY key LIMIT ?"
+    )
+
+
+def listed_params(
+    project_id: int, now: int, *, prefix: str, after: str, limit: int
+) -> tuple[object, ...]:
+    """The parameters of `listed_keys(bounded=bool(prefix))`."""
+    bound = (prefix_bound(prefix),) if prefix else ()
+    return (
+        now,
+        project_id,
+        after,
+        prefix,
+        *bound,
+        project_id,
+        after,
+        prefix,
+        *bound,
+        limit,
+    )
+
+
+def prefix_bound(prefix: str) -> str:
+    """A string above every key that starts with `prefix` and below every other key above it.
+
+    Keys are made of `-.0-9:A-Z_a-z`, all below `~` in byte order.
+    """
+    return prefix + "~"
+
+
 def for_postgres(statement: str) -> str:
     """The statement with psycopg's placeholders."""
     return statement.replace("?", "%s")
@@ -81,13 +126,15 @@ def for_postgres(statement: str) -> str:
 def lock_writes(row: LockRow, loaded: LockRow | None) -> list[tuple[str, tuple[object, ...]]]:
     """The statements that make storage hold `row`, `loaded` being what it held.
 
-    The key's row only when its token or limit changed; a lease deleted when it is gone from
-    `row` (released, force-released, or expired and dropped); written when new or changed.
+    The key's row only when its token, limit or version changed; a lease deleted when it is
+    gone from `row` (released, force-released, or expired and dropped); written when new or
+    changed.
     """
     writes: list[tuple[str, tuple[object, ...]]] = []
     ref = (row.project_id, row.key)
-    if loaded is None or (loaded.fencing_token, loaded.limit) != (row.fencing_token, row.limit):
-        writes.append((SAVE_LOCK, (*ref, row.fencing_token, row.limit)))
+    fields = (row.fencing_token, row.limit, row.version)
+    if loaded is None or (loaded.fencing_token, loaded.limit, loaded.version) != fields:
+        writes.append((SAVE_LOCK, (*ref, *fields)))
     before = {lease.fencing_token: lease for lease in (loaded.leases if loaded else ())}
     after = {lease.fencing_token: lease for lease in row.leases}
     writes += [(DELETE_LEASE, (*ref, token)) for token in before if token not in after]

@@ -44,6 +44,7 @@ from typing import Any
 
 from ._base import (
     KeyRecord,
+    Listener,
     LockRow,
     StorageUnavailable,
     StoredOutcome,
@@ -61,6 +62,8 @@ from ._sql import (
     TOUCH_SERVER,
     WAITING_COUNT,
     leases_of,
+    listed_keys,
+    listed_params,
     lock_writes,
     unavailable_when,
 )
@@ -173,6 +176,13 @@ ALTER TABLE locks DROP COLUMN ttl_seconds;
 ALTER TABLE leases ADD COLUMN granted_at_us INTEGER;
 UPDATE leases SET granted_at_us = expires_at_us - CAST(round(ttl_seconds * 1000000) AS INTEGER);
 """,
+    # Issue 22: a key's version (changes of its holders; it starts at the last fencing token,
+    # which no reader has seen as a version), and a waiter's label for the lease it is given.
+    6: """
+ALTER TABLE locks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+UPDATE locks SET version = fencing_token;
+ALTER TABLE lock_waiters ADD COLUMN label TEXT;
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -215,19 +225,20 @@ class _Tx:
 
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
         row = self._conn.execute(
-            "SELECT fencing_token, limit_count FROM locks WHERE project_id = ? AND key = ?",
+            "SELECT fencing_token, limit_count, version FROM locks"
+            " WHERE project_id = ? AND key = ?",
             (project_id, key),
         ).fetchone()
         if row is None:
             return None
         leases = leases_of(self._conn.execute(LEASES, (project_id, key)))
-        return LockRow(project_id, key, row[0], row[1], leases)
+        return LockRow(project_id, key, row[0], row[1], leases, row[2])
 
     def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
         # BEGIN IMMEDIATE has locked every row already; the clock was read after it.
         marks = ", ".join("?" * len(keys))
         rows = self._conn.execute(
-            "SELECT key, fencing_token, limit_count FROM locks"  # noqa: S608 - marks only
+            "SELECT key, fencing_token, limit_count, version FROM locks"  # noqa: S608 - marks
             f" WHERE project_id = ? AND key IN ({marks})",
             (project_id, *keys),
         ).fetchall()
@@ -239,13 +250,27 @@ class _Tx:
         ):
             leases.setdefault(key, []).append(lease)
         found: dict[str, LockRow | None] = dict.fromkeys(keys)
-        for key, token, limit in rows:
-            found[key] = LockRow(project_id, key, token, limit, leases_of(leases.get(key, ())))
+        for key, token, limit, version in rows:
+            found[key] = LockRow(
+                project_id, key, token, limit, leases_of(leases.get(key, ())), version
+            )
         return found
 
     def waiting_count(self, project_id: int, key: str) -> int:
         (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()
         return int(count)
+
+    def list_locks(
+        self, project_id: int, *, prefix: str, after: str, limit: int
+    ) -> list[tuple[LockRow, int]]:
+        params = listed_params(project_id, self._now, prefix=prefix, after=after, limit=limit)
+        keys = [key for (key,) in self._conn.execute(listed_keys(bounded=bool(prefix)), params)]
+        listed = []
+        for key in keys:  # a local read each: no round trip to save
+            row = self.load_lock(project_id, key)
+            if row is not None:
+                listed.append((row, self.waiting_count(project_id, key)))
+        return listed
 
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
@@ -301,13 +326,20 @@ class _Tx:
         return None if row is None else Waiter.from_row(row)
 
     def add_waiter(
-        self, project_id: int, key: str, owner_token: str, ttl_seconds: float, server_id: str
+        self,
+        project_id: int,
+        key: str,
+        owner_token: str,
+        ttl_seconds: float,
+        server_id: str,
+        *,
+        label: str | None = None,
     ) -> int:
         cursor = self._conn.execute(
             "INSERT INTO lock_waiters"
-            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us)"
-            " VALUES (?, ?, ?, ?, ?, 'waiting', NULL)",
-            (project_id, key, owner_token, ttl_seconds, server_id),
+            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us, label)"
+            " VALUES (?, ?, ?, ?, ?, 'waiting', NULL, ?)",
+            (project_id, key, owner_token, ttl_seconds, server_id, label),
         )
         assert cursor.lastrowid is not None  # noqa: S101 - an INSERT always has one
         return cursor.lastrowid
@@ -320,11 +352,12 @@ class _Tx:
         until_us: int | None,
         server_id: str,
         ttl_seconds: float,
+        label: str | None = None,
     ) -> None:
         self._conn.execute(
-            "UPDATE lock_waiters SET state = ?, until_us = ?, server_id = ?, ttl_seconds = ?"
-            " WHERE seq = ?",
-            (state, until_us, server_id, ttl_seconds, seq),
+            "UPDATE lock_waiters SET state = ?, until_us = ?, server_id = ?, ttl_seconds = ?,"
+            " label = ? WHERE seq = ?",
+            (state, until_us, server_id, ttl_seconds, label, seq),
         )
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:
@@ -345,6 +378,16 @@ class _Tx:
 
     def announce(self, server_id: str, seq: int) -> None:
         """Nothing to send: other processes on this file poll for their reservations."""
+
+    def watched_by(self, project_id: int, key: str) -> tuple[str, ...]:
+        """Nobody: other processes on this file poll the keys they watch."""
+        return ()
+
+    def watch(self, project_id: int, key: str, server_id: str, generation: int) -> None:
+        """Nothing to record: other processes on this file poll the keys they watch."""
+
+    def announce_change(self, project_id: int, key: str) -> None:
+        """Nothing to send: other processes on this file poll the keys they watch."""
 
 
 class SQLiteStorage(KeyAdmin):
@@ -505,10 +548,11 @@ class SQLiteStorage(KeyAdmin):
             )
             return gone
 
-    async def listen(
-        self, on_announce: Callable[[str, int], None], on_connected: Callable[[], None]
-    ) -> None:
-        """SQLite cannot push: servers on one file poll for their waiters instead."""
+    def unwatch(self, server_id: str, watches: Sequence[tuple[int, str, int]]) -> None:
+        """Nothing was recorded (see `watch`)."""
+
+    async def listen(self, listener: Listener) -> None:
+        """SQLite cannot push: servers on one file poll for their waiters and watches instead."""
 
     def close(self) -> None:
         """Close every connection."""

@@ -12,6 +12,7 @@ from .lease_renewal import LeaseRenewal
 from .lease_renewed import LeaseRenewed
 from .lock_holder import LockHolder
 from .lock_lease import LockLease
+from .lock_list import LockList
 from .lock_state import LockState
 from .release_request import ReleaseRequest
 from .renew_leases_request import RenewLeasesRequest
@@ -31,6 +32,7 @@ __all__ = (
     "LeaseRenewed",
     "LockHolder",
     "LockLease",
+    "LockList",
     "LockState",
     "ReleaseRequest",
     "RenewLeasesRequest",

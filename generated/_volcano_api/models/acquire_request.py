@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from attrs import define as _attrs_define
 
@@ -26,12 +26,17 @@ class AcquireRequest:
             the queue keeps the caller's place for a few seconds.
         limit (int | Unset): How many live leases the key may have at once: 1 (the default) for a lock, N for a
             semaphore of N slots. It belongs to the key while the key has a live lease or a waiter.
+        label (None | str | Unset): A public label for a lease: 0 to 200 printable ASCII characters (space to `~`), such
+            as a host name and port. Shown to anyone who reads the key; never put a secret in it.
+            An empty label is no label, shown as null. In a request, null is the same as leaving
+            the field out.
     """
 
     owner_token: str
     ttl_seconds: float
     wait_seconds: float | Unset = UNSET
     limit: int | Unset = UNSET
+    label: None | str | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         owner_token = self.owner_token
@@ -41,6 +46,12 @@ class AcquireRequest:
         wait_seconds = self.wait_seconds
 
         limit = self.limit
+
+        label: None | str | Unset
+        if isinstance(self.label, Unset):
+            label = UNSET
+        else:
+            label = self.label
 
         field_dict: dict[str, Any] = {}
 
@@ -54,6 +65,8 @@ class AcquireRequest:
             field_dict["wait_seconds"] = wait_seconds
         if limit is not UNSET:
             field_dict["limit"] = limit
+        if label is not UNSET:
+            field_dict["label"] = label
 
         return field_dict
 
@@ -68,11 +81,21 @@ class AcquireRequest:
 
         limit = d.pop("limit", UNSET)
 
+        def _parse_label(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        label = _parse_label(d.pop("label", UNSET))
+
         acquire_request = cls(
             owner_token=owner_token,
             ttl_seconds=ttl_seconds,
             wait_seconds=wait_seconds,
             limit=limit,
+            label=label,
         )
 
         return acquire_request

@@ -18,7 +18,10 @@ class LockHolder:
         fencing_token (int): Issued per key, strictly increasing and never reused. At most 2^53-1 so that every JSON
             implementation holds it exactly.
         expires_at (datetime.datetime): When this lease ends by the server's clock (UTC, RFC 3339).
-        label (None | str): The holder's public label, or null.
+        label (None | str): A public label for a lease: 0 to 200 printable ASCII characters (space to `~`), such
+            as a host name and port. Shown to anyone who reads the key; never put a secret in it.
+            An empty label is no label, shown as null. In a request, null is the same as leaving
+            the field out.
     """
 
     fencing_token: int

@@ -30,6 +30,8 @@ class LockState:
             sets it).
         holders (list[LockHolder]): The live leases, soonest expiry first.
         waiters (int): How many callers wait in the key's queue.
+        version (int): A key's version: 0 for a key never acquired, then greater after each change of its
+            holders (grant, release, expiry, force release, label change). It never goes back.
     """
 
     key: str
@@ -39,6 +41,7 @@ class LockState:
     limit: int
     holders: list[LockHolder]
     waiters: int
+    version: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +67,8 @@ class LockState:
 
         waiters = self.waiters
 
+        version = self.version
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -75,6 +80,7 @@ class LockState:
                 "limit": limit,
                 "holders": holders,
                 "waiters": waiters,
+                "version": version,
             }
         )
 
@@ -122,6 +128,8 @@ class LockState:
 
         waiters = d.pop("waiters")
 
+        version = d.pop("version")
+
         lock_state = cls(
             key=key,
             held=held,
@@ -130,6 +138,7 @@ class LockState:
             limit=limit,
             holders=holders,
             waiters=waiters,
+            version=version,
         )
 
         lock_state.additional_properties = d

@@ -162,6 +162,7 @@ class TestRows:
             "limit": 1,
             "holders": [],
             "waiters": 0,
+            "version": 0,
         }
         rows = scalar(pg_url, "SELECT count(*) FROM locks WHERE project_id = ?", (project_id,))
         assert rows == 0

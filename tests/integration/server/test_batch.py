@@ -199,7 +199,8 @@ class TestValidation:
             ({"fencing_token": 2**53}, "leases[2].fencing_token"),
             ({"ttl_seconds": 0}, "leases[2].ttl_seconds"),
             ({"owner_token": "nope"}, "leases[2].owner_token"),
-            ({"label": "x"}, "leases[2].label"),
+            ({"label": "x" * 201}, "leases[2].label"),
+            ({"label": "tab\there"}, "leases[2].label"),
         ],
     )
     def test_a_bad_entry_is_422_naming_its_index(

@@ -457,7 +457,7 @@ class TestOneProjectsShare:
             wait_for(lambda: len(refused()) == 30, "30 of the greedy project's waits refused")
             lock_calls_answer(server, other)
         assert all(a.headers["retry-after"] == "1" for a in refused())
-        assert "10 waiting acquires" in refused()[0].json()["error"]["message"]
+        assert "10 waiting requests" in refused()[0].json()["error"]["message"]
 
 
 class TestAccessLog:

@@ -183,6 +183,7 @@ class TestRelease:
             "limit": 1,
             "holders": [],
             "waiters": 0,
+            "version": 2,
         }
 
     def test_second_release_is_refused(self, locks: Locks, key: str) -> None:
@@ -241,6 +242,7 @@ class TestGet:
             "limit": 1,
             "holders": [],
             "waiters": 0,
+            "version": 0,
         }
 
     def test_held_key_never_reveals_owner(self, locks: Locks, key: str) -> None:
@@ -262,6 +264,7 @@ class TestGet:
                 }
             ],
             "waiters": 0,
+            "version": 1,
         }
         assert owner not in response.text
 
@@ -277,6 +280,7 @@ class TestGet:
             "limit": 1,
             "holders": [],
             "waiters": 0,
+            "version": 2,
         }
 
 

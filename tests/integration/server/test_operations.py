@@ -7,6 +7,7 @@ import re
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,38 @@ class TestMetrics:
         assert value(scrape, "volcano_max_connections") == 10_000
         assert value(scrape, "volcano_open_connections") >= 1  # this scrape's own
         assert value(scrape, "process_open_fds") > 0
+
+    def test_open_watches_are_a_gauge(self, metered: tuple[ServerProcess, str]) -> None:
+        """A watch parked on a key counts in volcano_watches_open until the key changes."""
+        server, metrics_url = metered
+        project = create_project(server.database_url, "watches")
+        key = new_id()
+
+        def watches_open() -> float:
+            return value(samples(httpx.get(metrics_url, timeout=10).text), "volcano_watches_open")
+
+        assert watches_open() == 0
+        with httpx.Client(base_url=server.url, headers=project.headers(), timeout=70) as http:
+            answered: list[httpx.Response] = []
+            params = {"after_version": 0, "wait_seconds": 60}
+            poll = threading.Thread(
+                target=lambda: answered.append(http.get(f"/v1/locks/{key}", params=params))
+            )
+            poll.start()
+            try:
+                wait_for(lambda: watches_open() == 1, "the watch counted")
+            finally:  # the grant answers the watch, counted or not
+                body = {"owner_token": new_id(), "ttl_seconds": 30}
+                acquired = httpx.post(
+                    f"{server.url}/v1/locks/{key}/acquire",
+                    json=body,
+                    headers=project.headers(),
+                    timeout=10,
+                )
+                poll.join(30)
+            assert acquired.status_code == 200
+        assert [response.json()["version"] for response in answered] == [1]
+        assert watches_open() == 0
 
     def test_protocol_refusals_are_counted(self, metered: tuple[ServerProcess, str]) -> None:
         """A request refused before routing (here: unparseable) counts as operation none."""

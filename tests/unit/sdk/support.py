@@ -123,6 +123,7 @@ class FakeApi:
                 "limit": 1,
                 "holders": [holder],
                 "waiters": 0,
+                "version": 2 * self.fencing_token - 1,
             }
             return httpx.Response(200, json=state, headers=echo(request))
         result = {

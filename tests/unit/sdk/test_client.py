@@ -36,6 +36,7 @@ FREE = {
     "limit": 1,
     "holders": [],
     "waiters": 0,
+    "version": 0,
 }
 
 
@@ -479,6 +480,7 @@ class TestGet:
             expires_at=EXPIRES,
             fencing_token=7,
             holders=(volcano.LockHolder(fencing_token=7, expires_at=EXPIRES),),
+            version=13,
         )
 
     def test_free_key(self, client: volcano.Client, api: FakeApi) -> None:

@@ -242,6 +242,50 @@ class TestTimeline:
         assert made.state(128.0) is S.AT_RISK
 
 
+class TestProclaiming:
+    """A leadership's own renewal with a new label (`proclaim`), sent beside the renewal loop."""
+
+    def test_its_lease_is_adopted_and_a_renewal_under_way_stays_under_way(self) -> None:
+        """The proclamation's lease and timeline are taken in; the loop's renewal in flight is
+        still the one to judge, so no second one starts."""
+        made = held()
+        assert made.begin_renewal(110.0) is not None
+        proclaimed = answer(sent_at=111.0)
+        made.relabelled(proclaimed, 111.5)
+        assert made.lease() is proclaimed.value
+        assert made.begin_renewal(125.0) is None  # the first is still in flight
+        assert made.state(140.9) is S.AT_RISK
+        assert made.state(141.0) is S.LOST
+        made.renewed(answer(sent_at=110.0), 112.0)  # the loop's answer, sent earlier
+        assert made.begin_renewal(121.0) is not None
+
+    def test_an_earlier_deadline_never_replaces_a_later_one(self) -> None:
+        """A proclamation sent before the latest renewal keeps that renewal's deadline."""
+        made = held()
+        made.renewed(answer(sent_at=115.0), 115.5)
+        stale = answer(sent_at=112.0)
+        made.relabelled(stale, 116.0)
+        assert made.lease() is stale.value
+        assert made.state(144.9) is not S.LOST
+        assert made.state(145.0) is S.LOST
+
+    def test_a_refusal_loses_with_the_servers_error(self) -> None:
+        """A 409 to a proclamation means the lease is gone: LOST at once, on_lost called."""
+        seen = Seen()
+        made = held(seen)
+        refusal = status(409, "lease_not_held")
+        deliver(made.refused(refusal, 112.0))
+        assert made.state(112.0) is S.LOST
+        assert made.reason(112.0) is refusal
+        assert seen.calls == [("on_lost", refusal)]
+
+    def test_after_the_deadline_it_changes_nothing(self) -> None:
+        """A proclamation answered after the deadline does not revive the leadership."""
+        made = held()
+        made.relabelled(answer(sent_at=125.0), 130.5)
+        assert made.state(130.5) is S.LOST
+
+
 class TestReasonsAndCallbacks:
     def test_refusal_loses_at_once_with_the_servers_error(self) -> None:
         """A 409 on renewal: lost, reason the LeaseNotHeldError, on_lost called once with it."""

@@ -43,6 +43,7 @@ INTERNAL = {
     "Operation",
     "Outcome",
     "Ownership",
+    "Page",
     "Renewal",
     "Schedule",
     "Sender",
@@ -51,6 +52,7 @@ INTERNAL = {
     "Timeline",
     "Work",
     "WaitChain",
+    "WatchCursor",
 }
 
 PUBLIC_CLASSES = [
@@ -64,6 +66,16 @@ PUBLIC_CLASSES = [
     volcano.LockLease,
     volcano.LockState,
     volcano.ForceReleaseResult,
+    volcano.LockWatch,
+    volcano.AsyncLockWatch,
+    volcano.Elections,
+    volcano.AsyncElections,
+    volcano.Campaign,
+    volcano.AsyncCampaign,
+    volcano.Leadership,
+    volcano.AsyncLeadership,
+    volcano.LeaderObserver,
+    volcano.AsyncLeaderObserver,
 ]
 
 FORBIDDEN_IN_SIGNATURES = [

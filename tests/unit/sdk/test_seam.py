@@ -79,6 +79,7 @@ OPERATIONS: dict[ModuleType, tuple[str, str, Any, int, Any, type | None]] = {
             "limit": 1,
             "holders": [{"fencing_token": 7, "expires_at": LEASE["expires_at"], "label": None}],
             "waiters": 0,
+            "version": 13,
         },
         models.LockState,
     ),
@@ -92,6 +93,8 @@ OPERATIONS: dict[ModuleType, tuple[str, str, Any, int, Any, type | None]] = {
     ),
 }
 IDS = [module.__name__.rsplit(".", 1)[-1] for module in OPERATIONS]
+# The query parameters an operation takes by keyword, before x_request_id.
+QUERY: dict[ModuleType, list[str]] = {get_lock: ["after_version", "wait_seconds"]}
 
 
 class Recorder:
@@ -143,10 +146,11 @@ class TestClient:
 class TestOperations:
     @pytest.mark.parametrize("module", OPERATIONS, ids=IDS)
     def test_signatures(self, module: ModuleType) -> None:
-        """sync_detailed and asyncio_detailed take the key, then client, body (if any) and
-        x_request_id by keyword: the only arguments the seam passes."""
+        """sync_detailed and asyncio_detailed take the key, then client, body (if any), query
+        parameters (if any) and x_request_id by keyword: the only arguments the seam passes."""
         _, _, body, *_ = OPERATIONS[module]
-        expected = ["key", "client", *(["body"] if body is not None else []), "x_request_id"]
+        body_names = ["body"] if body is not None else []
+        expected = ["key", "client", *body_names, *QUERY.get(module, []), "x_request_id"]
         for function in (module.sync_detailed, module.asyncio_detailed):
             parameters = inspect.signature(function).parameters
             assert list(parameters) == expected

@@ -17,6 +17,7 @@ from volcano_server._rules import (
     decide_renew,
     lease_check,
     lock_state,
+    versioned,
 )
 from volcano_server._wire import parse_rfc3339_us, rfc3339_us
 from volcano_server.storage import Lease, LockRow, Waiter
@@ -219,7 +220,7 @@ class TestHandoff:
 
     @staticmethod
     def waiter(ttl: float = 30.0) -> Waiter:
-        return Waiter(9, 1, "k", A, ttl, "server-b", "waiting", None, True)
+        return Waiter(9, 1, "k", A, ttl, "server-b", "waiting", None, None, True)
 
     def test_here_gets_the_full_lease_at_once(self) -> None:
         """A waiter held by this server gets the next token and a ttl counted from now."""
@@ -301,6 +302,7 @@ class TestForceReleaseAndState:
                 {"fencing_token": 7, "expires_at": rfc3339_us(NOW + 10_000_000), "label": None}
             ],
             "waiters": 2,
+            "version": 0,
         }
         assert A not in str(state)
 
@@ -361,3 +363,97 @@ class TestParse:
     def test_round_trip(self, us: int) -> None:
         """What rfc3339_us writes, parse_rfc3339_us reads back to the microsecond."""
         assert parse_rfc3339_us(rfc3339_us(us)) == us
+
+
+class TestLabels:
+    def test_an_acquire_labels_its_lease(self) -> None:
+        """A grant carries the acquire's label; an empty label is none."""
+        labelled = decide_acquire(
+            None, NOW, project_id=1, key="k", owner_token=A, ttl=1, label="host:1"
+        )
+        assert labelled.lease is not None
+        assert labelled.lease.label == "host:1"
+        empty = decide_acquire(None, NOW, project_id=1, key="k", owner_token=A, ttl=1, label="")
+        assert empty.lease is not None
+        assert empty.lease.label is None
+
+    def test_the_holders_own_acquire_sets_the_label(self) -> None:
+        """The live holder acquiring again sets the label it sends (none: none)."""
+        row = LockRow(1, "k", 7, 1, (Lease(7, A, NOW + SECOND, 30.0, "old"),))
+        again = decide_acquire(row, NOW, project_id=1, key="k", owner_token=A, ttl=1, label="new")
+        assert again.lease is not None
+        assert (again.lease.fencing_token, again.lease.label) == (7, "new")
+        bare = decide_acquire(row, NOW, project_id=1, key="k", owner_token=A, ttl=1)
+        assert bare.lease is not None
+        assert bare.lease.label is None
+
+    @pytest.mark.parametrize(("sent", "kept"), [(None, "old"), ("new", "new"), ("", None)])
+    def test_a_renew_keeps_or_replaces_the_label(self, sent: str | None, kept: str | None) -> None:
+        """Without a label the lease keeps its own; with one it takes it; empty clears it."""
+        row = LockRow(1, "k", 7, 1, (Lease(7, A, NOW + SECOND, 30.0, "old"),))
+        decision = decide_renew(
+            row, NOW, key="k", owner_token=A, fencing_token=7, ttl=5, label=sent
+        )
+        assert decision.lease is not None
+        assert decision.lease.label == kept
+
+    def test_a_waiters_label_goes_with_its_lease(self) -> None:
+        """A hand-off grants the waiter's label, here or reserved for another server."""
+        waiter = Waiter(9, 1, "k", A, 30.0, "server-b", "waiting", None, "w", True)
+        for reach in (Reach.HERE, Reach.THERE):
+            handoff = decide_handoff(
+                LockRow(1, "k", 41), NOW, waiter, reach, reserve_us=SECOND, rejoin_us=SECOND
+            )
+            assert handoff.lease is not None
+            assert handoff.lease.label == "w"
+
+
+class TestVersions:
+    def test_a_grant_and_an_end_move_it_by_one_each(self) -> None:
+        """A first grant makes version 1; a release of it makes 2."""
+        granted = acquire(None)
+        assert granted.row is not None
+        first = versioned(None, granted.row)
+        assert first.version == 1
+        released = release(first, A, 1)
+        assert released.row is not None
+        assert versioned(first, released.row).version == 2
+
+    def test_a_renewal_keeping_the_label_leaves_it(self) -> None:
+        """Only the expiry moved: no change of the holders."""
+        row = attrs.evolve(held(A), version=5)
+        renewed = renew(row, A, 7)
+        assert renewed.row is not None
+        assert versioned(row, renewed.row).version == 5
+
+    def test_a_label_change_moves_it(self) -> None:
+        """A renewal with a new label is one change."""
+        row = attrs.evolve(held(A), version=5)
+        decision = decide_renew(row, NOW, key="k", owner_token=A, fencing_token=7, ttl=5, label="x")
+        assert decision.row is not None
+        assert versioned(row, decision.row).version == 6
+
+    def test_a_force_release_moves_it_once_per_lease(self) -> None:
+        """Three live leases force-released: three changes."""
+        row = semaphore(lease(A, 3), lease(B, 4), lease(C, 5))
+        decision = decide_force_release(row, NOW, key="k")
+        assert decision.row is not None
+        assert versioned(row, decision.row).version == 3
+
+    def test_an_expiry_moves_it_before_any_write(self) -> None:
+        """A stored lease that expired counts at once, and a save that drops it keeps the
+        version where it stood: it never goes back or jumps twice."""
+        row = attrs.evolve(held(A, left_us=SECOND), version=4)
+        assert row.version_at(NOW) == 4
+        later = NOW + 2 * SECOND
+        assert row.version_at(later) == 5
+        granted = decide_acquire(row, later, project_id=1, key="k", owner_token=B, ttl=1)
+        assert granted.row is not None
+        saved = versioned(row, granted.row)
+        assert saved.version_at(later) == 6  # the expiry (5), then the grant
+
+    def test_state_reports_the_version_at_now(self) -> None:
+        """get's version counts expired leases; a key never acquired is 0."""
+        assert lock_state(None, NOW, "k", 0)["version"] == 0
+        row = attrs.evolve(held(A, left_us=-1), version=3)
+        assert lock_state(row, NOW, "k", 0)["version"] == 4

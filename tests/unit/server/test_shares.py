@@ -25,7 +25,7 @@ class TestProjectShares:
         assert refused.value.status == 429
         assert refused.value.code == "rate_limited"
         assert refused.value.retry_after == 1
-        assert "2 waiting acquires" in refused.value.message
+        assert "2 waiting requests" in refused.value.message
 
     def test_requests_in_flight_have_their_own_cap(self) -> None:
         """Past `max_requests` other requests, the project's next one gets 429."""

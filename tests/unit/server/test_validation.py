@@ -56,6 +56,12 @@ VALID = {
     "owner_token": st.uuids().map(str),
     "fencing_token": st.integers(min_value=1, max_value=2**53 - 1),
     "ttl_seconds": st.floats(min_value=0.1, max_value=86400),
+    # Labels: printable ASCII of any length around the bound, and any text (controls,
+    # non-ASCII, astral characters) for the pattern's edges.
+    "label": st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=205),
+        st.text(max_size=8),
+    ),
 }
 
 
@@ -208,7 +214,9 @@ class TestCompilerRefusesWhatItCannotEnforce:
             {"type": "string", "format": "x", "pattern": "[a-z]"},  # unanchored pattern
             {"type": "string", "multipleOf": 2},
             {"oneOf": [{"type": "string"}]},
-            {"type": ["string", "null"]},
+            {"type": ["string", "integer"]},
+            {"type": ["null", "null"]},
+            {"type": ["string", "integer", "null"]},
             {"$ref": "#/components/schemas/Uuid", "maxLength": 40},  # a constraint beside $ref
             {"type": "array", "items": {"type": "string"}},  # no maxItems: no bound on work
             {"type": "array", "maxItems": 3},  # items unsaid
@@ -219,6 +227,17 @@ class TestCompilerRefusesWhatItCannotEnforce:
         """A schema rule the server could not enforce stops the server from starting."""
         with pytest.raises(SchemaError):
             compile_schema(schema, lambda ref: {})
+
+    def test_one_type_or_null(self) -> None:
+        """`type: [T, "null"]` takes null, and T's values by T's rules."""
+        validator = compile_schema(
+            {"type": ["string", "null"], "maxLength": 2, "pattern": "^[a-z]*$"}, lambda ref: {}
+        )
+        assert validator(None, "label") is None
+        assert validator("ab", "label") == "ab"
+        for bad in ("abc", "A", 1):
+            with pytest.raises(ValidationFailure, match="label"):
+                validator(bad, "label")
 
     def test_annotations_beside_a_ref_are_allowed(self) -> None:
         """`format: uuid` beside a $ref compiles to the referenced schema's rules."""
@@ -238,6 +257,7 @@ class TestCompilerRefusesWhatItCannotEnforce:
             "getLock",
             "forceReleaseLock",
             "checkLease",
+            "listLocks",
             "getHealth",
         }
         assert all("x-request-id" in op.headers for op in SPEC.operations if op.authenticated)
@@ -257,3 +277,65 @@ class TestCompilerRefusesWhatItCannotEnforce:
         check = SPEC.operation("checkLease").path_params["fencing_token"]
         with pytest.raises(ValidationFailure, match="fencing_token"):
             check(text, "fencing_token")
+
+
+class TestQueryParameters:
+    @pytest.mark.parametrize(
+        ("name", "text", "value"),
+        [
+            ("after_version", "0", 0),
+            ("after_version", "9007199254740991", 2**53 - 1),
+            ("wait_seconds", "30", 30.0),
+            ("wait_seconds", "2.5", 2.5),
+            ("wait_seconds", "0", 0.0),
+            ("wait_seconds", "1e1", 10.0),
+            ("wait_seconds", "2.2250738585e-313", 2.2250738585e-313),
+        ],
+    )
+    def test_numbers_are_parsed_from_digits(self, name: str, text: str, value: object) -> None:
+        """A version is plain digits; a wait is a number as JSON writes one."""
+        assert SPEC.operation("getLock").query[name](text, name) == value
+
+    @pytest.mark.parametrize(
+        ("name", "text"),
+        [
+            ("after_version", ""),
+            ("after_version", "-1"),
+            ("after_version", "+1"),
+            ("after_version", "1.0"),
+            ("after_version", " 1"),
+            ("after_version", "\uff11"),
+            ("after_version", "9007199254740992"),
+            ("after_version", "9" * 40),
+            ("wait_seconds", "1e"),
+            ("wait_seconds", "01"),
+            ("wait_seconds", "+1"),
+            ("wait_seconds", ".5"),
+            ("wait_seconds", "5."),
+            ("wait_seconds", "nan"),
+            ("wait_seconds", "inf"),
+            ("wait_seconds", "60.001"),
+            ("wait_seconds", "-0.1"),
+        ],
+    )
+    def test_other_spellings_are_refused(self, name: str, text: str) -> None:
+        """No sign, space, bare point, leading zero or other digit; bounds on the number."""
+        with pytest.raises(ValidationFailure, match=name):
+            SPEC.operation("getLock").query[name](text, name)
+
+    def test_strings_follow_their_schema(self) -> None:
+        """A prefix is up to 255 key characters, an empty one included."""
+        query = SPEC.operation("listLocks").query
+        assert query["prefix"]("", "prefix") == ""
+        assert query["after"]("report-daily", "after") == "report-daily"
+        for text in ("a/b", "a b", "x" * 256, "é"):
+            with pytest.raises(ValidationFailure, match="prefix"):
+                query["prefix"](text, "prefix")
+
+    def test_operations_without_query_parameters_have_none(self) -> None:
+        """Only getLock (a watch) and listLocks declare query parameters."""
+        declared = {op.operation_id: sorted(op.query) for op in SPEC.operations if op.query}
+        assert declared == {
+            "getLock": ["after_version", "wait_seconds"],
+            "listLocks": ["after", "limit", "prefix"],
+        }

@@ -16,6 +16,7 @@ from volcano_server._lockmetrics import LockMetrics
 from volcano_server._pulse import Pulse
 from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
 from volcano_server._waiting import Turn, Waits, next_turn
+from volcano_server._watching import Watches
 from volcano_server._wire import Answer
 from volcano_server.storage import StorageUnavailable
 
@@ -141,14 +142,22 @@ class TestWaitTurn:
         async def run(work: Any, **_options: Any) -> Any:
             return work(True)
 
+        storage: Any = _Unreachable()
         waits = Waits(
-            _Unreachable(),  # type: ignore[arg-type]
+            storage,
             room,
             settings=WaitingSettings(),
             retention_seconds=600,
             run=run,  # type: ignore[arg-type]
             pulse=Pulse(3_000_000),
             revocations=NoRevocations(),
+            watches=Watches(
+                storage,
+                run,  # type: ignore[arg-type]
+                server_id="here",
+                max_wait_seconds=60,
+                heartbeat_lifetime_us=3_000_000,
+            ),
             metrics=LockMetrics(CollectorRegistry()),
         )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -147,7 +147,9 @@ def sync_detailed(
     While all the key's slots are held by other owners, or other callers are queued for the
     key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
     soonest live lease expires (at least 1). A `limit` other than the key's own while it has
-    a live lease or a waiter is `409 limit_mismatch`.
+    a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
+    absent), shown in the key's `holders`; a waiter's label goes with the lease it is
+    granted.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -205,7 +207,9 @@ def sync(
     While all the key's slots are held by other owners, or other callers are queued for the
     key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
     soonest live lease expires (at least 1). A `limit` other than the key's own while it has
-    a live lease or a waiter is `409 limit_mismatch`.
+    a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
+    absent), shown in the key's `holders`; a waiter's label goes with the lease it is
+    granted.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -258,7 +262,9 @@ async def asyncio_detailed(
     While all the key's slots are held by other owners, or other callers are queued for the
     key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
     soonest live lease expires (at least 1). A `limit` other than the key's own while it has
-    a live lease or a waiter is `409 limit_mismatch`.
+    a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
+    absent), shown in the key's `holders`; a waiter's label goes with the lease it is
+    granted.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -314,7 +320,9 @@ async def asyncio(
     While all the key's slots are held by other owners, or other callers are queued for the
     key, the answer is `409 lock_held` with `Retry-After` set to the whole seconds until the
     soonest live lease expires (at least 1). A `limit` other than the key's own while it has
-    a live lease or a waiter is `409 limit_mismatch`.
+    a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
+    absent), shown in the key's `holders`; a waiter's label goes with the lease it is
+    granted.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from

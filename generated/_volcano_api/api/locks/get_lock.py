@@ -14,17 +14,28 @@ from ...types import UNSET, Response, Unset
 def _get_kwargs(
     key: str,
     *,
+    after_version: int | Unset = UNSET,
+    wait_seconds: float | Unset = UNSET,
     x_request_id: str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(x_request_id, Unset):
         headers["X-Request-Id"] = x_request_id
 
+    params: dict[str, Any] = {}
+
+    params["after_version"] = after_version
+
+    params["wait_seconds"] = wait_seconds
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
     _kwargs: dict[str, Any] = {
         "method": "get",
         "url": "/v1/locks/{key}".format(
             key=quote(str(key), safe=""),
         ),
+        "params": params,
     }
 
     _kwargs["headers"] = headers
@@ -115,17 +126,32 @@ def sync_detailed(
     key: str,
     *,
     client: AuthenticatedClient | Client,
+    after_version: int | Unset = UNSET,
+    wait_seconds: float | Unset = UNSET,
     x_request_id: str | Unset = UNSET,
 ) -> Response[Error | LockState]:
-    """Inspect a key without acquiring it.
+    """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
     when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first) and how many wait in line. It never reveals an owner token.
+    soonest expiry first, with their labels), how many wait in line, and its `version`. It
+    never reveals an owner token.
+
+    With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
+    open until the key's version differs from `after_version` (a grant, a release, an
+    expiry, a force release, a label changed) or until `wait_seconds` pass, and answers
+    `200` with the key's state either way. A version that differs already (a newer or an
+    older one) is answered at once. To watch a key, poll again with the version of each
+    answer. A server may end a poll sooner than asked (as it may a waiting acquire); the
+    answer is then the same `200`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
             `-`.
+        after_version (int | Unset): A key's version: 0 for a key never acquired, then greater
+            after each change of its
+            holders (grant, release, expiry, force release, label change). It never goes back.
+        wait_seconds (float | Unset):
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
@@ -141,6 +167,8 @@ def sync_detailed(
 
     kwargs = _get_kwargs(
         key=key,
+        after_version=after_version,
+        wait_seconds=wait_seconds,
         x_request_id=x_request_id,
     )
 
@@ -155,17 +183,32 @@ def sync(
     key: str,
     *,
     client: AuthenticatedClient | Client,
+    after_version: int | Unset = UNSET,
+    wait_seconds: float | Unset = UNSET,
     x_request_id: str | Unset = UNSET,
 ) -> Error | LockState | None:
-    """Inspect a key without acquiring it.
+    """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
     when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first) and how many wait in line. It never reveals an owner token.
+    soonest expiry first, with their labels), how many wait in line, and its `version`. It
+    never reveals an owner token.
+
+    With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
+    open until the key's version differs from `after_version` (a grant, a release, an
+    expiry, a force release, a label changed) or until `wait_seconds` pass, and answers
+    `200` with the key's state either way. A version that differs already (a newer or an
+    older one) is answered at once. To watch a key, poll again with the version of each
+    answer. A server may end a poll sooner than asked (as it may a waiting acquire); the
+    answer is then the same `200`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
             `-`.
+        after_version (int | Unset): A key's version: 0 for a key never acquired, then greater
+            after each change of its
+            holders (grant, release, expiry, force release, label change). It never goes back.
+        wait_seconds (float | Unset):
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
@@ -182,6 +225,8 @@ def sync(
     return sync_detailed(
         key=key,
         client=client,
+        after_version=after_version,
+        wait_seconds=wait_seconds,
         x_request_id=x_request_id,
     ).parsed
 
@@ -190,17 +235,32 @@ async def asyncio_detailed(
     key: str,
     *,
     client: AuthenticatedClient | Client,
+    after_version: int | Unset = UNSET,
+    wait_seconds: float | Unset = UNSET,
     x_request_id: str | Unset = UNSET,
 ) -> Response[Error | LockState]:
-    """Inspect a key without acquiring it.
+    """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
     when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first) and how many wait in line. It never reveals an owner token.
+    soonest expiry first, with their labels), how many wait in line, and its `version`. It
+    never reveals an owner token.
+
+    With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
+    open until the key's version differs from `after_version` (a grant, a release, an
+    expiry, a force release, a label changed) or until `wait_seconds` pass, and answers
+    `200` with the key's state either way. A version that differs already (a newer or an
+    older one) is answered at once. To watch a key, poll again with the version of each
+    answer. A server may end a poll sooner than asked (as it may a waiting acquire); the
+    answer is then the same `200`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
             `-`.
+        after_version (int | Unset): A key's version: 0 for a key never acquired, then greater
+            after each change of its
+            holders (grant, release, expiry, force release, label change). It never goes back.
+        wait_seconds (float | Unset):
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
@@ -216,6 +276,8 @@ async def asyncio_detailed(
 
     kwargs = _get_kwargs(
         key=key,
+        after_version=after_version,
+        wait_seconds=wait_seconds,
         x_request_id=x_request_id,
     )
 
@@ -228,17 +290,32 @@ async def asyncio(
     key: str,
     *,
     client: AuthenticatedClient | Client,
+    after_version: int | Unset = UNSET,
+    wait_seconds: float | Unset = UNSET,
     x_request_id: str | Unset = UNSET,
 ) -> Error | LockState | None:
-    """Inspect a key without acquiring it.
+    """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
     when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first) and how many wait in line. It never reveals an owner token.
+    soonest expiry first, with their labels), how many wait in line, and its `version`. It
+    never reveals an owner token.
+
+    With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
+    open until the key's version differs from `after_version` (a grant, a release, an
+    expiry, a force release, a label changed) or until `wait_seconds` pass, and answers
+    `200` with the key's state either way. A version that differs already (a newer or an
+    older one) is answered at once. To watch a key, poll again with the version of each
+    answer. A server may end a poll sooner than asked (as it may a waiting acquire); the
+    answer is then the same `200`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
             `-`.
+        after_version (int | Unset): A key's version: 0 for a key never acquired, then greater
+            after each change of its
+            holders (grant, release, expiry, force release, label change). It never goes back.
+        wait_seconds (float | Unset):
         x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
@@ -256,6 +333,8 @@ async def asyncio(
         await asyncio_detailed(
             key=key,
             client=client,
+            after_version=after_version,
+            wait_seconds=wait_seconds,
             x_request_id=x_request_id,
         )
     ).parsed

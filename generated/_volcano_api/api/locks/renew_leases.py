@@ -153,7 +153,9 @@ def sync_detailed(
     lease_not_held` result. Each lease in an answer is live by the server's clock when the
     answer is sent. A body that breaks the schema is `422` naming the entry
     (`leases[3].fencing_token: ...`); more than 500 entries is `422`, and a body over 256
-    KiB is `413`.
+    KiB is `413`. An entry may carry a new `label`, as a single renew may; 500 entries with
+    the longest keys fit in 256 KiB with labels of up to 140 characters each, so send a
+    batch of long labels in parts.
 
     Servers that predate this operation answer `404` (or `405`): renew one lease at a time
     there.
@@ -210,7 +212,9 @@ def sync(
     lease_not_held` result. Each lease in an answer is live by the server's clock when the
     answer is sent. A body that breaks the schema is `422` naming the entry
     (`leases[3].fencing_token: ...`); more than 500 entries is `422`, and a body over 256
-    KiB is `413`.
+    KiB is `413`. An entry may carry a new `label`, as a single renew may; 500 entries with
+    the longest keys fit in 256 KiB with labels of up to 140 characters each, so send a
+    batch of long labels in parts.
 
     Servers that predate this operation answer `404` (or `405`): renew one lease at a time
     there.
@@ -262,7 +266,9 @@ async def asyncio_detailed(
     lease_not_held` result. Each lease in an answer is live by the server's clock when the
     answer is sent. A body that breaks the schema is `422` naming the entry
     (`leases[3].fencing_token: ...`); more than 500 entries is `422`, and a body over 256
-    KiB is `413`.
+    KiB is `413`. An entry may carry a new `label`, as a single renew may; 500 entries with
+    the longest keys fit in 256 KiB with labels of up to 140 characters each, so send a
+    batch of long labels in parts.
 
     Servers that predate this operation answer `404` (or `405`): renew one lease at a time
     there.
@@ -317,7 +323,9 @@ async def asyncio(
     lease_not_held` result. Each lease in an answer is live by the server's clock when the
     answer is sent. A body that breaks the schema is `422` naming the entry
     (`leases[3].fencing_token: ...`); more than 500 entries is `422`, and a body over 256
-    KiB is `413`.
+    KiB is `413`. An entry may carry a new `label`, as a single renew may; 500 entries with
+    the longest keys fit in 256 KiB with labels of up to 140 characters each, so send a
+    batch of long labels in parts.
 
     Servers that predate this operation answer `404` (or `405`): renew one lease at a time
     there.

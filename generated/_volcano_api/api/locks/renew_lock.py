@@ -142,8 +142,9 @@ def sync_detailed(
     """Extend a live lease.
 
      Moves the expiry of the live lease whose `owner_token` and `fencing_token` both match to
-    now + `ttl_seconds`, keeping its fencing token. Any other case (expired, released,
-    force-released or taken over) is `409 lease_not_held`.
+    now + `ttl_seconds`, keeping its fencing token. With `label`, the lease's label becomes
+    that one (a change of label is a change of the key's version); without, it is kept. Any
+    other case (expired, released, force-released or taken over) is `409 lease_not_held`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -185,8 +186,9 @@ def sync(
     """Extend a live lease.
 
      Moves the expiry of the live lease whose `owner_token` and `fencing_token` both match to
-    now + `ttl_seconds`, keeping its fencing token. Any other case (expired, released,
-    force-released or taken over) is `409 lease_not_held`.
+    now + `ttl_seconds`, keeping its fencing token. With `label`, the lease's label becomes
+    that one (a change of label is a change of the key's version); without, it is kept. Any
+    other case (expired, released, force-released or taken over) is `409 lease_not_held`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -223,8 +225,9 @@ async def asyncio_detailed(
     """Extend a live lease.
 
      Moves the expiry of the live lease whose `owner_token` and `fencing_token` both match to
-    now + `ttl_seconds`, keeping its fencing token. Any other case (expired, released,
-    force-released or taken over) is `409 lease_not_held`.
+    now + `ttl_seconds`, keeping its fencing token. With `label`, the lease's label becomes
+    that one (a change of label is a change of the key's version); without, it is kept. Any
+    other case (expired, released, force-released or taken over) is `409 lease_not_held`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or
@@ -264,8 +267,9 @@ async def asyncio(
     """Extend a live lease.
 
      Moves the expiry of the live lease whose `owner_token` and `fencing_token` both match to
-    now + `ttl_seconds`, keeping its fencing token. Any other case (expired, released,
-    force-released or taken over) is `409 lease_not_held`.
+    now + `ttl_seconds`, keeping its fencing token. With `label`, the lease's label becomes
+    that one (a change of label is a change of the key's version); without, it is kept. Any
+    other case (expired, released, force-released or taken over) is `409 lease_not_held`.
 
     Args:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or

@@ -1,0 +1,176 @@
+"""The watching room on its own: which read answers which watcher, with reads the test answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from volcano_server._transactions import Caller
+from volcano_server._watching import KeyView, Watches, delivers
+from volcano_server._wire import Answer
+
+pytestmark = pytest.mark.anyio
+
+CALLER = Caller(1, "7C9E6679-7425-40DE-944B-E07FC1F90AE7")
+
+
+class _Storage:
+    """A storage that records no watches (as SQLite): every read is a plain read."""
+
+    pushes_handoffs = False
+
+
+class Reads:
+    """The room's storage work, each read answered by the test when it chooses."""
+
+    def __init__(self) -> None:
+        self.pending: list[asyncio.Future[KeyView]] = []
+
+    async def __call__(self, work: Callable[[bool], Any]) -> KeyView:
+        future: asyncio.Future[KeyView] = asyncio.get_running_loop().create_future()
+        self.pending.append(future)
+        return await future
+
+    def answer(self, index: int, version: int, expires_in: float | None = None) -> KeyView:
+        view = KeyView(version, Answer(200, str(version).encode()), expires_in)
+        self.pending[index].set_result(view)
+        return view
+
+
+def room(reads: Reads) -> Watches:
+    storage: Any = _Storage()
+    run: Any = reads
+    return Watches(
+        storage, run, server_id="here", max_wait_seconds=60, heartbeat_lifetime_us=3_000_000
+    )
+
+
+async def turns(count: int = 5) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+def watch(watches: Watches, after: int, *, wait: float = 30) -> tuple[asyncio.Task[Any], Any]:
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(
+        watches.watch(CALLER, "k", after_version=after, wait_seconds=wait, gone=gone)
+    )
+    return task, gone
+
+
+class TestDelivers:
+    def test_a_different_version_or_a_fresh_wish(self) -> None:
+        """A state answers a watcher when its version differs, or when any state will do."""
+        assert delivers(4, 3, fresh=False)
+        assert not delivers(3, 3, fresh=False)
+        assert delivers(3, 3, fresh=True)
+
+
+class TestWatches:
+    async def test_a_read_under_way_never_answers_a_later_watcher(self) -> None:
+        """A read that started before a watcher asked answers only the earlier watchers: the
+        later one gets the read after it (it may have heard of a newer version elsewhere)."""
+        reads = Reads()
+        watches = room(reads)
+        first, _ = watch(watches, 3)
+        await turns()
+        later, _ = watch(watches, 5)
+        await turns()
+        old = reads.answer(0, 4)
+        await turns()
+        assert first.done()
+        assert first.result() == old.answer
+        assert not later.done()
+        assert len(reads.pending) == 2
+        new = reads.answer(1, 6)
+        assert await later == new.answer
+        assert watches.parked == 0
+
+    async def test_one_read_answers_every_watcher(self) -> None:
+        """Many watchers of one key share each read: one read answers them all."""
+        reads = Reads()
+        watches = room(reads)
+        tasks = [watch(watches, 1)[0] for _ in range(50)]
+        await turns()
+        assert len(reads.pending) == 1
+        view = reads.answer(0, 1)
+        await turns()
+        assert not any(task.done() for task in tasks)
+        watches.changed((1, "k"))
+        await turns()
+        assert len(reads.pending) == 2
+        view = reads.answer(1, 2)
+        assert await asyncio.gather(*tasks) == [view.answer] * 50
+
+    async def test_a_watcher_that_leaves_is_answered_none(self) -> None:
+        """A client gone before a change: None, and it is no longer counted."""
+        reads = Reads()
+        watches = room(reads)
+        task, gone = watch(watches, 1)
+        await turns()
+        reads.answer(0, 1)
+        await turns()
+        assert watches.parked == 1
+        gone.set_result(None)
+        assert await task is None
+        assert watches.parked == 0
+
+    async def test_a_wait_that_runs_out_reads_afresh(self) -> None:
+        """When the wait runs out, a new read answers, whatever its version."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1, wait=0.01)
+        await turns()
+        reads.answer(0, 1)
+        await asyncio.sleep(0.05)
+        assert len(reads.pending) == 2
+        view = reads.answer(1, 1)
+        assert await task == view.answer
+
+    async def test_an_expiry_reads_the_key_again(self) -> None:
+        """A state whose lease expires sets a timer that reads the key when it does."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        reads.answer(0, 1, expires_in=0.01)
+        await asyncio.sleep(0.05)
+        assert len(reads.pending) == 2
+        view = reads.answer(1, 2)
+        assert await task == view.answer
+
+    async def test_a_failed_read_answers_its_watchers_with_the_error(self) -> None:
+        """An outage while reading is every waiting watcher's answer (503 upstream)."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        reads.pending[0].set_exception(RuntimeError("boom"))
+        with pytest.raises(Exception, match="internal server error"):
+            await task
+
+    async def test_closing_answers_every_watcher(self) -> None:
+        """Shutting down: a fresh read answers each parked watcher at once."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        reads.answer(0, 1)
+        await turns()
+        watches.close()
+        await turns()
+        view = reads.answer(1, 1)
+        assert await task == view.answer
+
+    async def test_stopping_answers_a_watcher_whose_read_never_came(self) -> None:
+        """The loop ends with a read still under way: its watcher gets 503, not silence."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        watches.stop()
+        with pytest.raises(Exception, match="shutting down"):
+            await task

@@ -56,23 +56,30 @@ def waiters_queued(deployment: Deployment, host: str) -> float:
 
 
 class Queue:
-    """A key held through a, with a waiter through b first in line and one through a behind."""
+    """A key held through a, with a waiter through b first in line and one through a behind;
+    the holder's lease is shortened to `held_for` seconds once both wait (else it is long)."""
 
     def __init__(
-        self, deployment: Deployment, key: str, *, b_wait: float, held_for: float = 120
+        self, deployment: Deployment, key: str, *, b_wait: float, held_for: float | None = None
     ) -> None:
         self.key = key
         self.holder = new_id()
         self._deployment = deployment
-        a = self._client("a")
-        self.held = Locks(a).acquire(key, self.holder, held_for).json()
-        a.close()
+        with self._client("a") as a:
+            self.held = Locks(a).acquire(key, self.holder, 120).json()
         self.b_started = time.monotonic()
         self.b_wait = b_wait
         self.on_b = Waiter(self._client("b"), key, wait=b_wait, ttl=60)
         wait_for(lambda: queued(deployment.database_url, key) == 1, f"b's waiter on {key}")
         self.on_a = Waiter(self._client("a"), key, wait=50, ttl=5)
         wait_for(lambda: queued(deployment.database_url, key) == 2, f"a's waiter on {key}")
+        if held_for is not None:
+            # Shortened only once both wait in line: on a loaded machine a lease of 1.5 s from
+            # the start could run out before a's waiter joined, and the line never held two.
+            with self._client("a") as a:
+                response = Locks(a).renew(key, self.holder, self.held["fencing_token"], held_for)
+            assert response.status_code == 200, response.text
+            self.held = response.json()
 
     def _client(self, host: str) -> httpx.Client:
         server = self._deployment.a if host == "a" else self._deployment.b

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 import pytest
@@ -183,6 +184,53 @@ class TestRows:
         time.sleep(0.15)
         lease = json.loads(locks.acquire(caller(project_id, new_id()), "k", "late", 30).body)
         assert [*tokens, lease["fencing_token"]] == [1, 2, 3, 4]
+
+    def test_a_page_is_read_from_one_snapshot(
+        self, storages: Storages, project_id: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A key released while a page of the listing is being read does not end the listing
+        early: the keys held throughout, after it, are still reached by following `next`."""
+        locks = service(storages())
+        owners = {}
+        for name in ("p-a", "p-b", "p-c", "p-d"):
+            owners[name] = json.loads(
+                locks.acquire(caller(project_id, new_id()), name, new_id(), 30).body
+            )
+        other = service(storages())
+        execute = psycopg.Connection.execute
+        released = threading.Event()
+
+        def then_release(
+            conn: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any
+        ) -> Any:
+            result = execute(conn, query, *args, **kw)
+            if "AS listed" in str(query) and not released.is_set():
+                released.set()  # another server releases p-b right after the page's keys are read
+                lease = owners["p-b"]
+                done = other.release(
+                    caller(project_id, new_id()),
+                    "p-b",
+                    lease["owner_token"],
+                    lease["fencing_token"],
+                )
+                assert done.status == 204
+            return result
+
+        monkeypatch.setattr(psycopg.Connection, "execute", then_release)
+        listed, after = [], ""
+        while True:
+            body = json.loads(
+                locks.list_locks(
+                    caller(project_id, new_id()), prefix="p-", after=after, limit=2
+                ).body
+            )
+            listed += [state["key"] for state in body["locks"]]
+            if body["next"] is None:
+                break
+            after = body["next"]
+        assert released.is_set()
+        assert {"p-a", "p-c", "p-d"} <= set(listed), listed
+        assert listed == sorted(set(listed))
 
 
 class TestClock:

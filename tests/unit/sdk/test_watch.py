@@ -149,18 +149,41 @@ class TestList:
             {"prefix": "a:", "limit": "1", "after": "a:1"},
         ]
 
+    def test_short_and_empty_pages_are_followed(self, sdk: Sdk, api: FakeApi) -> None:
+        """A page may hold fewer keys than asked for, or none, and name a next beyond its last
+        key (keys freed while a server read it): the listing goes on from that next."""
+        api.then(
+            body(200, {"locks": [state(1, (1, None), key="a:1")], "next": "a:4"}),
+            body(200, {"locks": [], "next": "a:7"}),
+            body(200, {"locks": [state(1, (1, None), key="a:8")], "next": None}),
+        )
+        assert [s.key for s in sdk.listed("a:", page_size=2)] == ["a:1", "a:8"]
+        assert [p.get("after") for p in polls(api)] == [None, "a:4", "a:7"]
+
+    def test_a_page_after_a_stalled_next_is_not_asked_for(self, sdk: Sdk, api: FakeApi) -> None:
+        """A next equal to the after just sent would loop forever: refused at that page."""
+        api.then(
+            body(200, {"locks": [state(1, (1, None), key="a:1")], "next": "a:1"}),
+            body(200, {"locks": [], "next": "a:1"}),
+        )
+        with pytest.raises(volcano.UnexpectedResponseError):
+            sdk.listed("a:", page_size=1)
+        assert len(polls(api)) == 2
+
     @pytest.mark.parametrize(
         "page",
         [
             {"locks": [state(1, key="b")], "next": None},  # outside the prefix
             {"locks": [state(1, key="a:2"), state(1, key="a:1")], "next": None},  # not in order
-            {"locks": [state(1, key="a:1")], "next": "a:9"},  # next is not the last key
+            {"locks": [state(1, key="a:1"), state(1, key="a:3")], "next": "a:2"},  # goes back
+            {"locks": [], "next": ""},  # does not move past after
         ],
     )
     def test_a_page_that_breaks_the_spec_is_refused(
         self, sdk: Sdk, api: FakeApi, page: Any
     ) -> None:
-        """Keys outside the prefix, out of order, or a next that is not the last key."""
+        """Keys outside the prefix, out of order, or a next that would read a key again or
+        never end."""
         api.then(body(200, page))
         with pytest.raises(volcano.UnexpectedResponseError):
             sdk.listed("a:")

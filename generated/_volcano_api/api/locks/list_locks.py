@@ -134,7 +134,9 @@ def sync_detailed(
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
     of them after the key `after`, among those starting with `prefix`. `next` is the
-    `after` of the following page, or null when this page is the last. Pages are read
+    `after` of the following page, or null when this page is the last; a page may hold
+    fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
+    until `next` is null, not until a page comes back short. Pages are read
     from the keys as they stand when each is asked for: a key held or waited for
     throughout a listing appears in exactly one page, in order; one acquired or freed
     while the listing runs may or may not appear.
@@ -185,7 +187,9 @@ def sync(
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
     of them after the key `after`, among those starting with `prefix`. `next` is the
-    `after` of the following page, or null when this page is the last. Pages are read
+    `after` of the following page, or null when this page is the last; a page may hold
+    fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
+    until `next` is null, not until a page comes back short. Pages are read
     from the keys as they stand when each is asked for: a key held or waited for
     throughout a listing appears in exactly one page, in order; one acquired or freed
     while the listing runs may or may not appear.
@@ -231,7 +235,9 @@ async def asyncio_detailed(
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
     of them after the key `after`, among those starting with `prefix`. `next` is the
-    `after` of the following page, or null when this page is the last. Pages are read
+    `after` of the following page, or null when this page is the last; a page may hold
+    fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
+    until `next` is null, not until a page comes back short. Pages are read
     from the keys as they stand when each is asked for: a key held or waited for
     throughout a listing appears in exactly one page, in order; one acquired or freed
     while the listing runs may or may not appear.
@@ -280,7 +286,9 @@ async def asyncio(
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
     of them after the key `after`, among those starting with `prefix`. `next` is the
-    `after` of the following page, or null when this page is the last. Pages are read
+    `after` of the following page, or null when this page is the last; a page may hold
+    fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
+    until `next` is null, not until a page comes back short. Pages are read
     from the keys as they stand when each is asked for: a key held or waited for
     throughout a listing appears in exactly one page, in order; one acquired or freed
     while the listing runs may or may not appear.

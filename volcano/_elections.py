@@ -227,6 +227,26 @@ class _Attempts:
         self._plan = plan
         self._deadline = now + plan.acquisition.wait
         self._tries = 0
+        self._failures = 0
+
+    def failed(self, error: Error, now: float) -> float:
+        """An acquisition failed: seconds to wait before the next, or raises `error`.
+
+        Transport trouble and an overloaded or restarting server (what a watch retries) are
+        waited out, backing off as a watch does, while the campaign's wait lasts: a candidate
+        that waits as long as it takes outlives a server restart. Trying again is safe: the
+        owner token is the same, and a candidate granted the key by a request whose answer was
+        lost is given its own lease back.
+        """
+        left = self._deadline - now
+        if not _watch.retryable(error) or left <= 0:
+            raise error
+        self._failures += 1
+        return min(_watch.backoff(self._failures, error), left)
+
+    def answered(self) -> None:
+        """An acquisition got an answer: failures in a row start again from none."""
+        self._failures = 0
 
     def next_plan(self, now: float) -> GuardPlan:
         """The plan of the next acquisition: the same owner token (its place in line)."""
@@ -266,6 +286,10 @@ class Campaign:
                 leadership.__enter__()
             except LeaseNotHeldError:
                 continue  # elected, but the lease ended before it could be dated: again
+            except Error as error:
+                clock.sleep(attempts.failed(error, clock.monotonic()))
+                continue
+            attempts.answered()
             if leadership.state in _LEADING:
                 self._leadership = leadership
                 return leadership
@@ -303,6 +327,10 @@ class AsyncCampaign:
                 await leadership.__aenter__()
             except LeaseNotHeldError:
                 continue  # elected, but the lease ended before it could be dated: again
+            except Error as error:
+                await clock.async_sleep(attempts.failed(error, clock.monotonic()))
+                continue
+            attempts.answered()
             if leadership.state in _LEADING:
                 self._leadership = leadership
                 return leadership
@@ -466,8 +494,15 @@ class Elections:
             on_at_risk: Called when no renewal has succeeded and the lease nears its end.
             at_risk_margin: How near (seconds or a `timedelta`); default a third of the ttl.
 
+        No answer, or an overloaded or restarting server (429, 5xx), while waiting is
+        waited out and the campaign goes on with the same owner token (backing off from 0.2
+        to 5 s, as a watch does), for as long as the wait lasts: a standby outlives a restart
+        of the lock server.
+
         Raises (on entering):
             LockHeldError: `wait` ran out before this candidate was elected.
+            APIConnectionError, APIStatusError: the last failure, when `wait` ran out on one;
+                any other error (a 401, say) at once.
         """
         plan = _plan(
             name,

@@ -44,7 +44,9 @@ __all__ = [
     "WatchCursor",
     "async_pages",
     "async_watch",
+    "backoff",
     "pages",
+    "retryable",
     "watch",
 ]
 
@@ -65,6 +67,19 @@ def retryable(error: Error) -> bool:
     if isinstance(error, APIStatusError):
         return error.status_code >= 500 or error.status_code in (408, 429)
     return False
+
+
+def backoff(failures: int, error: Error) -> float:
+    """Seconds to wait after `failures` retryable failures in a row, the last one `error`.
+
+    Doubling from BACKOFF_FIRST up to BACKOFF_CAP, or longer when the server asks (up to
+    RETRY_AFTER_CAP).
+    """
+    delay = min(BACKOFF_FIRST * 2.0 ** (failures - 1), BACKOFF_CAP)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        delay = max(delay, min(float(retry_after), RETRY_AFTER_CAP))
+    return delay
 
 
 class WatchCursor:
@@ -101,11 +116,7 @@ class WatchCursor:
         if not retryable(error):
             raise error
         self.failures += 1
-        delay = min(BACKOFF_FIRST * 2.0 ** (self.failures - 1), BACKOFF_CAP)
-        retry_after = getattr(error, "retry_after", None)
-        if retry_after is not None:
-            delay = max(delay, min(float(retry_after), RETRY_AFTER_CAP))
-        return delay
+        return backoff(self.failures, error)
 
 
 class LockWatch:

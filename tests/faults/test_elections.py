@@ -12,7 +12,9 @@ import asyncio
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,9 +22,11 @@ import pytest
 
 import volcano
 from tests.conftest import LiveServer
+from tests.support.databases import process_database
 from tests.support.proxy import FaultProxy
 from tests.support.raw import Locks, wait_for
 from tests.support.sdk import TLS, Candidate, Kind, Sdk
+from tests.support.server import ServerProcess, create_project
 
 TTL = 2.0
 
@@ -103,6 +107,42 @@ class TestCrash:
             if child.stdout is not None:
                 child.stdout.close()
             leaders.close()
+
+
+class TestRestart:
+    def test_a_candidate_waits_out_a_restart_of_the_server(
+        self, client_kind: Kind, database_url: str, tmp_path: Path, key: str
+    ) -> None:
+        """kill -9 of the server while a candidate waits in line, and a restart 1.5 s later on
+        the same database and port: the candidate's campaign outlives the refused connections,
+        and it is elected when the leader resigns, with a higher term."""
+        db = process_database(database_url, tmp_path / "restart.db")
+        project = create_project(db, f"restart-{uuid.uuid4().hex[:8]}")
+        server = ServerProcess(db, "--no-access-log").start()
+        made: list[Sdk] = []
+
+        def sdk() -> Sdk:
+            made.append(Sdk(client_kind, project.client_args(server.url)))
+            return made[-1]
+
+        try:
+            leader = Candidate(sdk(), key, "leader", ttl=10)
+            term = leader.lead().term
+            candidate = Candidate(sdk(), key, "candidate", ttl=10)
+            with httpx.Client(base_url=server.url, headers=project.headers()) as http:
+                in_line(Locks(http), key, 1)
+            server.kill()
+            time.sleep(1.5)  # the candidate's next requests are refused meanwhile
+            server.start()
+            assert candidate.error is None
+            assert not candidate.elected.is_set()
+            leader.step_down()
+            assert candidate.lead().term > term
+            candidate.step_down()
+        finally:
+            for client in made:
+                client.close()
+            server.kill()
 
 
 class TestPartition:

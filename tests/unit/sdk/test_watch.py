@@ -3,6 +3,7 @@ mean, how failures back off; and the election rules over states."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -13,7 +14,8 @@ from tests.support.sdk import Sdk
 from tests.unit.sdk.support import FakeApi, FakeClock, body, error, fail
 from volcano._elections import _Attempts, _Changes, leader_of
 from volcano._requests import FOREVER, with_lock
-from volcano._watch import BACKOFF_CAP, POLL_SECONDS, WatchCursor, retryable
+from volcano._retry import AFTER_TRANSPORT_FAILURE
+from volcano._watch import BACKOFF_CAP, BACKOFF_FIRST, POLL_SECONDS, WatchCursor, retryable
 
 EXPIRES = "2026-11-29T21:15:30.250000Z"
 
@@ -187,6 +189,45 @@ class TestList:
         api.then(body(200, page))
         with pytest.raises(volcano.UnexpectedResponseError):
             sdk.listed("a:")
+
+
+class TestCampaignOutlivesTrouble:
+    def test_a_restarting_server_is_waited_out(
+        self, sdk: Sdk, api: FakeApi, clock: FakeClock
+    ) -> None:
+        """Refused connections and 503s while campaigning are waited out, backing off, and the
+        candidate is elected with the owner token it started with."""
+        api.then(
+            fail(httpx.ConnectError("refused")),
+            fail(httpx.ConnectError("refused")),  # retry-once spent: the campaign backs off
+            error(503, "unavailable"),
+            error(503, "unavailable"),
+        )
+        with sdk.campaign("e", ttl=10, label="me") as leadership:
+            assert leadership.term == 7
+        acquires = api.of("acquire")
+        assert len(acquires) == 5
+        assert len({json.loads(a.content)["owner_token"] for a in acquires}) == 1
+        assert [s for s in clock.sleeps if s >= BACKOFF_FIRST] == [0.2, 0.4]
+
+    def test_a_refusal_ends_the_campaign_at_once(self, sdk: Sdk, api: FakeApi) -> None:
+        """A 401 is no trouble to wait out: entering raises it after one request."""
+        api.then(error(401, "unauthorized"))
+        with pytest.raises(volcano.AuthenticationError), sdk.campaign("e", ttl=10):
+            pass
+        assert len(api.of("acquire")) == 1
+
+    def test_trouble_outlasting_the_wait_is_raised(
+        self, sdk: Sdk, api: FakeApi, clock: FakeClock
+    ) -> None:
+        """With a wait of 1 s, a server that stays unreachable ends the campaign with the last
+        failure once the wait is spent: its own pauses (beside retry-once's) never run past it."""
+        api.then(*[fail(httpx.ConnectError("refused")) for _ in range(40)])
+        with pytest.raises(volcano.APIConnectionError), sdk.campaign("e", ttl=10, wait=1):
+            pass
+        pauses = [s for s in clock.sleeps if s != AFTER_TRANSPORT_FAILURE]
+        assert pauses == [0.2, 0.4, 0.25]  # the last try starts as the wait ends, at 1.0 s
+        assert len(api.of("acquire")) == 8  # four tries, each retried once
 
 
 class TestElectionRules:

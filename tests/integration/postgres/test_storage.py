@@ -200,9 +200,7 @@ class TestRows:
         execute = psycopg.Connection.execute
         released = threading.Event()
 
-        def then_release(
-            conn: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any
-        ) -> Any:
+        def then_release(conn: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
             result = execute(conn, query, *args, **kw)
             if "AS listed" in str(query) and not released.is_set():
                 released.set()  # another server releases p-b right after the page's keys are read

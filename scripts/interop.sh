@@ -130,7 +130,7 @@ say "scenario: Python (datamodel-code-generator models + httpx)"
 say "scenario: Python (openapi-generator's client)"
 "$tools/bin/python" "$interop/scenario.py" openapi-generator "$proxy"
 say "openapi-core: every request and response of the scenarios"
-"$tools/bin/python" "$interop/validating_proxy.py" summary "$work/exchanges.jsonl" \
+"$tools/bin/python" "$interop/validating_proxy.py" summary "$spec" "$work/exchanges.jsonl" \
   ts datamodel openapigenerator
 
 say "schemathesis run, plain, with only the credentials"

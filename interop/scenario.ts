@@ -214,6 +214,9 @@ const watch = async (after: number): Promise<State> => {
   throw new Error(`no change of ${sem} after version ${after}`);
 };
 const watching = watch(semState.version); // a second request, open while the renew runs
+// Give the poll a moment to be open before the change (either order must be answered with the
+// new version; this makes the waiting path the usual one).
+await new Promise((resolve) => setTimeout(resolve, 250));
 const relabelled = await client.POST("/v1/locks/{key}/renew", {
   params: { path: { key: sem } },
   body: { owner_token: b.owner_token, fencing_token: b.fencing_token, ttl_seconds: 30, label: labelB },

@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,6 +57,7 @@ class LockClient(Protocol):
         request_id: str | None = None,
         limit: int | None = None,
         label: str | None = None,
+        wait_seconds: float | None = None,
     ) -> Answer:
         """POST /v1/locks/{key}/acquire."""
 
@@ -166,7 +167,9 @@ def run_later_operations(client: LockClient, key: str, step: Callable[[str], Non
     later.fence_check()
     step("watch: a long poll from the current version answers when a renew changes a label")
     later.watch()
-    step("release, then the fence check says not live")
+    step("a waiter in line: waiters 1, version unchanged")
+    later.wait_in_line()
+    step("release hands the slot to the waiter; the fence check says the released one is not live")
     later.release()
     step("listing a unique prefix one key a page, following next until null")
     later.listing()
@@ -188,6 +191,9 @@ class _Later:
         self.b: dict[str, Any] = {}
         self.held: dict[str, Any] = {}
         self.listed: list[dict[str, Any]] = []
+        self.w: dict[str, Any] = {}  # the waiter's lease
+        self.pool = ThreadPoolExecutor(2)  # second requests: a watch, a waiting acquire
+        self.waiting: Future[Answer] | None = None
 
     def take(self, key: str, limit: int, label: str | None = None) -> dict[str, Any]:
         answer = self.client.acquire(key, str(uuid.uuid4()), 30, limit=limit, label=label)
@@ -258,26 +264,62 @@ class _Later:
             raise SystemExit(f"watch: no change of {self.sem} after version {after}")
 
         a, b = self.a, self.b
-        with ThreadPoolExecutor(1) as pool:  # a second thread, its poll open while the renew runs
-            watching = pool.submit(poll, version)
-            # Give the poll a moment to be open before the change (either order must be answered
-            # with the new version; this makes the waiting path the usual one).
-            time.sleep(0.25)
-            renewed = self.client.renew(
-                self.sem, b["owner_token"], b["fencing_token"], 30, label=self.LABEL_B
-            )
-            _expect(renewed.status == 200, "relabel", renewed)
-            changed = watching.result(timeout=60)
+        watching = self.pool.submit(poll, version)  # a second thread, open while the renew runs
+        # Give the poll a moment to be open before the change (either order must be answered
+        # with the new version; this makes the waiting path the usual one).
+        time.sleep(0.25)
+        renewed = self.client.renew(
+            self.sem, b["owner_token"], b["fencing_token"], 30, label=self.LABEL_B
+        )
+        _expect(renewed.status == 200, "relabel", renewed)
+        changed = watching.result(timeout=60)
         body = changed.body or {}
         _expect(body["version"] > version, "watch version", changed)
         expected = [(a["fencing_token"], self.LABEL_A), (b["fencing_token"], self.LABEL_B)]
         _expect(_holders(body) == expected, "watched holders", changed)
 
+    def wait_in_line(self) -> None:
+        before = self.state(self.sem)
+        token = str(uuid.uuid4())
+
+        def wait() -> Answer:
+            # Waiting acquires, each rejoining its place in line (the server ends a wait after a
+            # second here: interop.sh runs it with --max-wait 1), until a slot is granted.
+            for _ in range(60):
+                answer = self.client.acquire(
+                    self.sem, token, 30, limit=2, label="waiter", wait_seconds=10
+                )
+                if answer.status == 200:
+                    return answer
+                error = (answer.body or {}).get("error") or {}
+                _expect(answer.status == 409 and error.get("code") == "lock_held", "wait", answer)
+            raise SystemExit(f"waiting for {self.sem}: no slot granted")
+
+        self.waiting = self.pool.submit(wait)
+        for _ in range(200):  # until the server reports the waiter in line
+            queued = self.state(self.sem)
+            if queued["waiters"] == 1:
+                break
+            time.sleep(0.05)
+        else:
+            raise SystemExit(f"{self.sem}: the waiter never showed in waiters")
+        seen = (queued["version"], _holders(queued), queued["limit"])
+        _expect(seen == (before["version"], _holders(before), 2), "queued", Answer(200, {}, queued))
+
     def release(self) -> None:
         released = self.client.release(self.sem, self.a["owner_token"], self.a["fencing_token"])
         _expect(released.status == 204, "release", released)
+        if self.waiting is None:
+            raise SystemExit("release: no waiter in line")
+        granted = self.waiting.result(timeout=60)
+        self.w = w = granted.body or {}
         ended = self.check(self.sem, self.a["fencing_token"])
         _expect(ended == (False, False), "check released", released)
+        _expect(self.check(self.sem, w["fencing_token"]) == (True, True), "check waiter", granted)
+        after = self.state(self.sem)
+        expected = [(self.b["fencing_token"], self.LABEL_B), (w["fencing_token"], "waiter")]
+        _expect(_holders(after) == expected, "holders after hand-off", Answer(200, {}, after))
+        _expect(after["waiters"] == 0, "waiters after hand-off", Answer(200, {}, after))
 
     def listing(self) -> None:
         prefix = f"{self.key}-list-"
@@ -326,12 +368,13 @@ class _Later:
         _expect(_holders(self.state(l1["key"]))[0][1] == "relabelled", "batch label", batch)
 
     def clean_up(self) -> None:
-        held = [(self.sem, self.b["fencing_token"])]
-        held += [(lease["key"], lease["fencing_token"]) for lease in self.listed]
-        for key, fencing_token in held:
+        held = [(self.sem, 2, self.w["fencing_token"])]  # b and the waiter: the highest token
+        held += [(lease["key"], 1, lease["fencing_token"]) for lease in self.listed]
+        for key, count, fencing_token in held:
             forced = self.client.force_release(key)
             seen = _pick(forced, "released", "released_count", "fencing_token")
-            _expect(seen == (True, 1, fencing_token), "force release", forced)
+            _expect(seen == (True, count, fencing_token), "force release", forced)
+        self.pool.shutdown()
         empty = self.client.list(self.key, None, 100)
         _expect(_pick(empty, "locks", "next") == ([], None), "empty listing", empty)
 
@@ -402,9 +445,16 @@ class DatamodelClient:
         request_id: str | None = None,
         limit: int | None = None,
         label: str | None = None,
+        wait_seconds: float | None = None,
     ) -> Answer:
+        # AcquireRequest types limit and wait_seconds `X | None` (they have defaults), but null
+        # is no value the spec allows (the server answers 422): pass them only when given.
+        given = {"limit": limit, "wait_seconds": wait_seconds}
         body = self.models.AcquireRequest(
-            owner_token=token, ttl_seconds=ttl, label=label, **({"limit": limit} if limit else {})
+            owner_token=token,
+            ttl_seconds=ttl,
+            label=label,
+            **{name: value for name, value in given.items() if value is not None},
         )
         return self._send(
             "POST", f"/v1/locks/{key}/acquire", self.models.LockLease, body, request_id=request_id
@@ -487,9 +537,14 @@ class OpenApiGeneratorClient:
         request_id: str | None = None,
         limit: int | None = None,
         label: str | None = None,
+        wait_seconds: float | None = None,
     ) -> Answer:
+        given = {"limit": limit, "wait_seconds": wait_seconds}
         body = self.og.AcquireRequest(
-            owner_token=token, ttl_seconds=ttl, label=label, **({"limit": limit} if limit else {})
+            owner_token=token,
+            ttl_seconds=ttl,
+            label=label,
+            **{name: value for name, value in given.items() if value is not None},
         )
         return self._call(
             self.locks.acquire_lock_with_http_info,

@@ -116,6 +116,8 @@ assert.equal(cleanup.response.status, 204);
 type State = components["schemas"]["LockState"];
 type Lease = components["schemas"]["LockLease"];
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function getState(k: string): Promise<State> {
   const answer = await client.GET("/v1/locks/{key}", { params: { path: { key: k } } });
   assert.equal(answer.response.status, 200);
@@ -216,7 +218,7 @@ const watch = async (after: number): Promise<State> => {
 const watching = watch(semState.version); // a second request, open while the renew runs
 // Give the poll a moment to be open before the change (either order must be answered with the
 // new version; this makes the waiting path the usual one).
-await new Promise((resolve) => setTimeout(resolve, 250));
+await sleep(250);
 const relabelled = await client.POST("/v1/locks/{key}/renew", {
   params: { path: { key: sem } },
   body: { owner_token: b.owner_token, fencing_token: b.fencing_token, ttl_seconds: 30, label: labelB },
@@ -229,14 +231,50 @@ assert.deepEqual(
   [[a.fencing_token, labelA], [b.fencing_token, labelB]],
 );
 
-step("release, then the fence check says not live");
+step("a waiter in line: waiters 1, version unchanged");
+const waiterToken = randomUUID();
+const wait = async (): Promise<Lease> => {
+  // Waiting acquires, each rejoining its place in line (the server ends a wait after a second
+  // here: interop.sh runs it with --max-wait 1), until a slot is granted.
+  for (let tries = 0; tries < 60; tries++) {
+    const answer = await client.POST("/v1/locks/{key}/acquire", {
+      params: { path: { key: sem } },
+      body: { owner_token: waiterToken, ttl_seconds: 30, limit: 2, label: "waiter", wait_seconds: 10 },
+    });
+    if (answer.data) return answer.data;
+    assert.equal(answer.response.status, 409);
+    assert.equal(answer.error?.error.code, "lock_held");
+  }
+  throw new Error(`waiting for ${sem}: no slot granted`);
+};
+const waiting = wait();
+let queued = await getState(sem);
+for (let polls = 0; queued.waiters !== 1; polls++) {
+  assert.ok(polls < 200, `${sem}: the waiter never showed in waiters`);
+  await sleep(50);
+  queued = await getState(sem);
+}
+assert.deepEqual(
+  [queued.version, queued.holders, queued.limit],
+  [changed.version, changed.holders, 2],
+);
+
+step("release hands the slot to the waiter; the fence check says the released one is not live");
 const releasedA = await client.POST("/v1/locks/{key}/release", {
   params: { path: { key: sem } },
   body: { owner_token: a.owner_token, fencing_token: a.fencing_token },
 });
 assert.equal(releasedA.response.status, 204);
+const w = await waiting;
 const endedA = await check(sem, a.fencing_token);
 assert.deepEqual([endedA.live, endedA.expires_at], [false, null]);
+assert.equal((await check(sem, w.fencing_token)).live, true);
+const handedOff = await getState(sem);
+assert.deepEqual(
+  handedOff.holders.map((h) => [h.fencing_token, h.label]).sort(),
+  [[b.fencing_token, labelB], [w.fencing_token, "waiter"]],
+);
+assert.equal(handedOff.waiters, 0);
 
 step("listing a unique prefix one key a page, following next until null");
 const prefix = `${key}-list-`;
@@ -298,12 +336,15 @@ assert.deepEqual(outcome, [
 assert.deepEqual((await getState(l1.key)).holders.map((h) => h.label), ["relabelled"]);
 
 step("force release of a semaphore and the listed keys; nothing of this run is left listed");
-for (const [k, token] of [[sem, b.fencing_token], ...listed.map((l) => [l.key, l.fencing_token] as const)] as const) {
+// The semaphore has b and the waiter's lease: two removed, the highest token named.
+const held: [string, number, number][] = [[sem, 2, w.fencing_token]];
+for (const l of listed) held.push([l.key, 1, l.fencing_token]);
+for (const [k, count, token] of held) {
   const forcedAll = await client.DELETE("/v1/locks/{key}", { params: { path: { key: k } } });
   assert.equal(forcedAll.response.status, 200);
   assert.deepEqual(
     [forcedAll.data?.released, forcedAll.data?.released_count, forcedAll.data?.fencing_token],
-    [true, 1, token],
+    [true, count, token],
   );
 }
 const empty = await client.GET("/v1/locks", { params: { query: { prefix: key } } });

@@ -78,7 +78,7 @@ class LockClient(Protocol):
     ) -> Answer:
         """POST /v1/locks/{key}/renew."""
 
-    def renew_many(self, leases: list[Renewal]) -> Answer:
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
         """POST /v1/leases/renew; `variants` names the class each result was decoded into."""
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
@@ -173,7 +173,7 @@ def run_later_operations(client: LockClient, key: str, step: Callable[[str], Non
     later.release()
     step("listing a unique prefix one key a page, following next until null")
     later.listing()
-    step("renewing many leases at once: one refused, the others renewed")
+    step("renewing many leases at once: one refused, the others renewed; replayed by request id")
     later.renew_many()
     step("force release of a semaphore and the listed keys; nothing of this run is left listed")
     later.clean_up()
@@ -349,9 +349,9 @@ class _Later:
             return {**{field: lease[field] for field in fields}, "ttl_seconds": 45, **more}
 
         (l0, l1, _), a, b = self.listed, self.a, self.b
-        batch = self.client.renew_many(
-            [entry(l0), entry(a), entry(b), entry(l1, label="relabelled")]
-        )
+        leases = [entry(l0), entry(a), entry(b), entry(l1, label="relabelled")]
+        request_id = str(uuid.uuid4()).upper()
+        batch = self.client.renew_many(leases, request_id)
         results = (batch.body or {}).get("results", [])
         _expect(batch.status == 200 and len(results) == 4, "batch", batch)
         keys = [l0["key"], self.sem, self.sem, l1["key"]]
@@ -366,6 +366,10 @@ class _Later:
                 got = (result["lease"]["fencing_token"], result["lease"]["ttl_seconds"])
                 _expect(got == (lease["fencing_token"], 45), "renewed", batch)
         _expect(_holders(self.state(l1["key"]))[0][1] == "relabelled", "batch label", batch)
+        replay = self.client.renew_many(leases, request_id)
+        _expect(replay.headers.get("idempotent-replayed") == "true", "batch replay", replay)
+        seen = (replay.status, replay.body, replay.variants, replay.headers["x-request-id"])
+        _expect(seen == (200, batch.body, batch.variants, request_id), "batch replay", replay)
 
     def clean_up(self) -> None:
         held = [(self.sem, 2, self.w["fencing_token"])]  # b and the waiter: the highest token
@@ -482,11 +486,13 @@ class DatamodelClient:
         )
         return self._send("POST", f"/v1/locks/{key}/renew", self.models.LockLease, body)
 
-    def renew_many(self, leases: list[Renewal]) -> Answer:
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
         body = self.models.RenewLeasesRequest(
             leases=[self.models.LeaseRenewal(**lease) for lease in leases]
         )
-        return self._send("POST", "/v1/leases/renew", self.models.RenewLeasesResult, body)
+        return self._send(
+            "POST", "/v1/leases/renew", self.models.RenewLeasesResult, body, request_id=request_id
+        )
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
         body = self.models.ReleaseRequest(owner_token=token, fencing_token=fencing_token)
@@ -582,11 +588,15 @@ class OpenApiGeneratorClient:
         )
         return self._call(self.locks.renew_lock_with_http_info, key=key, renew_request=body)
 
-    def renew_many(self, leases: list[Renewal]) -> Answer:
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
         body = self.og.RenewLeasesRequest(
             leases=[self.og.LeaseRenewal(**lease) for lease in leases]
         )
-        return self._call(self.locks.renew_leases_with_http_info, renew_leases_request=body)
+        return self._call(
+            self.locks.renew_leases_with_http_info,
+            renew_leases_request=body,
+            x_request_id=request_id,
+        )
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
         body = self.og.ReleaseRequest(owner_token=token, fencing_token=fencing_token)

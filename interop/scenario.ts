@@ -301,9 +301,11 @@ for (;;) {
 assert.deepEqual(seen, [`${prefix}a`, `${prefix}b`, `${prefix}c`]);
 assert.ok(pages >= 3);
 
-step("renewing many leases at once: one refused, the others renewed");
+step("renewing many leases at once: one refused, the others renewed; replayed by request id");
 const [l0, l1] = [listed[0]!, listed[1]!];
-const batch = await client.POST("/v1/leases/renew", {
+const batchRequestId = randomUUID().toUpperCase();
+const renewMany = () => client.POST("/v1/leases/renew", {
+  params: { header: { "X-Request-Id": batchRequestId } },
   body: {
     leases: [
       { key: l0.key, owner_token: l0.owner_token, fencing_token: l0.fencing_token, ttl_seconds: 45 },
@@ -313,6 +315,7 @@ const batch = await client.POST("/v1/leases/renew", {
     ],
   },
 });
+const batch = await renewMany();
 assert.equal(batch.response.status, 200);
 assert.ok(batch.data);
 const results = batch.data.results;
@@ -334,6 +337,11 @@ assert.deepEqual(outcome, [
   `renewed ${l1.fencing_token} 45`,
 ]);
 assert.deepEqual((await getState(l1.key)).holders.map((h) => h.label), ["relabelled"]);
+const batchReplay = await renewMany();
+assert.equal(batchReplay.response.status, 200);
+assert.equal(batchReplay.response.headers.get("Idempotent-Replayed"), "true");
+assert.equal(batchReplay.response.headers.get("X-Request-Id"), batchRequestId);
+assert.deepEqual(batchReplay.data, batch.data);
 
 step("force release of a semaphore and the listed keys; nothing of this run is left listed");
 // The semaphore has b and the waiter's lease: two removed, the highest token named.

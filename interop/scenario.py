@@ -8,6 +8,11 @@
   own auth settings; it parses every answer itself.
 
 Both also parse a lease with one field more than documented, as a later minor version may send.
+After the original lock operations, each exercises the later ones through its generated code: a
+limit-2 key with labelled holders (a third refused with lock_held, another limit refused with
+limit_mismatch carrying the key's limit), the fence check, a long-poll watch answered by a change
+made from a second thread, a listing with limit=1 followed to its end, and a batch renewal with
+one entry refused.
 scripts/interop.sh generates both clients, then runs this once per client.
 """
 
@@ -16,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,19 +39,47 @@ class Answer:
     status: int
     headers: Mapping[str, str]  # lower-case names
     body: dict[str, Any] | None
+    variants: tuple[str, ...] = ()  # a batch renewal's results: the generated class of each
+
+
+Renewal = dict[str, Any]  # one entry of a batch renewal: key, owner_token, fencing_token, ...
 
 
 class LockClient(Protocol):
-    """The five lock operations, through one generated client."""
+    """The lock operations, through one generated client."""
 
-    def acquire(self, key: str, token: str, ttl: float, request_id: str | None = None) -> Answer:
+    def acquire(
+        self,
+        key: str,
+        token: str,
+        ttl: float,
+        *,
+        request_id: str | None = None,
+        limit: int | None = None,
+        label: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> Answer:
         """POST /v1/locks/{key}/acquire."""
 
     def get(self, key: str) -> Answer:
         """GET /v1/locks/{key}."""
 
-    def renew(self, key: str, token: str, fencing_token: int, ttl: float) -> Answer:
+    def watch(self, key: str, after_version: int, wait_seconds: float) -> Answer:
+        """GET /v1/locks/{key}?after_version=&wait_seconds=."""
+
+    def check(self, key: str, fencing_token: int) -> Answer:
+        """GET /v1/locks/{key}/leases/{fencing_token}."""
+
+    def list(self, prefix: str, after: str | None, limit: int) -> Answer:
+        """GET /v1/locks?prefix=&after=&limit=."""
+
+    def renew(
+        self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None
+    ) -> Answer:
         """POST /v1/locks/{key}/renew."""
+
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
+        """POST /v1/leases/renew; `variants` names the class each result was decoded into."""
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
         """POST /v1/locks/{key}/release."""
@@ -98,8 +133,8 @@ def run(client: LockClient, name: str) -> None:
 
     step("replay with an upper-case caller-supplied token and request id")
     token, request_id = str(uuid.uuid4()).upper(), str(uuid.uuid4()).upper()
-    original = client.acquire(key, token, 30, request_id)
-    replay = client.acquire(key, token, 30, request_id)
+    original = client.acquire(key, token, 30, request_id=request_id)
+    replay = client.acquire(key, token, 30, request_id=request_id)
     for answer in (original, replay):
         _expect(
             answer.status == 200 and (answer.body or {})["owner_token"] == token, "replay", answer
@@ -115,7 +150,242 @@ def run(client: LockClient, name: str) -> None:
     added = {**(original.body or {}), "added_in_a_later_version": True}
     parsed = client.parse_lease(json.dumps(added, default=str))
     _expect(parsed["owner_token"] == token, "parse", Answer(200, {}, parsed))
+    run_later_operations(client, key, step)
     print(f"  {name}: scenario passed on {key}", flush=True)
+
+
+def run_later_operations(client: LockClient, key: str, step: Callable[[str], None]) -> None:
+    """Semaphores, labels, the fence check, watching, listing, batch renewal; raise on surprises."""
+    later = _Later(client, key)
+    step("a key never acquired: version 0, no token, no holders, limit 1")
+    later.fresh()
+    step("semaphore: two holders of a limit-2 key, their labels in holders")
+    later.semaphore()
+    step("a third holder refused with lock_held and Retry-After; another limit with limit_mismatch")
+    later.refusals()
+    step("fence check: a live token, a token never issued")
+    later.fence_check()
+    step("watch: a long poll from the current version answers when a renew changes a label")
+    later.watch()
+    step("a waiter in line: waiters 1, version unchanged")
+    later.wait_in_line()
+    step("release hands the slot to the waiter; the fence check says the released one is not live")
+    later.release()
+    step("listing a unique prefix one key a page, following next until null")
+    later.listing()
+    step("renewing many leases at once: one refused, the others renewed; replayed by request id")
+    later.renew_many()
+    step("force release of a semaphore and the listed keys; nothing of this run is left listed")
+    later.clean_up()
+
+
+class _Later:
+    """The steps of run_later_operations, sharing the leases they take."""
+
+    LABEL_A = "worker-a.example.internal:8080"
+    LABEL_B = "worker-b.example.internal:9090"
+
+    def __init__(self, client: LockClient, key: str) -> None:
+        self.client, self.key, self.sem = client, key, f"{key}-sem"
+        self.a: dict[str, Any] = {}
+        self.b: dict[str, Any] = {}
+        self.held: dict[str, Any] = {}
+        self.listed: list[dict[str, Any]] = []
+        self.w: dict[str, Any] = {}  # the waiter's lease
+        self.pool = ThreadPoolExecutor(2)  # second requests: a watch, a waiting acquire
+        self.waiting: Future[Answer] | None = None
+
+    def take(self, key: str, limit: int, label: str | None = None) -> dict[str, Any]:
+        answer = self.client.acquire(key, str(uuid.uuid4()), 30, limit=limit, label=label)
+        _expect(answer.status == 200 and answer.body is not None, f"acquire {key}", answer)
+        return answer.body or {}
+
+    def state(self, key: str) -> dict[str, Any]:
+        answer = self.client.get(key)
+        _expect(answer.status == 200 and answer.body is not None, f"get {key}", answer)
+        return answer.body or {}
+
+    def check(self, key: str, fencing_token: int) -> tuple[bool, bool]:
+        """(live, expires_at is not null), as the fence check answers."""
+        answer = self.client.check(key, fencing_token)
+        body = answer.body or {}
+        _expect(answer.status == 200 and body.get("key") == key, "check", answer)
+        _expect(body["fencing_token"] == fencing_token, "check", answer)
+        return body["live"], body["expires_at"] is not None
+
+    def fresh(self) -> None:
+        fresh = self.state(f"{self.key}-fresh")
+        fields = ("held", "expires_at", "fencing_token", "limit", "holders", "waiters", "version")
+        seen = tuple(fresh[field] for field in fields)
+        _expect(seen == (False, None, None, 1, [], 0, 0), "fresh", Answer(200, {}, fresh))
+
+    def semaphore(self) -> None:
+        self.a = a = self.take(self.sem, 2, self.LABEL_A)
+        self.b = b = self.take(self.sem, 2)
+        _expect(b["fencing_token"] > a["fencing_token"], "second holder", Answer(200, {}, b))
+        self.held = held = self.state(self.sem)
+        seen = (held["held"], held["limit"], held["waiters"], held["fencing_token"])
+        _expect(seen == (True, 2, 0, b["fencing_token"]), "semaphore", Answer(200, {}, held))
+        _expect(held["version"] >= 2, "semaphore version", Answer(200, {}, held))
+        expected = [(a["fencing_token"], self.LABEL_A), (b["fencing_token"], None)]
+        _expect(_holders(held) == expected, "holders", Answer(200, {}, held))
+
+    def refusals(self) -> None:
+        third = self.client.acquire(self.sem, str(uuid.uuid4()), 30, limit=2)
+        error = (third.body or {}).get("error") or {}
+        _expect(third.status == 409 and error.get("code") == "lock_held", "third", third)
+        _expect(error.get("limit") is None, "third", third)
+        _expect(int(third.headers["retry-after"]) >= 1, "third", third)
+        mismatch = self.client.acquire(self.sem, str(uuid.uuid4()), 30, limit=3)
+        error = (mismatch.body or {}).get("error") or {}
+        _expect(
+            mismatch.status == 409 and error.get("code") == "limit_mismatch", "mismatch", mismatch
+        )
+        _expect(error.get("limit") == 2, "limit_mismatch's limit", mismatch)
+
+    def fence_check(self) -> None:
+        live = self.check(self.sem, self.a["fencing_token"])
+        _expect(live == (True, True), "check live", Answer(200, {}, self.a))
+        never = self.check(self.sem, self.b["fencing_token"] + 1000)
+        _expect(never == (False, False), "check never issued", Answer(200, {}, self.b))
+
+    def watch(self) -> None:
+        version = self.held["version"]
+        unchanged = self.client.watch(self.sem, version, 0.2)
+        _expect(_pick(unchanged, "version") == (version,), "unchanged watch", unchanged)
+
+        def poll(after: int) -> Answer:
+            # Chain polls from the last version seen (the server may end one sooner than asked).
+            for _ in range(20):
+                answer = self.client.watch(self.sem, after, 30)
+                _expect(answer.status == 200 and answer.body is not None, "watch", answer)
+                if (answer.body or {})["version"] != after:
+                    return answer
+            raise SystemExit(f"watch: no change of {self.sem} after version {after}")
+
+        a, b = self.a, self.b
+        watching = self.pool.submit(poll, version)  # a second thread, open while the renew runs
+        # Give the poll a moment to be open before the change (either order must be answered
+        # with the new version; this makes the waiting path the usual one).
+        time.sleep(0.25)
+        renewed = self.client.renew(
+            self.sem, b["owner_token"], b["fencing_token"], 30, label=self.LABEL_B
+        )
+        _expect(renewed.status == 200, "relabel", renewed)
+        changed = watching.result(timeout=60)
+        body = changed.body or {}
+        _expect(body["version"] > version, "watch version", changed)
+        expected = [(a["fencing_token"], self.LABEL_A), (b["fencing_token"], self.LABEL_B)]
+        _expect(_holders(body) == expected, "watched holders", changed)
+
+    def wait_in_line(self) -> None:
+        before = self.state(self.sem)
+        token = str(uuid.uuid4())
+
+        def wait() -> Answer:
+            # Waiting acquires, each rejoining its place in line (the server ends a wait after a
+            # second here: interop.sh runs it with --max-wait 1), until a slot is granted.
+            for _ in range(60):
+                answer = self.client.acquire(
+                    self.sem, token, 30, limit=2, label="waiter", wait_seconds=10
+                )
+                if answer.status == 200:
+                    return answer
+                error = (answer.body or {}).get("error") or {}
+                _expect(answer.status == 409 and error.get("code") == "lock_held", "wait", answer)
+            raise SystemExit(f"waiting for {self.sem}: no slot granted")
+
+        self.waiting = self.pool.submit(wait)
+        for _ in range(200):  # until the server reports the waiter in line
+            queued = self.state(self.sem)
+            if queued["waiters"] == 1:
+                break
+            time.sleep(0.05)
+        else:
+            raise SystemExit(f"{self.sem}: the waiter never showed in waiters")
+        seen = (queued["version"], _holders(queued), queued["limit"])
+        _expect(seen == (before["version"], _holders(before), 2), "queued", Answer(200, {}, queued))
+
+    def release(self) -> None:
+        released = self.client.release(self.sem, self.a["owner_token"], self.a["fencing_token"])
+        _expect(released.status == 204, "release", released)
+        if self.waiting is None:
+            raise SystemExit("release: no waiter in line")
+        granted = self.waiting.result(timeout=60)
+        self.w = w = granted.body or {}
+        ended = self.check(self.sem, self.a["fencing_token"])
+        _expect(ended == (False, False), "check released", released)
+        _expect(self.check(self.sem, w["fencing_token"]) == (True, True), "check waiter", granted)
+        after = self.state(self.sem)
+        expected = [(self.b["fencing_token"], self.LABEL_B), (w["fencing_token"], "waiter")]
+        _expect(_holders(after) == expected, "holders after hand-off", Answer(200, {}, after))
+        _expect(after["waiters"] == 0, "waiters after hand-off", Answer(200, {}, after))
+
+    def listing(self) -> None:
+        prefix = f"{self.key}-list-"
+        self.listed = [self.take(f"{prefix}{suffix}", 1, "lister") for suffix in "cab"]
+        keys: list[str] = []
+        after: str | None = None
+        pages = 0
+        while pages < 10:
+            page = self.client.list(prefix, after, 1)
+            pages += 1
+            body = page.body or {}
+            _expect(page.status == 200 and len(body["locks"]) <= 1, "page", page)
+            for lock in body["locks"]:
+                _expect(lock["held"] and _holders(lock)[0][1] == "lister", "listed", page)
+                keys.append(lock["key"])
+            if body["next"] is None:
+                break
+            after = body["next"]
+        else:
+            raise SystemExit(f"listing {prefix}: next still not null after {pages} pages")
+        _expect(keys == [f"{prefix}a", f"{prefix}b", f"{prefix}c"], f"listing {keys}", page)
+        _expect(pages >= 3, "pages", page)
+
+    def renew_many(self) -> None:
+        def entry(lease: dict[str, Any], **more: Any) -> Renewal:
+            fields = ("key", "owner_token", "fencing_token")
+            return {**{field: lease[field] for field in fields}, "ttl_seconds": 45, **more}
+
+        (l0, l1, _), a, b = self.listed, self.a, self.b
+        leases = [entry(l0), entry(a), entry(b), entry(l1, label="relabelled")]
+        request_id = str(uuid.uuid4()).upper()
+        batch = self.client.renew_many(leases, request_id)
+        results = (batch.body or {}).get("results", [])
+        _expect(batch.status == 200 and len(results) == 4, "batch", batch)
+        keys = [l0["key"], self.sem, self.sem, l1["key"]]
+        _expect([result["key"] for result in results] == keys, "batch keys", batch)
+        renewed, refused = "LeaseRenewed", "LeaseRefused"
+        _expect(batch.variants == (renewed, refused, renewed, renewed), "batch variants", batch)
+        for result, lease in zip(results, (l0, None, b, l1), strict=True):
+            if lease is None:
+                _expect(result["status"] == 409, "refused", batch)
+                _expect(result["error"]["code"] == "lease_not_held", "refused", batch)
+            else:
+                got = (result["lease"]["fencing_token"], result["lease"]["ttl_seconds"])
+                _expect(got == (lease["fencing_token"], 45), "renewed", batch)
+        _expect(_holders(self.state(l1["key"]))[0][1] == "relabelled", "batch label", batch)
+        replay = self.client.renew_many(leases, request_id)
+        _expect(replay.headers.get("idempotent-replayed") == "true", "batch replay", replay)
+        seen = (replay.status, replay.body, replay.variants, replay.headers["x-request-id"])
+        _expect(seen == (200, batch.body, batch.variants, request_id), "batch replay", replay)
+
+    def clean_up(self) -> None:
+        held = [(self.sem, 2, self.w["fencing_token"])]  # b and the waiter: the highest token
+        held += [(lease["key"], 1, lease["fencing_token"]) for lease in self.listed]
+        for key, count, fencing_token in held:
+            forced = self.client.force_release(key)
+            seen = _pick(forced, "released", "released_count", "fencing_token")
+            _expect(seen == (True, count, fencing_token), "force release", forced)
+        self.pool.shutdown()
+        empty = self.client.list(self.key, None, 100)
+        _expect(_pick(empty, "locks", "next") == ([], None), "empty listing", empty)
+
+
+def _holders(state: dict[str, Any]) -> list[tuple[int, str | None]]:
+    """A LockState's holders as sorted (fencing token, label) pairs."""
+    return sorted((holder["fencing_token"], holder["label"]) for holder in state["holders"])
 
 
 def _pick(answer: Answer, *fields: str) -> tuple[Any, ...]:
@@ -129,7 +399,14 @@ def _expect(condition: bool, what: str, answer: Answer) -> None:
 
 
 class DatamodelClient:
-    """httpx with the pydantic models datamodel-code-generator wrote."""
+    """httpx with the pydantic models datamodel-code-generator wrote.
+
+    Answers are compared as the models dump them (model_dump(mode="json")): with the generator's
+    defaults, as interop.sh runs it, every scalar schema the spec names and reuses (LockKey,
+    Uuid/OwnerToken, FencingToken, Version, TtlSeconds, Label) is a RootModel, so on a parsed
+    LockState `state.version == 4` is False and `state.fencing_token + 1` raises TypeError (the
+    value is `.root`). `--collapse-root-models` makes them plain int and str.
+    """
 
     def __init__(self, base_url: str, anon_key: str, service_key: str) -> None:
         import httpx
@@ -142,35 +419,87 @@ class DatamodelClient:
         self.http = httpx.Client(base_url=base_url, headers=credentials, timeout=30)
 
     def _send(
-        self, method: str, path: str, model: Any, body: Any = None, request_id: str | None = None
+        self,
+        method: str,
+        path: str,
+        model: Any,
+        body: Any = None,
+        *,
+        request_id: str | None = None,
+        query: Mapping[str, Any] | None = None,
     ) -> Answer:
+        # The models carry no operations: paths and query parameters are written here by hand.
         response = self.http.request(
             method,
             path,
+            params={name: value for name, value in (query or {}).items() if value is not None},
             json=None if body is None else body.model_dump(mode="json"),
             headers={"X-Request-Id": request_id} if request_id else {},
         )
-        parsed = None
+        parsed, variants = None, ()
         if response.content:
             reader = model if response.is_success else self.models.Error
-            parsed = reader.model_validate_json(response.content).model_dump(mode="json")
+            decoded = reader.model_validate_json(response.content)
+            parsed = decoded.model_dump(mode="json")
+            if isinstance(decoded, self.models.RenewLeasesResult):
+                # Each result is a LeaseRenewalResult, a RootModel of LeaseRenewed | LeaseRefused.
+                variants = tuple(type(result.root).__name__ for result in decoded.results)
         headers = {name.lower(): value for name, value in response.headers.items()}
-        return Answer(response.status_code, headers, parsed)
+        return Answer(response.status_code, headers, parsed, variants)
 
-    def acquire(self, key: str, token: str, ttl: float, request_id: str | None = None) -> Answer:
-        body = self.models.AcquireRequest(owner_token=token, ttl_seconds=ttl)
+    def acquire(
+        self,
+        key: str,
+        token: str,
+        ttl: float,
+        *,
+        request_id: str | None = None,
+        limit: int | None = None,
+        label: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> Answer:
+        # AcquireRequest types limit and wait_seconds `X | None` (they have defaults), but null
+        # is no value the spec allows (the server answers 422): pass them only when given.
+        given = {"limit": limit, "wait_seconds": wait_seconds}
+        body = self.models.AcquireRequest(
+            owner_token=token,
+            ttl_seconds=ttl,
+            label=label,
+            **{name: value for name, value in given.items() if value is not None},
+        )
         return self._send(
-            "POST", f"/v1/locks/{key}/acquire", self.models.LockLease, body, request_id
+            "POST", f"/v1/locks/{key}/acquire", self.models.LockLease, body, request_id=request_id
         )
 
     def get(self, key: str) -> Answer:
         return self._send("GET", f"/v1/locks/{key}", self.models.LockState)
 
-    def renew(self, key: str, token: str, fencing_token: int, ttl: float) -> Answer:
+    def watch(self, key: str, after_version: int, wait_seconds: float) -> Answer:
+        query = {"after_version": after_version, "wait_seconds": wait_seconds}
+        return self._send("GET", f"/v1/locks/{key}", self.models.LockState, query=query)
+
+    def check(self, key: str, fencing_token: int) -> Answer:
+        return self._send("GET", f"/v1/locks/{key}/leases/{fencing_token}", self.models.LeaseCheck)
+
+    def list(self, prefix: str, after: str | None, limit: int) -> Answer:
+        query = {"prefix": prefix, "after": after, "limit": limit}
+        return self._send("GET", "/v1/locks", self.models.LockList, query=query)
+
+    def renew(
+        self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None
+    ) -> Answer:
         body = self.models.RenewRequest(
-            owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl
+            owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl, label=label
         )
         return self._send("POST", f"/v1/locks/{key}/renew", self.models.LockLease, body)
+
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
+        body = self.models.RenewLeasesRequest(
+            leases=[self.models.LeaseRenewal(**lease) for lease in leases]
+        )
+        return self._send(
+            "POST", "/v1/leases/renew", self.models.RenewLeasesResult, body, request_id=request_id
+        )
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
         body = self.models.ReleaseRequest(owner_token=token, fencing_token=fencing_token)
@@ -205,23 +534,76 @@ class OpenApiGeneratorClient:
         except self.og.ApiException as exc:
             body = exc.data.to_dict() if exc.data is not None else None
             return Answer(exc.status, _lower(exc.headers or {}), body)
-        body = response.data.to_dict() if response.data is not None else None
-        return Answer(response.status_code, _lower(response.headers or {}), body)
+        data, variants = response.data, ()
+        if isinstance(data, self.og.RenewLeasesResult):
+            # Each result is a LeaseRenewalResult wrapper holding the oneOf it matched.
+            variants = tuple(type(result.actual_instance).__name__ for result in data.results)
+        body = data.to_dict() if data is not None else None
+        return Answer(response.status_code, _lower(response.headers or {}), body, variants)
 
-    def acquire(self, key: str, token: str, ttl: float, request_id: str | None = None) -> Answer:
+    def acquire(
+        self,
+        key: str,
+        token: str,
+        ttl: float,
+        *,
+        request_id: str | None = None,
+        limit: int | None = None,
+        label: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> Answer:
+        given = {"limit": limit, "wait_seconds": wait_seconds}
+        body = self.og.AcquireRequest(
+            owner_token=token,
+            ttl_seconds=ttl,
+            label=label,
+            **{name: value for name, value in given.items() if value is not None},
+        )
         return self._call(
             self.locks.acquire_lock_with_http_info,
             key=key,
-            acquire_request=self.og.AcquireRequest(owner_token=token, ttl_seconds=ttl),
+            acquire_request=body,
             x_request_id=request_id,
         )
 
     def get(self, key: str) -> Answer:
         return self._call(self.locks.get_lock_with_http_info, key=key)
 
-    def renew(self, key: str, token: str, fencing_token: int, ttl: float) -> Answer:
-        body = self.og.RenewRequest(owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl)
+    def watch(self, key: str, after_version: int, wait_seconds: float) -> Answer:
+        return self._call(
+            self.locks.get_lock_with_http_info,
+            key=key,
+            after_version=after_version,
+            wait_seconds=wait_seconds,
+        )
+
+    def check(self, key: str, fencing_token: int) -> Answer:
+        return self._call(
+            self.locks.check_lease_with_http_info, key=key, fencing_token=fencing_token
+        )
+
+    def list(self, prefix: str, after: str | None, limit: int) -> Answer:
+        return self._call(
+            self.locks.list_locks_with_http_info, prefix=prefix, after=after, limit=limit
+        )
+
+    def renew(
+        self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None
+    ) -> Answer:
+        body = self.og.RenewRequest(
+            owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl, label=label
+        )
         return self._call(self.locks.renew_lock_with_http_info, key=key, renew_request=body)
+
+    def renew_many(self, leases: list[Renewal], request_id: str | None = None) -> Answer:
+        body = self.og.RenewLeasesRequest(
+            leases=[self.og.LeaseRenewal(**lease) for lease in leases]
+        )
+        return self._call(
+            self.locks.renew_leases_with_http_info,
+            renew_leases_request=body,
+            x_request_id=request_id,
+        )
 
     def release(self, key: str, token: str, fencing_token: int) -> Answer:
         body = self.og.ReleaseRequest(owner_token=token, fencing_token=fencing_token)

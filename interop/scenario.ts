@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import createClient from "openapi-fetch";
-import type { paths } from "./out/schema.js";
+import type { components, paths } from "./out/schema.js";
 
 const [baseUrl] = process.argv.slice(2);
 const anonKey = process.env.VOLCANO_ANON_KEY;
@@ -109,4 +109,253 @@ const cleanup = await client.POST("/v1/locks/{key}/release", {
   body: { owner_token: token, fencing_token: original.data!.fencing_token },
 });
 assert.equal(cleanup.response.status, 204);
+
+// ---- Semaphores, labels, the fence check, watching, listing and renewing many leases ----
+// (CONTRACT.md "Semaphores", "Watching", "Listing and renewing many leases"; openapi.yaml.)
+
+type State = components["schemas"]["LockState"];
+type Lease = components["schemas"]["LockLease"];
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function getState(k: string): Promise<State> {
+  const answer = await client.GET("/v1/locks/{key}", { params: { path: { key: k } } });
+  assert.equal(answer.response.status, 200);
+  assert.ok(answer.data);
+  return answer.data;
+}
+
+async function take(k: string, limit: number, label?: string): Promise<Lease> {
+  const answer = await client.POST("/v1/locks/{key}/acquire", {
+    params: { path: { key: k } },
+    body: { owner_token: randomUUID(), ttl_seconds: 30, limit, ...(label ? { label } : {}) },
+  });
+  assert.equal(answer.response.status, 200, JSON.stringify(answer.error));
+  assert.ok(answer.data);
+  return answer.data;
+}
+
+async function check(k: string, fencingToken: number) {
+  const answer = await client.GET("/v1/locks/{key}/leases/{fencing_token}", {
+    params: { path: { key: k, fencing_token: fencingToken } },
+  });
+  assert.equal(answer.response.status, 200);
+  assert.ok(answer.data);
+  assert.equal(answer.data.key, k);
+  assert.equal(answer.data.fencing_token, fencingToken);
+  return answer.data;
+}
+
+step("a key never acquired: version 0, no token, no holders, limit 1");
+const fresh = await getState(`${key}-fresh`);
+assert.deepEqual(
+  [fresh.held, fresh.expires_at, fresh.fencing_token, fresh.limit, fresh.holders, fresh.waiters, fresh.version],
+  [false, null, null, 1, [], 0, 0],
+);
+
+step("semaphore: two holders of a limit-2 key, their labels in holders");
+const sem = `${key}-sem`;
+const labelA = "worker-a.example.internal:8080";
+const a = await take(sem, 2, labelA);
+const b = await take(sem, 2);
+assert.ok(b.fencing_token > a.fencing_token);
+const semState = await getState(sem);
+assert.equal(semState.held, true);
+assert.equal(semState.limit, 2);
+assert.equal(semState.waiters, 0);
+assert.equal(semState.fencing_token, b.fencing_token);
+assert.ok(semState.version >= 2);
+assert.deepEqual(
+  semState.holders.map((h) => [h.fencing_token, h.label]).sort(),
+  [[a.fencing_token, labelA], [b.fencing_token, null]],
+);
+
+step("a third holder refused with lock_held and Retry-After");
+const third = await client.POST("/v1/locks/{key}/acquire", {
+  params: { path: { key: sem } },
+  body: { owner_token: randomUUID(), ttl_seconds: 30, limit: 2 },
+});
+assert.equal(third.response.status, 409);
+assert.equal(third.error?.error.code, "lock_held");
+assert.equal(third.error?.error.limit, undefined);
+assert.ok(Number(third.response.headers.get("Retry-After")) >= 1);
+
+step("another limit: 409 limit_mismatch carrying the key's limit");
+const mismatch = await client.POST("/v1/locks/{key}/acquire", {
+  params: { path: { key: sem } },
+  body: { owner_token: randomUUID(), ttl_seconds: 30, limit: 3 },
+});
+assert.equal(mismatch.response.status, 409);
+assert.equal(mismatch.error?.error.code, "limit_mismatch");
+assert.equal(mismatch.error?.error.limit, 2);
+
+step("fence check: a live token, a token never issued");
+const liveA = await check(sem, a.fencing_token);
+assert.equal(liveA.live, true);
+assert.ok(liveA.expires_at !== null && Date.parse(liveA.expires_at) > 0);
+const never = await check(sem, b.fencing_token + 1000);
+assert.deepEqual([never.live, never.expires_at], [false, null]);
+
+step("watch: a long poll from the current version answers when a renew changes a label");
+const unchanged = await client.GET("/v1/locks/{key}", {
+  params: { path: { key: sem }, query: { after_version: semState.version, wait_seconds: 0.2 } },
+});
+assert.equal(unchanged.response.status, 200);
+assert.equal(unchanged.data?.version, semState.version); // nothing changed: the wait ran out
+const labelB = "worker-b.example.internal:9090";
+const watch = async (after: number): Promise<State> => {
+  // Chain polls from the last version seen (the server may end one sooner than asked).
+  for (let polls = 0; polls < 20; polls++) {
+    const answer = await client.GET("/v1/locks/{key}", {
+      params: { path: { key: sem }, query: { after_version: after, wait_seconds: 30 } },
+    });
+    assert.equal(answer.response.status, 200);
+    assert.ok(answer.data);
+    if (answer.data.version !== after) return answer.data;
+  }
+  throw new Error(`no change of ${sem} after version ${after}`);
+};
+const watching = watch(semState.version); // a second request, open while the renew runs
+// Give the poll a moment to be open before the change (either order must be answered with the
+// new version; this makes the waiting path the usual one).
+await sleep(250);
+const relabelled = await client.POST("/v1/locks/{key}/renew", {
+  params: { path: { key: sem } },
+  body: { owner_token: b.owner_token, fencing_token: b.fencing_token, ttl_seconds: 30, label: labelB },
+});
+assert.equal(relabelled.response.status, 200);
+const changed = await watching;
+assert.ok(changed.version > semState.version);
+assert.deepEqual(
+  changed.holders.map((h) => [h.fencing_token, h.label]).sort(),
+  [[a.fencing_token, labelA], [b.fencing_token, labelB]],
+);
+
+step("a waiter in line: waiters 1, version unchanged");
+const waiterToken = randomUUID();
+const wait = async (): Promise<Lease> => {
+  // Waiting acquires, each rejoining its place in line (the server ends a wait after a second
+  // here: interop.sh runs it with --max-wait 1), until a slot is granted.
+  for (let tries = 0; tries < 60; tries++) {
+    const answer = await client.POST("/v1/locks/{key}/acquire", {
+      params: { path: { key: sem } },
+      body: { owner_token: waiterToken, ttl_seconds: 30, limit: 2, label: "waiter", wait_seconds: 10 },
+    });
+    if (answer.data) return answer.data;
+    assert.equal(answer.response.status, 409);
+    assert.equal(answer.error?.error.code, "lock_held");
+  }
+  throw new Error(`waiting for ${sem}: no slot granted`);
+};
+const waiting = wait();
+let queued = await getState(sem);
+for (let polls = 0; queued.waiters !== 1; polls++) {
+  assert.ok(polls < 200, `${sem}: the waiter never showed in waiters`);
+  await sleep(50);
+  queued = await getState(sem);
+}
+assert.deepEqual(
+  [queued.version, queued.holders, queued.limit],
+  [changed.version, changed.holders, 2],
+);
+
+step("release hands the slot to the waiter; the fence check says the released one is not live");
+const releasedA = await client.POST("/v1/locks/{key}/release", {
+  params: { path: { key: sem } },
+  body: { owner_token: a.owner_token, fencing_token: a.fencing_token },
+});
+assert.equal(releasedA.response.status, 204);
+const w = await waiting;
+const endedA = await check(sem, a.fencing_token);
+assert.deepEqual([endedA.live, endedA.expires_at], [false, null]);
+assert.equal((await check(sem, w.fencing_token)).live, true);
+const handedOff = await getState(sem);
+assert.deepEqual(
+  handedOff.holders.map((h) => [h.fencing_token, h.label]).sort(),
+  [[b.fencing_token, labelB], [w.fencing_token, "waiter"]],
+);
+assert.equal(handedOff.waiters, 0);
+
+step("listing a unique prefix one key a page, following next until null");
+const prefix = `${key}-list-`;
+const listed: Lease[] = [];
+for (const suffix of ["c", "a", "b"]) listed.push(await take(`${prefix}${suffix}`, 1, "lister"));
+const seen: string[] = [];
+let after: string | undefined;
+let pages = 0;
+for (;;) {
+  const page = await client.GET("/v1/locks", { params: { query: { prefix, after, limit: 1 } } });
+  assert.equal(page.response.status, 200);
+  assert.ok(page.data);
+  assert.ok(page.data.locks.length <= 1);
+  for (const state of page.data.locks) {
+    assert.equal(state.held, true);
+    assert.deepEqual(state.holders.map((h) => h.label), ["lister"]);
+    seen.push(state.key);
+  }
+  pages += 1;
+  assert.ok(pages <= 10, "listing did not end");
+  if (page.data.next === null) break;
+  after = page.data.next;
+}
+assert.deepEqual(seen, [`${prefix}a`, `${prefix}b`, `${prefix}c`]);
+assert.ok(pages >= 3);
+
+step("renewing many leases at once: one refused, the others renewed; replayed by request id");
+const [l0, l1] = [listed[0]!, listed[1]!];
+const batchRequestId = randomUUID().toUpperCase();
+const renewMany = () => client.POST("/v1/leases/renew", {
+  params: { header: { "X-Request-Id": batchRequestId } },
+  body: {
+    leases: [
+      { key: l0.key, owner_token: l0.owner_token, fencing_token: l0.fencing_token, ttl_seconds: 45 },
+      { key: sem, owner_token: a.owner_token, fencing_token: a.fencing_token, ttl_seconds: 45 },
+      { key: sem, owner_token: b.owner_token, fencing_token: b.fencing_token, ttl_seconds: 45 },
+      { key: l1.key, owner_token: l1.owner_token, fencing_token: l1.fencing_token, ttl_seconds: 45, label: "relabelled" },
+    ],
+  },
+});
+const batch = await renewMany();
+assert.equal(batch.response.status, 200);
+assert.ok(batch.data);
+const results = batch.data.results;
+assert.deepEqual(results.map((r) => r.key), [l0.key, sem, sem, l1.key]);
+// LeaseRenewalResult is `LeaseRenewed | LeaseRefused`, a oneOf with no discriminator, and both
+// carry openapi-typescript's `[key: string]: unknown` (additionalProperties: true). So `"lease" in
+// r` narrows the false branch to LeaseRefused but leaves LeaseRefused in the true one, where
+// `r.lease` is `unknown` (TS18046): the generated types cannot tell a renewed entry by
+// themselves; a hand-written type guard has to.
+type Renewed = components["schemas"]["LeaseRenewed"];
+const isRenewed = (r: components["schemas"]["LeaseRenewalResult"]): r is Renewed => "lease" in r;
+const outcome = results.map((r) =>
+  isRenewed(r) ? `renewed ${r.lease.fencing_token} ${r.lease.ttl_seconds}` : `${r.status} ${r.error.code}`,
+);
+assert.deepEqual(outcome, [
+  `renewed ${l0.fencing_token} 45`,
+  "409 lease_not_held",
+  `renewed ${b.fencing_token} 45`,
+  `renewed ${l1.fencing_token} 45`,
+]);
+assert.deepEqual((await getState(l1.key)).holders.map((h) => h.label), ["relabelled"]);
+const batchReplay = await renewMany();
+assert.equal(batchReplay.response.status, 200);
+assert.equal(batchReplay.response.headers.get("Idempotent-Replayed"), "true");
+assert.equal(batchReplay.response.headers.get("X-Request-Id"), batchRequestId);
+assert.deepEqual(batchReplay.data, batch.data);
+
+step("force release of a semaphore and the listed keys; nothing of this run is left listed");
+// The semaphore has b and the waiter's lease: two removed, the highest token named.
+const held: [string, number, number][] = [[sem, 2, w.fencing_token]];
+for (const l of listed) held.push([l.key, 1, l.fencing_token]);
+for (const [k, count, token] of held) {
+  const forcedAll = await client.DELETE("/v1/locks/{key}", { params: { path: { key: k } } });
+  assert.equal(forcedAll.response.status, 200);
+  assert.deepEqual(
+    [forcedAll.data?.released, forcedAll.data?.released_count, forcedAll.data?.fencing_token],
+    [true, count, token],
+  );
+}
+const empty = await client.GET("/v1/locks", { params: { query: { prefix: key } } });
+assert.equal(empty.response.status, 200);
+assert.deepEqual([empty.data?.locks, empty.data?.next], [[], null]);
 console.log(`  ts: scenario passed on ${key}`);

@@ -1,7 +1,7 @@
 """A reverse proxy that checks every request and response against openapi.yaml with openapi-core.
 
     python validating_proxy.py serve SPEC UPSTREAM_URL LOG     # prints "listening on URL"
-    python validating_proxy.py summary LOG CLIENT...           # exit 1 on any invalid exchange
+    python validating_proxy.py summary SPEC LOG CLIENT...      # exit 1 on any invalid exchange
 
 `serve` forwards each request to UPSTREAM_URL with `requests`, validates the request and the
 response with openapi-core as it comes (OpenAPI.from_file_path, validate_request and
@@ -10,9 +10,11 @@ line per exchange to LOG. Before listening it checks itself: a request with a ma
 X-Request-Id must be refused, and a response with one field more than documented (what a later
 minor version may send) must be accepted.
 
-`summary` counts the exchanges of each client (named by the `interop-CLIENT-` prefix of the lock
-key in the path) and fails when an exchange broke the spec, a client sent nothing, or an
-exchange belongs to no client named.
+`summary` counts the exchanges of each client (named by the `interop-CLIENT-` prefix of a lock
+key: in the path, else in the query, as a listing's `prefix`, else in the request body, as a
+batch renewal's entries) and the operations each exercised, and fails when an exchange broke the
+spec, a client left out one of the spec's `locks` operations, or an exchange belongs to no client
+named.
 """
 
 from __future__ import annotations
@@ -27,13 +29,36 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 from openapi_core import OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 from openapi_core.testing import MockRequest, MockResponse
 
 # Hop-by-hop headers, and the ones `requests` and this server set themselves.
 _NOT_FORWARDED = {"host", "connection", "keep-alive", "transfer-encoding", "content-length"}
-_CLIENT = re.compile(r"/interop-([a-z]+)-")
+_CLIENT = re.compile(r"(?:/|=|\")interop-([a-z]+)-")
+
+
+def operations(spec: str) -> dict[str, tuple[str, re.Pattern[str], str]]:
+    """The spec's operations by operationId: (method, path pattern, first tag)."""
+    paths = yaml.safe_load(Path(spec).read_text())["paths"]
+    found = {}
+    for template, item in paths.items():
+        pattern = re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)))
+        for method, operation in item.items():
+            if isinstance(operation, dict) and "operationId" in operation:
+                tag = operation.get("tags", [""])[0]
+                found[operation["operationId"]] = (method.upper(), pattern, tag)
+    return found
+
+
+def operation_of(table: dict[str, tuple[str, re.Pattern[str], str]], method: str, path: str) -> str:
+    """The operationId a request is for, or "?"."""
+    bare = path.split("?", 1)[0]
+    for name, (verb, pattern, _) in table.items():
+        if verb == method and pattern.fullmatch(bare):
+            return name
+    return "?"
 
 
 def problems(openapi: OpenAPI, request: Any, response: Any | None = None) -> list[str]:
@@ -108,9 +133,11 @@ class _Proxy(BaseHTTPRequestHandler):
         found = problems(
             self.openapi, RequestsOpenAPIRequest(prepared), RequestsOpenAPIResponse(answer)
         )
+        named = _CLIENT.search(self.path) or _CLIENT.search((body or b"").decode(errors="replace"))
         entry = {
             "method": self.command,
             "path": self.path,
+            "client": named.group(1) if named else None,
             "status": answer.status_code,
             "problems": found,
         }
@@ -140,31 +167,42 @@ def serve(spec: str, upstream: str, log: str) -> None:
     server.serve_forever()
 
 
-def summary(log: str, clients: list[str]) -> int:
+def summary(spec: str, log: str, clients: list[str]) -> int:
     """Print the exchanges per client; 1 when any broke the spec or did not add up."""
+    table = operations(spec)
+    wanted = {name for name, (_, _, tag) in table.items() if tag == "locks"}
     entries = [json.loads(line) for line in Path(log).read_text().splitlines()]
     seen: Counter[str] = Counter()
     invalid: Counter[str] = Counter()
+    exercised: dict[str, Counter[str]] = {client: Counter() for client in clients}
     for entry in entries:
-        match = _CLIENT.search(entry["path"])
-        client = match.group(1) if match and match.group(1) in clients else "no client named"
+        client = entry["client"] if entry["client"] in clients else "no client named"
         seen[client] += 1
+        if client in clients:
+            exercised[client][operation_of(table, entry["method"], entry["path"])] += 1
         if entry["problems"] or client not in clients:
             invalid[client] += 1
             print(f"INVALID {entry['method']} {entry['path']} -> {entry['status']}")
             for problem in entry["problems"] or ["sent by no client named"]:
                 print("  " + problem.replace("\n", "\n  "))
+    missing = False
     for client in [*clients, "no client named"]:
         if seen[client] or client in clients:
             print(f"  openapi-core: {client}: {seen[client]} exchanges, {invalid[client]} invalid")
-    return 1 if sum(invalid.values()) or not all(seen[client] for client in clients) else 0
+        if client in clients:
+            counts = exercised[client]
+            print("    " + ", ".join(f"{name} {counts[name]}" for name in sorted(counts)))
+            if left_out := sorted(wanted - set(counts)):
+                missing = True
+                print(f"    MISSING: {client} never called {', '.join(left_out)}")
+    return 1 if sum(invalid.values()) or missing else 0
 
 
 if __name__ == "__main__":
     match sys.argv[1:]:
         case ["serve", spec, upstream, log]:
             serve(spec, upstream, log)
-        case ["summary", log, *clients] if clients:
-            sys.exit(summary(log, clients))
+        case ["summary", spec, log, *clients] if clients:
+            sys.exit(summary(spec, log, clients))
         case _:
             sys.exit(__doc__)

@@ -15,11 +15,13 @@ T = TypeVar("T", bound="LeaseRefused")
 
 @_attrs_define
 class LeaseRefused:
-    """
-    Attributes:
-        key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
-        status (int): The status a single renew of this lease would have answered (409).
-        error (ErrorDetail):
+    """An entry of a batch renewal that was refused (and changed nothing), with the status and
+    error a single renew of it would have answered.
+
+        Attributes:
+            key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
+            status (int): The status a single renew of this lease would have answered (409).
+            error (ErrorDetail):
     """
 
     key: str

@@ -15,7 +15,8 @@ T = TypeVar("T", bound="LeaseRenewed")
 
 @_attrs_define
 class LeaseRenewed:
-    """
+    """An entry of a batch renewal that was renewed, with its lease as renewed.
+
     Attributes:
         key (str): 1 to 255 characters; a letter or digit, then letters, digits, `.`, `_`, `:` or `-`.
         lease (LockLease): A live lease as granted. Keep `owner_token` private.

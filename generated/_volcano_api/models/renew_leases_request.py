@@ -14,7 +14,8 @@ T = TypeVar("T", bound="RenewLeasesRequest")
 
 @_attrs_define
 class RenewLeasesRequest:
-    """
+    """The body of a batch renewal (`POST /v1/leases/renew`).
+
     Attributes:
         leases (list[LeaseRenewal]): The leases to renew, 1 to 500 of them, judged in this order.
     """

@@ -16,7 +16,8 @@ T = TypeVar("T", bound="RenewLeasesResult")
 
 @_attrs_define
 class RenewLeasesResult:
-    """
+    """The answer to a batch renewal, one result per entry sent.
+
     Attributes:
         results (list[LeaseRefused | LeaseRenewed]): One result per entry of the request, in its order.
     """

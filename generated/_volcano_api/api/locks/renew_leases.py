@@ -165,7 +165,7 @@ def sync_detailed(
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
             the spelling of a token sent in a body.
-        body (RenewLeasesRequest):
+        body (RenewLeasesRequest): The body of a batch renewal (`POST /v1/leases/renew`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -224,7 +224,7 @@ def sync(
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
             the spelling of a token sent in a body.
-        body (RenewLeasesRequest):
+        body (RenewLeasesRequest): The body of a batch renewal (`POST /v1/leases/renew`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -278,7 +278,7 @@ async def asyncio_detailed(
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
             the spelling of a token sent in a body.
-        body (RenewLeasesRequest):
+        body (RenewLeasesRequest): The body of a batch renewal (`POST /v1/leases/renew`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -335,7 +335,7 @@ async def asyncio(
             kept exactly as spelled.
             No `format` here: generators turn `format: uuid` into a UUID type, which would change
             the spelling of a token sent in a body.
-        body (RenewLeasesRequest):
+        body (RenewLeasesRequest): The body of a batch renewal (`POST /v1/leases/renew`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

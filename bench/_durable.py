@@ -90,10 +90,18 @@ class System:
         self, pool: Pool, workers: int, hold: float, seconds: float, head_start: float
     ) -> Figures:
         return run_system(
-            pool, self.kind, workers, hold, seconds,
-            urls=self.urls, anon=self.anon, service=self.service,
-            postgres_url=self.postgres_url, peer=self.peer, head_start=head_start,
-        )  # fmt: skip
+            pool,
+            self.kind,
+            workers,
+            hold,
+            seconds,
+            urls=self.urls,
+            anon=self.anon,
+            service=self.service,
+            postgres_url=self.postgres_url,
+            peer=self.peer,
+            head_start=head_start,
+        )
 
 
 @contextlib.contextmanager
@@ -269,23 +277,34 @@ def _systems(stack: contextlib.ExitStack, postgres: bool, base: Path | None) -> 
                 pids = lambda pid=pid: [pid, *_postgres_pids()]  # noqa: E731
             systems.append(
                 System(
-                    f"{label} ({backend})", "volcano_wait", durability, pids,
-                    urls=target.urls, anon=target.keys.anon, service=target.keys.service,
-                )  # fmt: skip
+                    f"{label} ({backend})",
+                    "volcano_wait",
+                    durability,
+                    pids,
+                    urls=target.urls,
+                    anon=target.keys.anon,
+                    service=target.keys.service,
+                )
             )
     etcd = stack.enter_context(_peers.etcd())
     systems.append(
         System(
-            ETCD, "etcd_lock", f"etcd {etcd.version}: {etcd.durability}",
-            lambda: [etcd.pid], peer=etcd.address,
-        )  # fmt: skip
+            ETCD,
+            "etcd_lock",
+            f"etcd {etcd.version}: {etcd.durability}",
+            lambda: [etcd.pid],
+            peer=etcd.address,
+        )
     )
     zookeeper = stack.enter_context(_peers.zookeeper())
     systems.append(
         System(
-            ZOOKEEPER, "kazoo_lock", f"ZooKeeper {zookeeper.version}: {zookeeper.durability}",
-            lambda: [zookeeper.pid], peer=zookeeper.address,
-        )  # fmt: skip
+            ZOOKEEPER,
+            "kazoo_lock",
+            f"ZooKeeper {zookeeper.version}: {zookeeper.durability}",
+            lambda: [zookeeper.pid],
+            peer=zookeeper.address,
+        )
     )
     redis_pid = _redis_pid()
     systems.append(
@@ -294,10 +313,12 @@ def _systems(stack: contextlib.ExitStack, postgres: bool, base: Path | None) -> 
     if postgres:
         systems.append(
             System(
-                "pg advisory lock", "pg_advisory_lock",
+                "pg advisory lock",
+                "pg_advisory_lock",
                 "session advisory locks are kept in memory: nothing is written",
-                _postgres_pids, postgres_url=postgres_admin_url(),
-            )  # fmt: skip
+                _postgres_pids,
+                postgres_url=postgres_admin_url(),
+            )
         )
     return systems
 
@@ -388,11 +409,12 @@ def ratios(found: dict[str, Any]) -> str:
     lines = ["| setting | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
     rows = [(setting, "grants_per_s") for setting, _, _ in SETTINGS]
     rows.insert(2, (CPU_SETTING, "handoff_p50_ms"))
+    runs = found["runs"]
     for setting, field in rows:
         cells = []
         for o in ours:
             for t in theirs:
-                per_round = [run[setting][o][field] / run[setting][t][field] for run in found["runs"]]
+                per_round = [run[setting][o][field] / run[setting][t][field] for run in runs]
                 cells.append(_cell(per_round, 2))
         label = setting if field == "grants_per_s" else "4 workers, hold 0: handoff p50 (ratio)"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

@@ -153,12 +153,21 @@ def raw_httpx(job: Job) -> float:
             client.close()
 
 
-def sdk(job: Job) -> float:
-    """acquire + release with volcano.Client."""
+def sdk(job: Job, *, plain: bool = False) -> float:
+    """acquire + release with volcano.Client (`plain`: given a plain httpx.Client, as the SDK's
+    own was before it sent each request in one write)."""
+    import httpx
+
     import volcano
 
     clients = [
-        volcano.Client(anon_key=job.anon, service_key=job.service, api_url=url) for url in job.urls
+        volcano.Client(
+            anon_key=job.anon,
+            service_key=job.service,
+            api_url=url,
+            http_client=httpx.Client() if plain else None,
+        )
+        for url in job.urls
     ]
     key = _key(job)
 
@@ -208,13 +217,20 @@ def raw_httpx_async(job: Job) -> float:
     return asyncio.run(main())
 
 
-def sdk_async(job: Job) -> float:
-    """acquire + release with volcano.AsyncClient."""
+def sdk_async(job: Job, *, plain: bool = False) -> float:
+    """acquire + release with volcano.AsyncClient (`plain`: see `sdk`)."""
+    import httpx
+
     import volcano
 
     async def main() -> float:
         clients = [
-            volcano.AsyncClient(anon_key=job.anon, service_key=job.service, api_url=url)
+            volcano.AsyncClient(
+                anon_key=job.anon,
+                service_key=job.service,
+                api_url=url,
+                http_client=httpx.AsyncClient() if plain else None,
+            )
             for url in job.urls
         ]
         key = _key(job)
@@ -297,6 +313,8 @@ VARIANTS: dict[str, Callable[[Job], float]] = {
     "sdk": sdk,
     "raw_httpx_async": raw_httpx_async,
     "sdk_async": sdk_async,
+    "sdk_plain_httpx": lambda job: sdk(job, plain=True),
+    "sdk_async_plain_httpx": lambda job: sdk_async(job, plain=True),
     "raw_http_client": raw_http_client,
     "redis": redis_lock,
 }

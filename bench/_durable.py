@@ -67,7 +67,15 @@ CPU_SETTING = "4 workers, hold 0: grants/s"
 """The setting whose runs give the handoff percentiles and the server CPU per grant."""
 
 ETCD, ZOOKEEPER = "etcd lock", "zookeeper (kazoo Lock)"
-CLIENT_VARIANTS = ("raw_http_client", "raw_httpx", "sdk", "raw_httpx_async", "sdk_async")
+CLIENT_VARIANTS = (
+    "raw_http_client",
+    "raw_httpx",
+    "sdk",
+    "sdk_plain_httpx",
+    "raw_httpx_async",
+    "sdk_async",
+    "sdk_async_plain_httpx",
+)
 FSYNC_CALLS = "fsync,fdatasync,sync_file_range"
 
 

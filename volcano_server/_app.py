@@ -14,8 +14,7 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, Route
-from starlette.types import Lifespan, Receive, Scope, Send
+from starlette.routing import BaseRoute, Route
 
 from ._accesslog import AccessLog
 from ._api import HANDLED_OPERATIONS, Api
@@ -134,7 +133,7 @@ def create_app(
 
     routes = _routes(spec, api)
     routes.append(Route("/readyz", readiness_endpoint(storage, metrics), methods=["GET"]))
-    app = _Application(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.router.redirect_slashes = False
     app.router.default = api.not_found
     app.state.storage = storage
@@ -144,32 +143,6 @@ def create_app(
     app.state.watches = watches
     app.state.tracing = tracing
     return app
-
-
-class _Application(Starlette):
-    """Starlette, with a request for one of the spec's operations handed straight to its route.
-
-    Starlette would run it through its error and exception middleware, its router and a
-    wrapper around `send` for each: about 7 % of the server's CPU per request on an
-    uncontended acquire (py-spy, bench/README.md, issue 27), for nothing, since `Api`
-    answers every error of its own (and uvicorn answers 500 for anything that escapes,
-    as Starlette's ServerErrorMiddleware would). Everything else (the lifespan, /readyz,
-    /openapi.yaml, a 404 or a 405) takes Starlette's whole path, as before.
-    """
-
-    def __init__(self, *, routes: list[BaseRoute], lifespan: Lifespan[Starlette]) -> None:
-        super().__init__(routes=routes, lifespan=lifespan)
-        self._spec_routes = [route for route in routes if isinstance(route, SpecRoute)]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for route in self._spec_routes:
-                match, child = route.matches(scope)
-                if match is Match.FULL:
-                    scope.update(child)
-                    await route.handle(scope, receive, send)
-                    return
-        await super().__call__(scope, receive, send)
 
 
 def _check_operations(spec: Spec) -> None:

@@ -8,7 +8,9 @@ Semaphore on a local ZooKeeper), keys (1,000 vs 1,000,000 keys), retention (the
 request-id store under sustained load), guards (10,000 with_lock guards, one key's renewals
 slowed, sync and async), import (import time), failover (kill -9 of an elected leader until the
 next candidate leads, beside etcd's election and kazoo's Election), watchers (1,000 watchers
-of one key on one server).
+of one key on one server), peers (Volcano beside etcd's and ZooKeeper's locks at equal
+durability, redis-py Lock and PostgreSQL advisory locks, and the SDK's client CPU per cycle:
+bench/_durable.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import attrs
 
 from ._contention import SYSTEMS, Pool, as_dict, queued_waiters, run_system
+from ._durable import peers_rounds, write_peers_chart
 from ._failover import failover_rounds
 from ._measure import Summary, Workers, interleaved, time_ratio
 from ._peers import PeerError
@@ -45,6 +48,7 @@ SECTIONS = (
     "import",
     "failover",
     "watchers",
+    "peers",
 )
 
 
@@ -65,6 +69,11 @@ class Plan:
     failover_rounds: int
     watchers: int
     watcher_changes: int
+    peers_rounds: int
+    peers_seconds: float
+    peers_head_start: float
+    peers_fsync_seconds: float
+    peers_client_seconds: float
 
 
 FULL = Plan(
@@ -83,6 +92,11 @@ FULL = Plan(
     failover_rounds=5,
     watchers=1000,
     watcher_changes=5,
+    peers_rounds=5,
+    peers_seconds=4.0,
+    peers_head_start=1.5,
+    peers_fsync_seconds=2.0,
+    peers_client_seconds=2.0,
 )
 QUICK = Plan(
     rounds=3,
@@ -100,6 +114,11 @@ QUICK = Plan(
     failover_rounds=1,
     watchers=200,
     watcher_changes=2,
+    peers_rounds=1,
+    peers_seconds=0.5,
+    peers_head_start=0.6,
+    peers_fsync_seconds=0.5,
+    peers_client_seconds=0.4,
 )
 
 
@@ -118,6 +137,11 @@ def main() -> None:
         "--skip", nargs="*", choices=SECTIONS, default=[], help="sections to leave out"
     )
     parser.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="peers: also run this checkout's server (e.g. an export of main), in the same rounds",
+    )
     args = parser.parse_args()
     # SIGTERM (a timeout, a CI runner) unwinds like Ctrl-C, so the servers and peers each
     # section started are stopped and their temporary data removed.
@@ -203,7 +227,22 @@ def main() -> None:
                 results["scale"][f"watchers_{backend}_{kind}"] = many_watchers(
                     plan.watchers, plan.watcher_changes, backend, kind
                 )
+    if "peers" not in args.skip:
+        try:
+            results["peers"] = peers_rounds(
+                rounds=plan.peers_rounds,
+                seconds=plan.peers_seconds,
+                head_start=plan.peers_head_start,
+                fsync_seconds=plan.peers_fsync_seconds,
+                client_seconds=plan.peers_client_seconds,
+                postgres=postgres,
+                base=args.base,
+            )
+        except PeerError as error:
+            print(f"peers figures skipped: {error}")
     args.out.mkdir(parents=True, exist_ok=True)
+    if results.get("peers"):
+        write_peers_chart(results["peers"], args.out / "peers.png")
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     print_table(results)
     write_chart(results, args.out / "chart.png")

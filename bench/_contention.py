@@ -212,6 +212,65 @@ def _pg_advisory(job: Job) -> Iterator[Session]:
         yield acquire, release
 
 
+@contextlib.contextmanager
+def _kazoo_lock(job: Job) -> Iterator[Session]:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import LockTimeout
+
+    client = KazooClient(hosts=job.peer, timeout=30)
+    client.start(timeout=30)
+    try:
+        lock = client.Lock(f"/bench/{job.key}", f"worker-{job.worker}")
+
+        def acquire(left: float) -> bool:
+            try:
+                return bool(lock.acquire(timeout=left))
+            except LockTimeout:
+                return False
+
+        client.ensure_path("/bench")  # connected and warm before the start
+        yield acquire, lock.release
+    finally:
+        client.stop()
+        client.close()
+
+
+@contextlib.contextmanager
+def _etcd_lock(job: Job) -> Iterator[Session]:
+    """etcd's lock service over its v3 JSON gateway: one lease per worker (a session, as etcd's
+    own clients keep), then per grant `/v3/lock/lock` (a key put under the lease, waiting for
+    every key of lower revision to go) and `/v3/lock/unlock` (the key deleted)."""
+    import base64
+
+    import httpx
+
+    name = base64.b64encode(f"/bench/{job.key}".encode()).decode()
+    with httpx.Client(base_url=f"http://{job.peer}", timeout=30) as http:
+        # 60 s: longer than any run, so no keepalive is needed while one lasts.
+        lease = http.post("/v3/lease/grant", json={"TTL": 60}).json()["ID"]
+        held: list[str] = []
+
+        def acquire(left: float) -> bool:
+            try:
+                answer = http.post(
+                    "/v3/lock/lock", json={"name": name, "lease": lease}, timeout=left
+                )
+            except httpx.TimeoutException:
+                return False
+            answer.raise_for_status()
+            held.append(answer.json()["key"])
+            return True
+
+        def release() -> None:
+            http.post("/v3/lock/unlock", json={"key": held.pop()}).raise_for_status()
+
+        try:
+            yield acquire, release
+        finally:
+            with contextlib.suppress(httpx.HTTPError):  # its keys go with it
+                http.post("/v3/lease/revoke", json={"ID": lease})
+
+
 _SESSIONS: dict[str, Callable[[Job], contextlib.AbstractContextManager[Session]]] = {
     "volcano_wait": lambda job: _volcano(job, poll=None),
     "volcano_poll_10ms": lambda job: _volcano(job, poll=0.01),
@@ -220,6 +279,8 @@ _SESSIONS: dict[str, Callable[[Job], contextlib.AbstractContextManager[Session]]
     "pg_advisory_lock": _pg_advisory,
     "volcano_semaphore": _volcano_semaphore,
     "kazoo_semaphore": _kazoo_semaphore,
+    "kazoo_lock": _kazoo_lock,
+    "etcd_lock": _etcd_lock,
 }
 
 
@@ -305,8 +366,9 @@ class Pool:
         workers: int,
         seconds: float,
         limit: int = 1,
+        head_start: float = 1.5,
     ) -> Figures:
-        start_at = time.monotonic() + 1.5  # every worker connected and warm first
+        start_at = time.monotonic() + head_start  # every worker connected and warm first
         jobs = [make(worker, start_at, start_at + seconds) for worker in range(workers)]
         per_worker = list(self._pool.map(run_job, jobs))
         return Figures.of(per_worker, seconds, limit)
@@ -328,6 +390,7 @@ def run_system(
     postgres_url: str = "",
     limit: int = 1,
     peer: str = "",
+    head_start: float = 1.5,
 ) -> Figures:
     """One run of `workers` processes of `system` on a fresh key (with `limit` holders at
     once); with several Volcano servers, workers take turns among them."""
@@ -349,7 +412,7 @@ def run_system(
             peer=peer,
         )
 
-    return pool.run(make, workers, seconds, limit)
+    return pool.run(make, workers, seconds, limit, head_start)
 
 
 def as_dict(figures: Figures) -> dict[str, Any]:

@@ -34,10 +34,20 @@ class Job:
     start_at: float  # time.time() at which timing starts in every worker
 
 
+_cpu_per_cycle = [0.0]
+"""The CPU seconds (user + system, this process) per cycle of the last timed window."""
+
+
 def run_job(job: Job) -> float:
     """Cycles per second of `job.variant` (runs in a worker process)."""
     runner = VARIANTS[job.variant]
     return runner(job)
+
+
+def run_job_with_cpu(job: Job) -> tuple[float, float]:
+    """Cycles per second of `job.variant`, and the client's CPU seconds per cycle."""
+    rate = run_job(job)
+    return rate, _cpu_per_cycle[0]
 
 
 def _timed(job: Job, cycle: Callable[[int], None]) -> float:
@@ -48,6 +58,7 @@ def _timed(job: Job, cycle: Callable[[int], None]) -> float:
         n += 1
     time.sleep(max(0.0, job.start_at - time.time()))
     count = 0
+    cpu = time.process_time()
     started = time.perf_counter()
     deadline = started + job.seconds
     while True:
@@ -55,6 +66,7 @@ def _timed(job: Job, cycle: Callable[[int], None]) -> float:
         count += 1
         now = time.perf_counter()
         if now >= deadline:
+            _cpu_per_cycle[0] = (time.process_time() - cpu) / count
             return count / (now - started)
 
 
@@ -66,6 +78,7 @@ async def _timed_async(job: Job, cycle: Callable[[int], Any]) -> float:
         n += 1
     await asyncio.sleep(max(0.0, job.start_at - time.time()))
     count = 0
+    cpu = time.process_time()
     started = time.perf_counter()
     deadline = started + job.seconds
     while True:
@@ -73,6 +86,7 @@ async def _timed_async(job: Job, cycle: Callable[[int], Any]) -> float:
         count += 1
         now = time.perf_counter()
         if now >= deadline:
+            _cpu_per_cycle[0] = (time.process_time() - cpu) / count
             return count / (now - started)
 
 
@@ -139,12 +153,21 @@ def raw_httpx(job: Job) -> float:
             client.close()
 
 
-def sdk(job: Job) -> float:
-    """acquire + release with volcano.Client."""
+def sdk(job: Job, *, plain: bool = False) -> float:
+    """acquire + release with volcano.Client (`plain`: given a plain httpx.Client, as the SDK's
+    own was before it sent each request in one write)."""
+    import httpx
+
     import volcano
 
     clients = [
-        volcano.Client(anon_key=job.anon, service_key=job.service, api_url=url) for url in job.urls
+        volcano.Client(
+            anon_key=job.anon,
+            service_key=job.service,
+            api_url=url,
+            http_client=httpx.Client() if plain else None,
+        )
+        for url in job.urls
     ]
     key = _key(job)
 
@@ -194,13 +217,20 @@ def raw_httpx_async(job: Job) -> float:
     return asyncio.run(main())
 
 
-def sdk_async(job: Job) -> float:
-    """acquire + release with volcano.AsyncClient."""
+def sdk_async(job: Job, *, plain: bool = False) -> float:
+    """acquire + release with volcano.AsyncClient (`plain`: see `sdk`)."""
+    import httpx
+
     import volcano
 
     async def main() -> float:
         clients = [
-            volcano.AsyncClient(anon_key=job.anon, service_key=job.service, api_url=url)
+            volcano.AsyncClient(
+                anon_key=job.anon,
+                service_key=job.service,
+                api_url=url,
+                http_client=httpx.AsyncClient() if plain else None,
+            )
             for url in job.urls
         ]
         key = _key(job)
@@ -283,6 +313,8 @@ VARIANTS: dict[str, Callable[[Job], float]] = {
     "sdk": sdk,
     "raw_httpx_async": raw_httpx_async,
     "sdk_async": sdk_async,
+    "sdk_plain_httpx": lambda job: sdk(job, plain=True),
+    "sdk_async_plain_httpx": lambda job: sdk_async(job, plain=True),
     "raw_http_client": raw_http_client,
     "redis": redis_lock,
 }

@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import attrs
 
-from ._cycles import Job, run_job
+from ._cycles import Job, run_job, run_job_with_cpu
 from ._servers import Deployment
 
 
@@ -62,6 +62,20 @@ class Workers:
                 )
             )
         return sum(self._pool.map(run_job, jobs))
+
+    def client_cpu(self, deployment: Deployment, variant: str, seconds: float) -> float:
+        """One process running `variant`: its CPU seconds (user + system) per cycle."""
+        job = Job(
+            variant,
+            deployment.urls,
+            deployment.keys.anon,
+            deployment.keys.service,
+            seconds,
+            0,
+            time.time() + 0.8,
+        )
+        _, cpu = self._pool.submit(run_job_with_cpu, job).result()
+        return cpu
 
     def close(self) -> None:
         self._pool.shutdown()

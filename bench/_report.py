@@ -33,6 +33,10 @@ def print_table(results: dict[str, Any]) -> None:
         from ._failover import print_failover
 
         print_failover(results["failover"])
+    if results.get("peers"):
+        from ._durable import print_peers
+
+        print_peers(results["peers"])
     for name, values in results["scale"].items():
         print(f"\n== {name} ==")
         for field, value in values.items():

@@ -51,7 +51,12 @@ class BaseClient(Generic[HttpT, EngineT, LocksT]):
                 f" got {type(http_client).__name__}"
             )
         self._owns_http = http_client is None
-        self._http: HttpT = http_type() if http_client is None else http_client
+        if http_client is None:
+            from ._coalesce import default_http  # httpcore: imported once a client is made
+
+            self._http: HttpT = default_http(http_type)
+        else:
+            self._http = http_client
         self._engine = engine_type(self._http, self._settings, clock)
         self._locks = locks_type(self._engine)
 

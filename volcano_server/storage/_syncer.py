@@ -31,7 +31,15 @@ class Syncer:
     def __init__(self, fd: int, sync: Callable[[int], None] | None = None) -> None:
         self._fd = fd
         self._sync = sync  # None: os.fdatasync, looked up at each call
-        self._cond = threading.Condition()
+        # One lock, two conditions: the syncer thread waits on `_work` (a ticket wanted, or
+        # stopping), threads blocked in `wait` on `_cond` (a ticket synced). A sync done on the
+        # loop (`here`) then wakes neither unless one of them has a reason to run: waking the
+        # idle syncer thread only to re-check its predicate took the GIL from the loop on every
+        # uncontended request (py-spy: 7.6 % of the server's GIL time, issue 27).
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._work = threading.Condition(lock)
+        self._blocked = 0  # threads in `wait`
         self._committed = 0  # tickets taken
         self._synced = 0  # every ticket up to this one is on disk (or failed)
         self._wanted = 0  # the latest ticket someone waits for
@@ -58,7 +66,11 @@ class Syncer:
         """Block until `ticket` is on disk; StorageUnavailable if its fsync failed."""
         with self._cond:
             self._want(ticket)
-            self._cond.wait_for(lambda: self._synced >= ticket)
+            self._blocked += 1
+            try:
+                self._cond.wait_for(lambda: self._synced >= ticket)
+            finally:
+                self._blocked -= 1
         self._check(ticket)
 
     async def synced(self, ticket: int, *, here: bool = False) -> None:
@@ -95,7 +107,7 @@ class Syncer:
     def _want(self, ticket: int) -> None:
         """(Holding the lock.) Ask the syncer thread to cover `ticket`."""
         self._wanted = max(self._wanted, ticket)
-        self._cond.notify_all()
+        self._work.notify()
 
     def _claim(self) -> tuple[int, int]:
         """(Holding the lock, no fsync under way.) Take every pending ticket for one fsync."""
@@ -111,7 +123,7 @@ class Syncer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(
+                self._work.wait_for(
                     lambda: not self._busy and (self._stop or self._wanted > self._synced)
                 )
                 if self._wanted <= self._synced:
@@ -130,7 +142,10 @@ class Syncer:
             self.fsyncs += 1
             self._busy = False
             self._synced = target
-            self._cond.notify_all()
+            if self._blocked:
+                self._cond.notify_all()
+            if self._stop or self._wanted > target:  # more to sync, now that none runs
+                self._work.notify()
             ready = [w for w in self._waiters if w[0] <= target]
             self._waiters = [w for w in self._waiters if w[0] > target]
         for _, loop, future in ready:

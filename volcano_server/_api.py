@@ -359,6 +359,8 @@ class Api:
         if answer is None:
             raise _ClientGone
         back = asyncio.get_running_loop().time()
+        for granted in answer.after:  # the waiters this request handed slots to, answered first
+            await granted
         try:
             await service.synced(here=self._in_flight - service.parked == 1)
         except StorageUnavailable as exc:

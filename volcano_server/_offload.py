@@ -17,7 +17,9 @@ import anyio
 import anyio.to_thread
 
 from ._errors import ApiError
+from ._lanes import Lanes
 from ._metrics import Metrics
+from ._registry import KeyRef
 from ._tracing import Tracing
 from .storage import StorageUnavailable, WouldBlock
 
@@ -62,23 +64,33 @@ class Runner:
     Only the storage work is repeated in a worker thread after a WouldBlock (it changed
     nothing); what the caller judged before stays judged. With `tracing`, work given a name
     (`traced_as`: a lock transaction) is a span of its own when a request's span is current
-    (its try on the loop and its run in a thread, as one).
+    (its try on the loop and its run in a thread, as one). Work on one key (`lane`) runs in
+    that key's lane (`_lanes`): after all work on the key that asked for it before.
     """
 
     def __init__(self, offload: Offload, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self._offload = offload
         self._metrics = metrics
         self._tracing = tracing
+        self.lanes = Lanes()
 
-    async def __call__(self, work: Callable[[bool], T], *, traced_as: str | None = None) -> T:
-        """Run `work`, answering an outage with 503."""
+    async def __call__(
+        self, work: Callable[[bool], T], *, traced_as: str | None = None, lane: KeyRef | None = None
+    ) -> T:
+        """Run `work` (in the key's lane, if given one), answering an outage with 503."""
         try:
-            if self._tracing is None or traced_as is None:
-                return await self._offload(work)
-            with self._tracing.transaction(traced_as):
-                return await self._offload(work)
+            if lane is None:
+                return await self._traced(work, traced_as)
+            async with self.lanes.lane(lane):
+                return await self._traced(work, traced_as)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
+
+    async def _traced(self, work: Callable[[bool], T], traced_as: str | None) -> T:
+        if self._tracing is None or traced_as is None:
+            return await self._offload(work)
+        with self._tracing.transaction(traced_as):
+            return await self._offload(work)
 
     def unavailable(self, exc: StorageUnavailable) -> ApiError:
         """The 503 for an outage, counted and logged."""

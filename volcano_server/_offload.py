@@ -9,6 +9,7 @@ at construction, so a test can run the very same server with storage work it sch
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -21,7 +22,7 @@ from ._lanes import Lanes
 from ._metrics import Metrics
 from ._registry import KeyRef
 from ._tracing import Tracing
-from .storage import StorageUnavailable, WouldBlock
+from .storage import KEY_LOCKED, StorageUnavailable, WouldBlock
 
 __all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
 
@@ -65,7 +66,8 @@ class Runner:
     nothing); what the caller judged before stays judged. With `tracing`, work given a name
     (`traced_as`: a lock transaction) is a span of its own when a request's span is current
     (its try on the loop and its run in a thread, as one). Work on one key (`lane`) runs in
-    that key's lane (`_lanes`): after all work on the key that asked for it before.
+    that key's lane (`_lanes`): after all work on the key that asked for it before, and until it
+    ends or holds the key's lock in the database.
     """
 
     def __init__(self, offload: Offload, metrics: Metrics, tracing: Tracing | None = None) -> None:
@@ -81,8 +83,17 @@ class Runner:
         try:
             if lane is None:
                 return await self._traced(work, traced_as)
-            async with self.lanes.lane(lane):
-                return await self._traced(work, traced_as)
+            async with self.lanes.lane(lane) as leave:
+                loop = asyncio.get_running_loop()
+
+                def key_locked() -> None:  # in the transaction's thread
+                    loop.call_soon_threadsafe(leave)
+
+                locked = KEY_LOCKED.set(key_locked)
+                try:
+                    return await self._traced(work, traced_as)
+                finally:
+                    KEY_LOCKED.reset(locked)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
 

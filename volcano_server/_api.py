@@ -52,6 +52,8 @@ log = logging.getLogger("volcano_server")
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
+# The longest a request waits for the waiters it granted to be answered before its own answer.
+_AFTER_WAITERS_SECONDS = 1.0
 
 # operationId -> how it runs on the service, given the caller, path parameters, body, and a way
 # to learn that the client disconnected (only a waiting acquire asks). None: nobody to answer.
@@ -366,8 +368,9 @@ class Api:
         if answer.after:  # the waiters this request handed slots to are answered first
             self._behind += 1
             try:
-                for granted in answer.after:
-                    await granted
+                # Each waiter's request resolves its future as it ends, whatever happens; the
+                # bound only keeps this request from ever hanging on another one.
+                await asyncio.wait(answer.after, timeout=_AFTER_WAITERS_SECONDS)
             finally:
                 self._behind -= 1
         try:

@@ -52,6 +52,8 @@ log = logging.getLogger("volcano_server")
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
+# The longest a request waits for the waiters it granted to be answered before its own answer.
+_AFTER_WAITERS_SECONDS = 1.0
 
 # operationId -> how it runs on the service, given the caller, path parameters, body, and a way
 # to learn that the client disconnected (only a waiting acquire asks). None: nobody to answer.
@@ -144,6 +146,7 @@ class Api:
         self._report = access_log
         self._run = run
         self._in_flight = 0  # requests of operations being judged, run or held open
+        self._behind = 0  # of those, requests held until the waiters they granted are answered
         self._tracing = tracing
         # Chosen once: untraced requests pay nothing for tracing.
         self.endpoint = self._serve if tracing is None else self._traced
@@ -348,8 +351,11 @@ class Api:
 
         Alone, the request may wait for the disk on the event loop: nothing else is waiting
         to be served, and it saves two thread hand-offs. Waiting acquires parked in line do not
-        count: they need the loop only when their turn comes, which this commit may be. Otherwise
-        the loop serves others meanwhile, and their commits share the next fsync.
+        count: they need the loop only when their turn comes, which this commit may be; nor do
+        requests held until the waiters they granted are answered (`Answer.after`: a release
+        is answered after the waiter it handed its slot to, so that its client cannot ask again
+        ahead of it). Otherwise the loop serves others meanwhile, and their commits share the
+        next fsync.
         """
         service = self._service
         run = _OPERATIONS[operation.operation_id]
@@ -359,8 +365,16 @@ class Api:
         if answer is None:
             raise _ClientGone
         back = asyncio.get_running_loop().time()
+        if answer.after:  # the waiters this request handed slots to are answered first
+            self._behind += 1
+            try:
+                # Each waiter's request resolves its future as it ends, whatever happens; the
+                # bound only keeps this request from ever hanging on another one.
+                await asyncio.wait(answer.after, timeout=_AFTER_WAITERS_SECONDS)
+            finally:
+                self._behind -= 1
         try:
-            await service.synced(here=self._in_flight - service.parked == 1)
+            await service.synced(here=self._in_flight - self._behind - service.parked == 1)
         except StorageUnavailable as exc:
             raise self._run.unavailable(exc) from exc
         return _still_true(answer, back, caller.request_id)

@@ -9,6 +9,7 @@ at construction, so a test can run the very same server with storage work it sch
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -17,9 +18,11 @@ import anyio
 import anyio.to_thread
 
 from ._errors import ApiError
+from ._lanes import Lanes
 from ._metrics import Metrics
+from ._registry import KeyRef
 from ._tracing import Tracing
-from .storage import StorageUnavailable, WouldBlock
+from .storage import KEY_LOCKED, StorageUnavailable, WouldBlock
 
 __all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
 
@@ -62,23 +65,43 @@ class Runner:
     Only the storage work is repeated in a worker thread after a WouldBlock (it changed
     nothing); what the caller judged before stays judged. With `tracing`, work given a name
     (`traced_as`: a lock transaction) is a span of its own when a request's span is current
-    (its try on the loop and its run in a thread, as one).
+    (its try on the loop and its run in a thread, as one). Work on one key (`lane`) runs in
+    that key's lane (`_lanes`): after all work on the key that asked for it before, and until it
+    ends or holds the key's lock in the database.
     """
 
     def __init__(self, offload: Offload, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self._offload = offload
         self._metrics = metrics
         self._tracing = tracing
+        self.lanes = Lanes()
 
-    async def __call__(self, work: Callable[[bool], T], *, traced_as: str | None = None) -> T:
-        """Run `work`, answering an outage with 503."""
+    async def __call__(
+        self, work: Callable[[bool], T], *, traced_as: str | None = None, lane: KeyRef | None = None
+    ) -> T:
+        """Run `work` (in the key's lane, if given one), answering an outage with 503."""
         try:
-            if self._tracing is None or traced_as is None:
-                return await self._offload(work)
-            with self._tracing.transaction(traced_as):
-                return await self._offload(work)
+            if lane is None:
+                return await self._traced(work, traced_as)
+            async with self.lanes.lane(lane) as leave:
+                loop = asyncio.get_running_loop()
+
+                def key_locked() -> None:  # in the transaction's thread
+                    loop.call_soon_threadsafe(leave)
+
+                locked = KEY_LOCKED.set(key_locked)
+                try:
+                    return await self._traced(work, traced_as)
+                finally:
+                    KEY_LOCKED.reset(locked)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
+
+    async def _traced(self, work: Callable[[bool], T], traced_as: str | None) -> T:
+        if self._tracing is None or traced_as is None:
+            return await self._offload(work)
+        with self._tracing.transaction(traced_as):
+            return await self._offload(work)
 
     def unavailable(self, exc: StorageUnavailable) -> ApiError:
         """The 503 for an outage, counted and logged."""

@@ -104,6 +104,9 @@ class Entry:
         self._loop_thread = threading.get_ident()
         self._woken = False
         self._waiter: asyncio.Future[None] | None = None
+        # Done once its request has its answer (or is past needing one): a release that
+        # granted it answers only then (`Transactions`), so its client cannot ask again first.
+        self.answered: asyncio.Future[None] = self._loop.create_future()
 
     @property
     def replayable(self) -> bool:
@@ -142,17 +145,39 @@ class Entry:
     ) -> None:
         """Wait for `wake()`, `gone` (any future) or `timeout` seconds, whichever comes first.
 
-        A wake that came before this call counts, so none is ever missed.
+        A wake that came before this call counts, so none is ever missed. The request awaits
+        one future, which a wake resolves: it runs again in the loop's next turn (not two
+        turns later, as through `asyncio.wait`).
         """
         if not self._woken:
-            self._waiter = self._loop.create_future()
-            waiting = (self._waiter,) if gone is None else (self._waiter, gone)
+            waiter = self._waiter = self._loop.create_future()
+            timer = None if timeout is None else self._loop.call_later(timeout, _done, waiter)
+
+            def went(_: asyncio.Future[Any]) -> None:
+                _done(waiter)
+
+            if gone is not None:
+                gone.add_done_callback(went)
             try:
-                await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                await waiter
             finally:
-                self._waiter.cancel()
+                if timer is not None:
+                    timer.cancel()
+                if gone is not None:
+                    gone.remove_done_callback(went)
+                waiter.cancel()
                 self._waiter = None
         self._woken = False
+
+    def delivered(self) -> None:
+        """Its request has its answer, or will not need one: see `answered`."""
+        if not self.answered.done():
+            self.answered.set_result(None)
+
+
+def _done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Registry:

@@ -85,6 +85,7 @@ class LockService:
                 may_block=may_block,
             ),
             traced_as="acquire",
+            lane=(caller.project_id, key),
         )
         assert isinstance(answer, Answer)  # noqa: S101 - only a waiting acquire queues
         return answer
@@ -112,6 +113,7 @@ class LockService:
                 may_block=may_block,
             ),
             traced_as="renew",
+            lane=(caller.project_id, key),
         )
 
     async def renew_many(self, caller: Caller, renewals: Sequence[Renewal]) -> Answer:
@@ -131,6 +133,7 @@ class LockService:
                 caller, key, owner_token, fencing_token, may_block=may_block
             ),
             traced_as="release",
+            lane=(caller.project_id, key),
         )
 
     async def force_release(self, caller: Caller, key: str) -> Answer:
@@ -139,6 +142,7 @@ class LockService:
         return await self._run(
             lambda may_block: tx.force_release(caller, key, may_block=may_block),
             traced_as="force_release",
+            lane=(caller.project_id, key),
         )
 
     async def get(

@@ -790,6 +790,10 @@ class Transactions:
             raise
         committed = tx.committed_us
         effects.committed(self._time_handoff, self._changed, committed, self._metrics)
+        if isinstance(result, Answer) and effects.granted:
+            # Its waiters are answered first: its client's next request comes after theirs.
+            after = tuple(entry.answered for entry, _, _ in effects.granted)
+            result = attrs.evolve(result, after=after)
         if isinstance(result, Answer) and result.lease_until_us is not None:
             return attrs.evolve(result, clock_us=committed)
         return result

@@ -198,6 +198,7 @@ class Waits:
                 may_block=may_block,
             ),
             traced_as="acquire",
+            lane=entry.key_ref,
         )
         if isinstance(result, Answer):
             return result
@@ -216,6 +217,7 @@ class Waits:
                 self._tracing.waited(span, outcome)
                 return answer
         finally:
+            entry.delivered()
             self._parked -= 1
             self._metrics.waited(key, outcome, loop.time() - joined)
 
@@ -237,16 +239,26 @@ class Waits:
                 assert entry.answer is not None  # noqa: S101 - set with GRANTED and SUPERSEDED
                 return entry.answer
             if turn is Turn.UNDELIVER:
+                entry.delivered()  # nobody to answer: whoever granted it need not wait
                 await run(
                     lambda may_block: tx.undeliver(entry, may_block=may_block),
                     traced_as="undeliver",
+                    lane=entry.key_ref,
                 )
                 return None
             if turn is Turn.REVOKED:
-                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
+                await run(
+                    lambda may_block: tx.leave(entry, may_block=may_block),
+                    traced_as="leave",
+                    lane=entry.key_ref,
+                )
                 return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
-                await run(lambda may_block: tx.leave(entry, may_block=may_block), traced_as="leave")
+                await run(
+                    lambda may_block: tx.leave(entry, may_block=may_block),
+                    traced_as="leave",
+                    lane=entry.key_ref,
+                )
                 return None if gone.done() else shutting_down(entry.request_id)
             if turn is Turn.GIVE_UP:
                 answer = await self._give_up(entry)
@@ -265,7 +277,11 @@ class Waits:
         """
         tx = self.transactions
         giving_up = asyncio.ensure_future(
-            self._run(lambda may_block: tx.give_up(entry, may_block=may_block), traced_as="give_up")
+            self._run(
+                lambda may_block: tx.give_up(entry, may_block=may_block),
+                traced_as="give_up",
+                lane=entry.key_ref,
+            )
         )
         try:
             while not giving_up.done():
@@ -318,6 +334,9 @@ class Waits:
         try:
             again = True
             while again:
+                # Not in the key's lane: a hand-off puts nobody in line, and one held there
+                # behind transactions stalled on a lost database link was late (the failover
+                # fault test's queue-expiring waiter timed out).
                 await self._run(lambda may_block: tx.settle(key_ref, may_block=may_block))
                 again = self._settling.get(key_ref, False)
                 self._settling[key_ref] = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import json
 import time
@@ -30,6 +31,9 @@ class Answer:
     clock_us: int | None = None  # the storage clock once its transaction committed
     # A batch's results, each with the expiry of the lease it tells of (`_batch`).
     results: tuple[tuple[dict[str, Any], int | None], ...] = ()
+    # Sent only once these are done: the answers of the waiters its transaction granted a
+    # lease here (a releasing client must not be able to ask again ahead of them).
+    after: tuple[asyncio.Future[None], ...] = ()
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -81,8 +81,9 @@ class TestFound:
 
     def test_a_grant_is_never_dated_before_its_request(self, world: World) -> None:
         """Finding 2: a release reads the clock, stalls before it locks the key; a waiter joins
-        50 ms later; the release then hands the key to it. The lease must not be dated from the
-        release's clock read (it was 50 ms early on PostgreSQL before the fix)."""
+        50 ms later (through another server: one server runs its transactions on a key in
+        turn, `_lanes`); the release then hands the key to it. The lease must not be dated from
+        the release's clock read (it was 50 ms early on PostgreSQL before the fix)."""
         holder = acquire(world, 1)
         run_through(world, holder)
         lease = holder.payload
@@ -96,7 +97,7 @@ class TestFound:
         )
         world.run(world.work_of(release))  # PostgreSQL: stops at its clock read
         world.advance(0.05)
-        waiter = acquire(world, 2, wait_seconds=4.0)
+        waiter = acquire(world, 2, "s2", wait_seconds=4.0)
         run_through(world, waiter)
         world.drain()
         assert waiter.status == 200
@@ -119,8 +120,10 @@ class TestUndelivered:
         body = {"owner_token": owner(1), "fencing_token": token}
         release = world.send("1", "s1", "release", KEY, body, request_id=rid(91))
         handing_over = world.work_of(release)
+        # Closed just before the hand-off commits: the server hears of it at its next turn,
+        # before the woken waiter's request runs again.
+        world.close(waiter)
         world.run(handing_over, settle=False)  # PostgreSQL: stops at its clock read
-        world.close(waiter)  # heard by the server at its next turn: after the hand-off
         while handing_over in world.paused():
             world.resume(handing_over)
         world.settle()

@@ -6,6 +6,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ._base import (
+    KEY_LOCKED,
     KeyKind,
     KeyRecord,
     Lease,
@@ -29,6 +30,7 @@ from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
+    "KEY_LOCKED",
     "KeyEvent",
     "KeyInfo",
     "KeyKind",

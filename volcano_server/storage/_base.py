@@ -22,8 +22,9 @@ the waiting request, and `servers` rows (a heartbeat) tell which of those are al
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ._keys import KeyEvent, KeyInfo
 
 __all__ = [
+    "KEY_LOCKED",
     "KeyKind",
     "KeyRecord",
     "Lease",
@@ -69,6 +71,14 @@ class UnsafeDatabase(Exception):
 
 class WouldBlock(Exception):
     """Raised by a `may_block=False` call that would have had to wait; nothing was changed."""
+
+
+KEY_LOCKED: ContextVar[Callable[[], None] | None] = ContextVar("key_locked", default=None)
+"""Called from a write transaction once it holds its key's lock (any thread; PostgreSQL only).
+
+The server's lane for the key (`_lanes`) lets the next transaction on the key start then: it
+queues for the row lock behind this one, in turn, instead of waiting for this one's commit.
+"""
 
 
 @attrs.frozen

@@ -57,6 +57,7 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._base import (
+    KEY_LOCKED,
     KeyRecord,
     Listener,
     LockRow,
@@ -629,6 +630,9 @@ class _WriteTx:
         self._locked[project_id, key] = _LockedKey(row, project_id, key)
         self._lines[project_id, key] = line
         self._watchers[project_id, key] = tuple(watchers)
+        locked = KEY_LOCKED.get()
+        if locked is not None:
+            locked()
         return None if request_id is None else StoredOutcome(*claimed)
 
     def _set_now(self, clock_us: int) -> None:

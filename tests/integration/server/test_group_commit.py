@@ -48,8 +48,9 @@ def server(tmp_path: Path) -> Iterator[Recorded]:
 
 class TestSyncHere:
     def test_a_release_with_waiters_parked_syncs_on_the_loop(self, server: Recorded) -> None:
-        """Waiters parked in line do not count as others to serve: the release that hands the
-        lock over fsyncs on the loop (no thread hand-offs), and so does the woken waiter."""
+        """Waiters parked in line do not count as others to serve, nor does the release held
+        until the waiter it woke is answered: that waiter fsyncs on the loop (no thread
+        hand-offs), and the release after it finds its commit on disk (on the loop too)."""
         key, owner = new_id(), new_id()
         with server.http() as http:
             lease = Locks(http).acquire(key, owner, 30).json()

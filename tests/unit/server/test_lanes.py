@@ -1,0 +1,64 @@
+"""Lanes: one key's transactions in the order they asked, and a lane left early lets the next go."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from volcano_server._lanes import Lanes
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_key_s_lane_is_taken_in_the_order_it_was_asked_for() -> None:
+    lanes = Lanes()
+    entered: list[int] = []
+    first_in = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def transaction(number: int) -> None:
+        async with lanes.lane((1, "k")):
+            entered.append(number)
+            if number == 0:
+                first_in.set()
+                await go_on.wait()  # as a transaction in a worker thread would
+            await asyncio.sleep(0)
+
+    first = asyncio.create_task(transaction(0))
+    await first_in.wait()
+    later = [asyncio.create_task(transaction(n)) for n in (1, 2, 3)]
+    other_key = asyncio.create_task(_enter(lanes, (1, "other"), entered))
+    await asyncio.sleep(0.01)
+    assert entered == [0, 99]  # the others wait for key k; another key does not
+    go_on.set()
+    await asyncio.gather(first, *later, other_key)
+    assert entered == [0, 99, 1, 2, 3]
+    assert len(lanes) == 0  # nothing kept once no transaction runs or waits
+
+
+async def test_leaving_the_lane_early_lets_the_next_one_in_at_once() -> None:
+    lanes = Lanes()
+    entered: list[int] = []
+    left = asyncio.Event()
+    done = asyncio.Event()
+
+    async def holding() -> None:
+        async with lanes.lane((1, "k")) as leave:
+            leave()  # holds the key's lock in the database now
+            leave()  # once is enough; again changes nothing
+            left.set()
+            await done.wait()
+
+    holder = asyncio.create_task(holding())
+    await left.wait()
+    await _enter(lanes, (1, "k"), entered)
+    assert entered == [99]  # in while the first is still under way
+    done.set()
+    await holder
+    assert len(lanes) == 0
+
+
+async def _enter(lanes: Lanes, key_ref: tuple[int, str], entered: list[int]) -> None:
+    async with lanes.lane(key_ref):
+        entered.append(99)

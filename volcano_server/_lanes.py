@@ -1,0 +1,63 @@
+"""Lanes: this server's transactions on one key run in the order they asked.
+
+A waiting acquire's place in line is decided by its transaction, so without lanes a request read
+first could join behind one read after it: on SQLite, one whose transaction would have blocked is
+repeated in a worker thread while later ones run on the loop; on PostgreSQL every transaction
+runs in a thread, and threads reach the pool and the key's row lock in any order. A lane is a
+FIFO lock per key (asyncio's `Lock` wakes its waiters in turn and lets nobody barge past a woken
+one), taken once a request has been judged, never held across a wait in line or a disk sync.
+
+A transaction leaves its lane when it ends, or as soon as it holds the key's lock in the
+database (`leave`, called through `storage.KEY_LOCKED` by PostgreSQL): the next one then queues
+for that lock behind it, in turn, while it runs. On SQLite a transaction mostly runs to its end
+on the loop, so a lane is rarely contended there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from ._registry import KeyRef
+
+__all__ = ["Lanes"]
+
+
+class Lanes:
+    """One FIFO lock per key that has a transaction running or waiting to run here."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[KeyRef, tuple[asyncio.Lock, int]] = {}  # key -> (lock, users)
+
+    def __len__(self) -> int:
+        """How many keys have a transaction running or waiting in their lane."""
+        return len(self._lanes)
+
+    @contextlib.asynccontextmanager
+    async def lane(self, key_ref: KeyRef) -> AsyncIterator[Callable[[], None]]:
+        """Hold the key's lane, after every transaction on the key that asked before.
+
+        Gives `leave()`, which lets the next one go before the block ends (on the loop; once).
+        """
+        lock, users = self._lanes.get(key_ref) or (asyncio.Lock(), 0)
+        self._lanes[key_ref] = (lock, users + 1)
+        held = False
+
+        def leave() -> None:
+            nonlocal held
+            if held:
+                held = False
+                lock.release()
+
+        try:
+            await lock.acquire()
+            held = True
+            yield leave
+        finally:
+            leave()
+            lock, users = self._lanes[key_ref]
+            if users == 1:
+                del self._lanes[key_ref]
+            else:
+                self._lanes[key_ref] = (lock, users - 1)

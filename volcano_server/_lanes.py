@@ -11,6 +11,11 @@ A transaction leaves its lane when it ends, or as soon as it holds the key's loc
 database (`leave`, called through `storage.KEY_LOCKED` by PostgreSQL): the next one then queues
 for that lock behind it, in turn, while it runs. On SQLite a transaction mostly runs to its end
 on the loop, so a lane is rarely contended there.
+
+Order is worth a short wait, not an outage's: a transaction stalled on a lost database link
+holds its lane until the link is given up (seconds), and the requests behind it would each
+wait for the one before to fail in turn. So a lane is waited for at most `PATIENCE`; past it
+the transaction runs without it, as it would have without lanes.
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ from collections.abc import AsyncIterator, Callable
 
 from ._registry import KeyRef
 
-__all__ = ["Lanes"]
+__all__ = ["PATIENCE", "Lanes"]
+
+PATIENCE = 1.0
+"""The longest a transaction waits for its key's lane (seconds); then it runs without it."""
 
 
 class Lanes:
     """One FIFO lock per key that has a transaction running or waiting to run here."""
 
-    def __init__(self) -> None:
+    def __init__(self, patience: float = PATIENCE) -> None:
+        self._patience = patience
         self._lanes: dict[KeyRef, tuple[asyncio.Lock, int]] = {}  # key -> (lock, users)
 
     def __len__(self) -> int:
@@ -38,7 +47,8 @@ class Lanes:
     async def lane(self, key_ref: KeyRef) -> AsyncIterator[Callable[[], None]]:
         """Hold the key's lane, after every transaction on the key that asked before.
 
-        Gives `leave()`, which lets the next one go before the block ends (on the loop; once).
+        Waited for at most the lanes' patience, then the block runs without it. Gives
+        `leave()`, which lets the next one go before the block ends (on the loop; once).
         """
         lock, users = self._lanes.get(key_ref) or (asyncio.Lock(), 0)
         self._lanes[key_ref] = (lock, users + 1)
@@ -51,8 +61,8 @@ class Lanes:
                 lock.release()
 
         try:
-            await lock.acquire()
-            held = True
+            with contextlib.suppress(TimeoutError):  # past it, the one ahead is stalled
+                held = await asyncio.wait_for(lock.acquire(), self._patience)
             yield leave
         finally:
             leave()

@@ -59,6 +59,30 @@ async def test_leaving_the_lane_early_lets_the_next_one_in_at_once() -> None:
     assert len(lanes) == 0
 
 
+async def test_a_stalled_lane_is_waited_for_only_so_long() -> None:
+    """A transaction stalled in the lane (a lost database link) holds up the next one for
+    the lane's patience, not until it ends; the lane is still whole afterwards."""
+    lanes = Lanes(patience=0.05)
+    entered: list[int] = []
+    stalled = asyncio.Event()
+    done = asyncio.Event()
+
+    async def stalling() -> None:
+        async with lanes.lane((1, "k")):
+            stalled.set()
+            await done.wait()
+
+    holder = asyncio.create_task(stalling())
+    await stalled.wait()
+    await asyncio.wait_for(_enter(lanes, (1, "k"), entered), 5)
+    assert entered == [99]  # in, though the first never left
+    done.set()
+    await holder
+    assert len(lanes) == 0
+    await _enter(lanes, (1, "k"), entered)  # and the lane works as before
+    assert entered == [99, 99]
+
+
 async def _enter(lanes: Lanes, key_ref: tuple[int, str], entered: list[int]) -> None:
     async with lanes.lane(key_ref):
         entered.append(99)

@@ -61,8 +61,10 @@ class Lanes:
                 lock.release()
 
         try:
+            # asyncio.timeout, not wait_for: a free lane is taken without a task or a loop turn.
             with contextlib.suppress(TimeoutError):  # past it, the one ahead is stalled
-                held = await asyncio.wait_for(lock.acquire(), self._patience)
+                async with asyncio.timeout(self._patience):
+                    held = await lock.acquire()
             yield leave
         finally:
             leave()

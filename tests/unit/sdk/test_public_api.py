@@ -7,6 +7,7 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+import re
 import traceback
 import typing
 from datetime import UTC, datetime
@@ -335,3 +336,25 @@ class TestRubySpelling:
         """Only errors are found, only on `volcano.Error`; other names fail as on any class."""
         with pytest.raises(AttributeError, match=f"type object '{owner.__name__}' has no attri"):
             getattr(owner, name)
+
+
+class TestNamespaceLists:
+    @pytest.mark.parametrize(
+        ("client", "namespace", "cls"),
+        [
+            (volcano.Client, "locks", volcano.Locks),
+            (volcano.AsyncClient, "locks", volcano.AsyncLocks),
+            (volcano.Client, "elections", volcano.Elections),
+            (volcano.AsyncClient, "elections", volcano.AsyncElections),
+        ],
+    )
+    def test_the_property_names_every_operation(
+        self, client: type, namespace: str, cls: type
+    ) -> None:
+        """`client.locks` and `client.elections` list every public method of what they return,
+        in the order the class defines them (the order the reference shows them)."""
+        doc = inspect.getdoc(getattr(client, namespace)) or ""
+        listed = re.findall(r"\b([a-z_]+)\b", doc.split(":", 1)[1])
+        methods = [name for name, member in vars(cls).items() if not name.startswith("_")
+                   and callable(member)]  # fmt: skip
+        assert [name for name in listed if name in methods] == methods

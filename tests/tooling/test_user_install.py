@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,23 @@ class TestPytestPlugin:
         """`volcano.testing.local_server()` runs a server for a plain script."""
         result = server_venv.run("python", "-c", WITHOUT_PYTEST, cwd=tmp_path)
         assert (result.returncode, result.stdout) == (0, "fencing token 1\n"), result.stderr
+
+
+class TestMetadata:
+    def test_project_urls_name_the_four_places(self, wheel: Path) -> None:
+        """The wheel's metadata names the documentation, the source, the changelog and the
+        issues, as a package index shows them; the changelog and the issues are the source's."""
+        with zipfile.ZipFile(wheel) as built:
+            [name] = [n for n in built.namelist() if n.endswith(".dist-info/METADATA")]
+            metadata = built.read(name).decode()
+        urls = dict(
+            line.removeprefix("Project-URL: ").split(", ", 1)
+            for line in metadata.splitlines()
+            if line.startswith("Project-URL: ")
+        )
+        assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}
+        assert urls["Changelog"] == f"{urls['Source']}/blob/main/CHANGELOG.md"
+        assert urls["Issues"] == f"{urls['Source']}/issues"
+        assert urls["Documentation"].startswith(urls["Source"])
+        assert (ROOT / "CHANGELOG.md").exists()
+        assert "SECURITY.md" in (ROOT / "CHANGELOG.md").read_text()

@@ -7,7 +7,7 @@
     volcano-server keys audit [--project NAME] [--db URL]
     volcano-server migrate [--db URL]
     volcano-server serve [--host 127.0.0.1] [--port 8787] [--db URL] [...]
-    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]
+    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]   # prints the URL
 
 `--db` defaults to $VOLCANO_DATABASE_URL, else sqlite:///volcano.db in the working directory.
 Every failure is one line on stderr and a non-zero exit status, never a traceback.
@@ -214,8 +214,8 @@ def _add_background_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--daemon",
         action="store_true",
-        help="serve in the background: return once listening (status 0) or failed (1); "
-        "needs --log-file",
+        help="serve in the background: return once listening (status 0, the URL alone on "
+        "stdout) or failed (1); needs --log-file",
     )
     serve.add_argument(
         "--log-file", metavar="FILE", help="with --daemon: append the server's output to FILE"

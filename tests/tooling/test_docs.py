@@ -34,6 +34,7 @@ import volcano
 import volcano.testing
 from tests.conftest import LiveServer
 from tests.support.readme import (
+    README,
     ROOT,
     Block,
     blocks_in,
@@ -393,14 +394,17 @@ class TestExamples:
         self, page: str, sqlite_server: LiveServer, project: Project, tmp_path: Path
     ) -> None:
         """A page's Python blocks (hand-written, or a guide page made from the README) run in
-        order as one program against a real server, on their own, its pytest blocks pass;
-        fragments are marked as such."""
+        order as one program against a real server, on their own, its pytest blocks pass (a
+        guide page's are the README's, run by test_readme.py); fragments are marked as such."""
         found = blocks_in(SOURCES[page])
         run = [b for b in found if b.language == "python" and b.mode == "run"]
         result = run_program(run, project.child_env(sqlite_server.url), tmp_path, page)
         assert result.returncode == 0, result.stdout + result.stderr
         examples = [b for b in found if b.language == "python" and b.mode == "pytest"]
-        if examples:
+        if page in GUIDE_PAGES:  # the README's own test files, which test_readme.py runs
+            readme = {b.code for b in blocks_in(README.read_text()) if b.mode == "pytest"}
+            assert {b.code for b in examples} <= readme
+        elif examples:
             tested = run_pytest(examples, tmp_path)
             assert f"{count_tests(b.code for b in examples)} passed" in tested.stdout, tested.stdout
 

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FOLDER = "guide"
 NAV_TITLE = "Guide"
-# Sections that say nothing the site needs: how to build this site, and the repository's guide.
-SKIPPED = ("API reference", "Contributing")
+# Sections that are no page of the guide, and where a link to them leads instead: how to build
+# this site (-> its Python API), and the repository's own guide (-> on the source host).
+SKIPPED = {"API reference": "reference/client.md", "Contributing": "CONTRIBUTING.md"}
 # Names an example may use without making them, and what makes them.
 IMPORTS = {
     "asyncio": "import asyncio",
@@ -155,7 +156,7 @@ def _runnable(body: str) -> list[str]:
 
 def _targets(every: list[Section]) -> dict[str, str]:
     """Where each README anchor lives on the site: a section's page, or a heading within it."""
-    targets = {}
+    targets = {anchor(heading): target for heading, target in SKIPPED.items()}
     for section in every:
         targets[section.slug] = section.page
         for line in section.body.splitlines():
@@ -172,7 +173,9 @@ def _link(target: str, page: str, targets: dict[str, str]) -> str:
     here = PurePosixPath(page).parent
     if target.startswith("#"):
         found = targets.get(target[1:])
-        return _relative(found, here) if found else target
+        if found is None:
+            return target
+        return _link(found, page, targets) if found == "CONTRIBUTING.md" else _relative(found, here)
     path, _, fragment = target.partition("#")
     tail = f"#{fragment}" if fragment else ""
     if path.startswith("docs/"):

@@ -282,8 +282,13 @@ class TestGuide:
         """A README link to another section leads to that section's page; to docs/, to the
         site's page; no link of a guide page points at a README anchor that is not there."""
         for page in (site / "guide").glob("*.html"):
-            for target in re.findall(r'href="([^"]+)"', page.read_text()):
-                if target.startswith(("http", "#", "mailto:")) or "assets/" in target:
+            text = page.read_text()
+            ids = set(re.findall(r'id="([^"]+)"', text))
+            for target in re.findall(r'href="([^"]+)"', text):
+                if target.startswith(("http", "mailto:")) or "assets/" in target:
+                    continue
+                if target.startswith("#"):
+                    assert target[1:] in ids | {""}, f"{page.name}: {target}"
                     continue
                 path = (page.parent / target.split("#")[0]).resolve()
                 assert path.exists(), f"{page.name}: {target}"

@@ -159,11 +159,12 @@ def _targets(every: list[Section]) -> dict[str, str]:
     targets = {anchor(heading): target for heading, target in SKIPPED.items()}
     for section in every:
         targets[section.slug] = section.page
+        fenced = False
         for line in section.body.splitlines():
-            if line.startswith("#") and not line.startswith("#!"):
-                targets[anchor(line.lstrip("#").strip())] = (
-                    f"{section.page}#{anchor(line.lstrip('#').strip())}"
-                )
+            fenced = fenced != line.startswith("```")
+            if line.startswith("#") and not fenced:  # a heading, not a comment in a block
+                name = anchor(line.lstrip("#").strip())
+                targets[name] = f"{section.page}#{name}"
     return targets
 
 

@@ -1,4 +1,5 @@
-"""The seed's walkthrough, section by section, in Python.
+"""The seed's walkthrough, section by section, in Python, then each task of the README's guide:
+waiting for a lock, a semaphore, watching a key, listing keys, electing a leader.
 
 Run it with `scripts/walkthrough.sh`, which starts a local reference server and sets
 VOLCANO_ANON_KEY, VOLCANO_SERVICE_KEY and VOLCANO_API_URL; or aim it at any Volcano server by
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 import uuid
+from datetime import timedelta
 
 import volcano
 
@@ -103,6 +107,90 @@ async def async_client() -> None:
         print(f"  await wait_lost(timeout=1.0) -> {await guard.wait_lost(timeout=1.0)}")
 
 
+def waiting(client: volcano.Client) -> None:
+    step("Waiting for a lock: wait= queues on the server instead of failing at once")
+    holder = client.locks.acquire("nightly-build", ttl=1)  # another owner, for 1 s
+    print(f"  another owner holds nightly-build (fencing token {holder.fencing_token}) for 1 s")
+    started = time.monotonic()
+    lease = client.locks.acquire("nightly-build", ttl=30, wait=timedelta(seconds=10))
+    print(
+        f"  handed over when that lease ran out, after {time.monotonic() - started:.1f} s:"
+        f" fencing token {lease.fencing_token}"
+    )
+    try:
+        client.locks.acquire("nightly-build", ttl=30)  # wait=0, the default: no waiting
+    except volcano.LockHeldError as error:
+        print(f"  without wait=, LockHeldError at once; free in at most {error.retry_after} s")
+    finally:
+        client.locks.release("nightly-build", lease)
+
+
+def semaphore(client: volcano.Client) -> None:
+    step("Limit concurrency: a key with limit=3 is a semaphore of three slots")
+    slots = [client.locks.acquire("render-farm", ttl=30, limit=3) for _ in range(3)]
+    state = client.locks.get("render-farm")
+    print(
+        f"  holders' fencing tokens {[h.fencing_token for h in state.holders]}, limit {state.limit}"
+    )
+    try:
+        client.locks.acquire("render-farm", ttl=30, limit=3)
+    except volcano.LockHeldError:
+        print("  a fourth: LockHeldError, all 3 slots are held")
+    client.locks.release("render-farm", slots[0])
+    with client.locks.with_lock("render-farm", ttl=30, limit=3, wait=10) as guard:
+        print(f"  a freed slot taken with with_lock: fencing token {guard.lease.fencing_token}")
+        live = client.locks.check("render-farm", guard.lease.fencing_token)
+        print(f"  its lease is live by the fence check: {live}")
+    removed = client.locks.force_release("render-farm").released_count
+    print(f"  force_release removed {removed} holders")
+
+
+def watch_and_list(client: volcano.Client) -> None:
+    step("Watch a key: its state now, then one state per change")
+
+    def take_turns() -> None:
+        lease = client.locks.acquire("nightly-build", ttl=30, label="builder-1")
+        client.locks.renew("nightly-build", lease, label="builder-1:step-2")
+        client.locks.release("nightly-build", lease)
+
+    with client.locks.watch("nightly-build") as states:
+        print(f"  now: version {next(states).version}")
+        threading.Thread(target=take_turns).start()
+        for state in states:
+            labels = [holder.label for holder in state.holders]
+            print(f"  version {state.version}: held={state.held} labels={labels}")
+            if not state.held:
+                break
+
+    step("List keys: every key held or waited for, in key order")
+    leases = [client.locks.acquire(f"shard-{n}", ttl=30, label=f"worker-{n}") for n in range(3)]
+    for state in client.locks.list("shard-"):
+        print(f"  {state.key}: held by {state.holders[0].label}, {state.waiters} waiting")
+    for number, lease in enumerate(leases):
+        client.locks.release(f"shard-{number}", lease)
+
+
+def election(client: volcano.Client) -> None:
+    step("Elect a leader: campaign, lead, resign; the next candidate takes over")
+    with client.elections.campaign("scheduler", label="worker-1", ttl=10) as leadership:
+        print(f"  worker-1 leads in term {leadership.term}")
+        print(f"  leader: {client.elections.leader('scheduler')}")
+        leadership.proclaim("worker-1:8080")
+        print(f"  after proclaim: {client.elections.leader('scheduler')}")
+
+        def second_candidate() -> None:
+            with client.elections.campaign("scheduler", label="worker-2", ttl=10) as second:
+                print(f"  worker-2 took over in term {second.term}")
+
+        waiting_candidate = threading.Thread(target=second_candidate)
+        waiting_candidate.start()
+        while client.locks.get("scheduler").waiters == 0:  # until worker-2 is in line
+            time.sleep(0.01)
+        print("  worker-2 waits in line; worker-1 resigns")
+    waiting_candidate.join()
+    print(f"  after both resigned, the office is vacant: {client.elections.leader('scheduler')}")
+
+
 def main() -> None:
     client = volcano.Client(
         anon_key=os.environ["VOLCANO_ANON_KEY"],
@@ -116,6 +204,10 @@ def main() -> None:
         renew_for_a_block(client)
         recover_abandoned(client)
         recover_uncertain(client)
+        waiting(client)
+        semaphore(client)
+        watch_and_list(client)
+        election(client)
     asyncio.run(async_client())
     print("\nWalkthrough complete.")
 

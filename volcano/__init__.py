@@ -22,6 +22,8 @@ are not secrets, and are logged). The package adds no handler.
 
 from __future__ import annotations
 
+import inspect
+import typing
 from typing import TYPE_CHECKING, Any
 
 from ._client import Client, Locks
@@ -122,12 +124,39 @@ __all__ = [
 ]
 
 
+def _publish(found: object) -> None:
+    """Make a public class say `volcano.X`, where users reach it (as httpx and openai do).
+
+    Tracebacks name `volcano.AuthenticationError`, not `volcano._exceptions...`, and pickles
+    refer to `volcano.X`, which stays put when the private modules move.
+
+    Annotations written as strings are resolved first, in the module that wrote them, so that
+    `typing.get_type_hints` (attrs, pydantic, FastAPI) still reads them once `__module__` says
+    `volcano`.
+    """
+    if not isinstance(found, type) or found.__module__ == __name__:
+        return
+    own = inspect.get_annotations(found)
+    if any(isinstance(hint, str) for hint in own.values()):
+        hints = typing.get_type_hints(found)
+        found.__annotations__ = {name: hints[name] for name in own}
+    found.__module__ = __name__
+
+
+for _name in __all__:
+    if _name in globals():
+        _publish(globals()[_name])
+del _name
+
+
 def __getattr__(name: str) -> Any:
     # The asyncio client loads on first use: sync-only programs never pay for it.
     if name in ("AsyncClient", "AsyncLocks"):
         from . import _async_client
 
-        return getattr(_async_client, name)
+        found = getattr(_async_client, name)
+        _publish(found)
+        return found
     raise AttributeError(f"module 'volcano' has no attribute {name!r}")
 
 

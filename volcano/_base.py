@@ -65,7 +65,10 @@ class BaseClient(Generic[HttpT, EngineT, LocksT]):
 
     @property
     def locks(self) -> LocksT:
-        """The lock operations: acquire, renew, release, get, force_release, check, with_lock."""
+        """The lock operations (`Locks`; `AsyncLocks` on an `AsyncClient`).
+
+        Operations: acquire, renew, release, get, force_release, check, watch, list, with_lock.
+        """
         return self._locks
 
     @property

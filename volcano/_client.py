@@ -39,7 +39,6 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
         http_client: An `httpx.Client` to send through (for proxies, TLS settings, or tests).
             Its base URL and timeout are not used; its default headers, cookies and query
             parameters are read once, here. `close()` leaves it open.
-        _clock: For tests only: the clock that times renewals and retries.
 
     Raises:
         InvalidArgumentError: A key is missing (the message names its variable), or an
@@ -54,7 +53,7 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
         api_url: str | None = None,
         timeout: float | timedelta = _config.DEFAULT_TIMEOUT,
         http_client: httpx.Client | None = None,
-        _clock: Clock = SYSTEM_CLOCK,
+        _clock: Clock = SYSTEM_CLOCK,  # for tests: the clock of renewals and retries
     ) -> None:
         super().__init__(
             httpx.Client,

@@ -35,11 +35,35 @@ owner token.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
-class Error(Exception):
-    """The root of every error the volcano package raises."""
+class _ErrorType(type):
+    """The type of `Error`, which finds `volcano.ConflictError` as `volcano.Error.ConflictError`.
+
+    That is the Ruby SDK's spelling (`Volcano::Error::ConflictError`).
+
+    An `except` clause names its class only once an exception is raised, so a wrong guess there
+    would turn a handled `LockHeldError` into an AttributeError at the worst moment; it finds the
+    class instead. Type checkers see no such attribute, and point to the one spelling.
+    """
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(cls, name: str) -> type[Error]:
+            found = globals().get(name) if cls is Error and not name.startswith("_") else None
+            if isinstance(found, type) and issubclass(found, Error):
+                return found
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+
+
+class Error(Exception, metaclass=_ErrorType):
+    """The root of every error the volcano package raises.
+
+    Every error sits directly under `volcano` (`volcano.ConflictError`); the Ruby SDK's
+    `volcano.Error.ConflictError` finds the same class, though type checkers know only the
+    first spelling.
+    """
 
 
 class InvalidArgumentError(Error, ValueError):

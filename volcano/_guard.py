@@ -100,6 +100,9 @@ class _GuardBase:
     def lost(self) -> bool:
         """Whether ownership was lost: a renewal was refused, or the lease's deadline passed.
 
+        A property, read as `if guard.lost:` (not `guard.lost()`, Ruby's `guard.lost?`); a
+        real `bool`, so `guard.lost is True` and JSON work as with any flag.
+
         It turns True as soon as the deadline passes by the monotonic clock, even if the
         renewal is still waiting for an answer, and never turns False again. After exit it
         tells whether ownership was lost before the guard let go, including when the release

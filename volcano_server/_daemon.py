@@ -3,7 +3,8 @@
 `volcano-server serve &` followed by a client races the server, which may not listen yet. With
 `--daemon` the command forks: the child leaves the terminal's session (closing the shell does
 not stop it), sends its output to `--log-file` and serves; the parent waits until the child
-says it listens, then exits 0 saying where, or until the child has died, then exits 1 with the
+says it listens, then exits 0 saying where (the URL alone on stdout, for a script to capture
+and hand to `keys create --api-url`), or until the child has died, then exits 1 with the
 end of its log. So the next line of a script always finds the server listening.
 
 `--pid-file` (with or without `--daemon`) holds the server's pid from the moment it listens
@@ -105,6 +106,7 @@ def run_in_background(start: Callable[[Announce], int], log: LogFile, announce: 
             f"volcano-server listening on {url} (pid {pid}); stop it with: kill {pid}",
             file=sys.stderr,
         )
+        print(url)  # alone on stdout, for `url=$(volcano-server serve --daemon ...)`
         return 0
     why = f"is not listening after {_START_SECONDS:g} s" if timed_out else "did not start"
     print(f"volcano-server {why} (log: {log.path}): {_last_line(log.path)}", file=sys.stderr)

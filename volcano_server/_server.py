@@ -10,7 +10,9 @@ of the public port, and no cap of it, keeps a probe waiting.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import resource
 import socket
 import ssl
@@ -36,7 +38,14 @@ from ._seats import PRIVATE_BACKLOG, PRIVATE_SEATS, Seats, files_needed, max_con
 from ._wire import dumps
 from .storage import Storage, redact_url
 
-__all__ = ["Listeners", "StartupError", "raise_open_files_limit", "serve", "uvicorn_config"]
+__all__ = [
+    "Listeners",
+    "StartupError",
+    "check_address",
+    "raise_open_files_limit",
+    "serve",
+    "uvicorn_config",
+]
 
 log = logging.getLogger("volcano_server")
 
@@ -55,6 +64,40 @@ class Listeners:
     ssl_keyfile: str | None = None
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: no metrics listener
+
+
+def check_address(listeners: Listeners) -> None:
+    """Raise `StartupError` now, in words a newcomer can act on, if the API's address is taken.
+
+    The same bind uvicorn makes later (asyncio's, with SO_REUSEADDR), made and closed at once,
+    before `--daemon` forks and before anything else is set up, so that a taken port stops the
+    command with advice instead of a log line. `--port 0` needs no check.
+    """
+    if listeners.port == 0:
+        return
+
+    async def bind() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(asyncio.Protocol, listeners.host, listeners.port)
+        server.close()
+        await server.wait_closed()
+
+    try:
+        asyncio.run(bind())
+    except OSError as exc:
+        where = f"[{listeners.host}]" if ":" in listeners.host else listeners.host
+        # asyncio words it "error while attempting to bind on address (...): <reason>"
+        if exc.errno is not None and not isinstance(exc, socket.gaierror):
+            reason = os.strerror(exc.errno).lower()
+        else:
+            reason = (exc.strerror or str(exc)).lower()
+        advice = ""
+        if exc.errno == errno.EADDRINUSE:
+            advice = (
+                " (another server?): choose another port with --port, e.g. "
+                f"--port {listeners.port + 1}, or --port 0 for any free one"
+            )
+        raise StartupError(f"cannot listen on {where}:{listeners.port}: {reason}{advice}") from None
 
 
 def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -> uvicorn.Config:

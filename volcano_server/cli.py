@@ -7,7 +7,7 @@
     volcano-server keys audit [--project NAME] [--db URL]
     volcano-server migrate [--db URL]
     volcano-server serve [--host 127.0.0.1] [--port 8787] [--db URL] [...]
-    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]
+    volcano-server serve --daemon --log-file FILE [--pid-file FILE] [...]   # prints the URL
 
 `--db` defaults to $VOLCANO_DATABASE_URL, else sqlite:///volcano.db in the working directory.
 Every failure is one line on stderr and a non-zero exit status, never a traceback.
@@ -214,8 +214,8 @@ def _add_background_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--daemon",
         action="store_true",
-        help="serve in the background: return once listening (status 0) or failed (1); "
-        "needs --log-file",
+        help="serve in the background: return once listening (status 0, the URL alone on "
+        "stdout) or failed (1); needs --log-file",
     )
     serve.add_argument(
         "--log-file", metavar="FILE", help="with --daemon: append the server's output to FILE"
@@ -295,6 +295,11 @@ def _project_name(value: str) -> str:
 
 
 def _api_url(value: str) -> str:
+    if not value:
+        # `--api-url "$url"` after a `url=$(volcano-server serve --daemon ...)` that failed.
+        raise argparse.ArgumentTypeError(
+            "the URL is empty (did the command that should have given it fail?)"
+        )
     url = urllib.parse.urlsplit(value)
     if (
         url.scheme not in ("http", "https")
@@ -369,7 +374,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from ._server import Listeners, StartupError, serve
+        from ._server import Listeners, StartupError, check_address, serve
     except ImportError as exc:
         raise Fatal(
             f"serving needs the server extra ({exc.name} is missing): "
@@ -412,6 +417,10 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if listeners.ssl_keyfile and not listeners.ssl_certfile:
         raise Fatal("--ssl-keyfile needs --ssl-certfile")
+    try:
+        check_address(listeners)  # before --daemon forks: a taken port is this command's error
+    except StartupError as exc:
+        raise Fatal(str(exc)) from None
 
     def start(announce: Announce) -> int:
         from ._tracing import TracingSetupError, configure_from_environment

@@ -1,9 +1,8 @@
-"""MkDocs hooks: the HTTP API page, rendered from openapi.yaml at build time, and Pygments' CSS.
+"""MkDocs hook: the HTTP API page, rendered from openapi.yaml at build time.
 
 The page (`http.md`) is made from the spec on every build, never stored, so it cannot drift from
 openapi.yaml; it is plain Markdown (tables of parameters, bodies, responses and schemas), which
-needs no script or network to read. Code is highlighted by Pygments while building; its
-stylesheet is written beside the pages for the same reason.
+needs no script or network to read.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 import yaml
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
-from pygments.formatters import HtmlFormatter
 
 SPEC = Path(__file__).resolve().parents[2] / "openapi.yaml"
 PAGE = "http.md"
@@ -26,13 +24,6 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Add the HTTP API page, made from openapi.yaml."""
     files.append(File.generated(config, PAGE, content=render(yaml.safe_load(SPEC.read_text()))))
     return files
-
-
-def on_post_build(config: MkDocsConfig) -> None:
-    """Write the stylesheet for the Pygments classes of the highlighted code."""
-    css = Path(config.site_dir) / "css" / "pygments.css"
-    css.parent.mkdir(parents=True, exist_ok=True)
-    css.write_text(HtmlFormatter(style="default").get_style_defs(".highlight"))
 
 
 def render(spec: dict[str, Any]) -> str:

@@ -60,8 +60,13 @@ class Block:
 
 def blocks(path: Path = README) -> list[Block]:
     """Every fenced block of `path`, in order."""
+    return blocks_in(path.read_text())
+
+
+def blocks_in(text: str) -> list[Block]:
+    """Every fenced block of the Markdown `text`, in order."""
     found: list[Block] = []
-    lines = path.read_text().splitlines()
+    lines = text.splitlines()
     section = ""
     index = 0
     while index < len(lines):

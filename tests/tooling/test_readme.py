@@ -176,17 +176,16 @@ def private_network() -> list[str]:
 class TestQuickStart:
     @pytest.fixture
     def leftover(self, tmp_path: Path) -> Iterator[Path]:
-        """The quick start's pid file; a server still running afterwards is stopped."""
-        pid_file = tmp_path / "volcano-server.pid"
-        yield pid_file
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        """Where the quick start runs; every server still running afterwards (found by the pid
+        files there) is stopped."""
+        yield tmp_path
+        for pid_file in tmp_path.glob("*.pid"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
-    def test_quick_start_pasted_in_order(self, tmp_path: Path, leftover: Path) -> None:
-        """The quick start's lines, pasted in order with no sleep into a new reader's shell
-        (install aside), make keys, start the server, run the Python against it and stop it:
-        the server never races the client, its log goes to the file, not the terminal, and
-        the keys file is private and names the server."""
+    @staticmethod
+    def quick_start() -> tuple[list[str], str, str]:
+        """The quick start's shell lines (install aside), its Python as a heredoc, its stop."""
         quick = [b for b in blocks() if b.section == "Quick start" and b.mode == "run"]
         assert [b.language for b in quick] == ["sh", "python", "sh"]
         setup, program, stop = quick
@@ -194,23 +193,73 @@ class TestQuickStart:
         # Installing is test_user_install.py's (from the built wheel, in fresh venvs): this
         # venv holds the package already, first on PATH.
         assert lines[0].startswith('pip install ".[server]"')
-        python = f"python3 - <<'QUICK_START'\n{program.code}QUICK_START"
-        script = "\n".join(["ip link set lo up", *lines[1:], python, stop.code])
-        result = run([*private_network(), "bash", "-euc", script], reader_env(), tmp_path)
+        return lines[1:], f"python3 - <<'QUICK_START'\n{program.code}QUICK_START", stop.code
+
+    def test_quick_start_pasted_in_order(self, leftover: Path) -> None:
+        """The quick start's lines, pasted in order with no sleep into a new reader's shell
+        (install aside), start the server, make keys, run the Python against it and stop it:
+        the server never races the client, its log goes to the file, not the terminal, and
+        the keys file is private and names the server."""
+        lines, python, stop = self.quick_start()
+        script = "\n".join(["ip link set lo up", *lines, python, stop])
+        result = run([*private_network(), "bash", "-euc", script], reader_env(), leftover)
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout == "Lease acquired 1\n", result.stdout + result.stderr
         assert "volcano-server listening on http://127.0.0.1:8787" in result.stderr
+        pid_file = leftover / "volcano-server.pid"
         deadline = time.monotonic() + WAIT
-        while leftover.exists():  # removed by the server once it has stopped
+        while pid_file.exists():  # removed by the server once it has stopped
             assert time.monotonic() < deadline, "the server did not stop"
             time.sleep(0.05)
-        log = (tmp_path / "volcano-server.log").read_text()
+        log = (leftover / "volcano-server.log").read_text()
         assert "POST /v1/locks/daily-report/acquire 200" in log
         assert "POST /v1/locks/daily-report/acquire" not in result.stderr
         assert "volcano-server stopped" in log
-        keys_file = tmp_path / "volcano.env"
+        keys_file = leftover / "volcano.env"
         assert keys_file.stat().st_mode & 0o777 == 0o600
         assert "VOLCANO_API_URL=http://127.0.0.1:8787\n" in keys_file.read_text()
+
+    def test_quick_start_with_8787_taken(self, leftover: Path) -> None:
+        """With another server on 8787 (its own database, as in the issue), the quick start
+        pasted line by line into an interactive shell (which goes on after a failed line)
+        talks to no server: `serve` fails naming the port and `--port`, no keys file is
+        written, and the Python stops at the missing keys. The same lines again with the
+        README's other port then work against the server they started, never the other."""
+        lines, python, stop = self.quick_start()
+        serve = next(line for line in lines if "serve --daemon" in line)
+        assert "--port 8787" in serve
+        assert "`--port 8788`" in README.read_text()
+        other = (
+            "volcano-server serve --daemon --port 8787 --db sqlite:///other.db"
+            " --log-file other.log --pid-file other.pid >/dev/null"
+        )
+        again = [line.replace("--port 8787", "--port 8788") for line in lines]
+        script = "\n".join([
+            "ip link set lo up", other, "echo '== the quick start'", *lines, python,
+            "echo '== again on 8788' | tee /dev/stderr", *again, python, stop,
+        ])  # fmt: skip
+        # bash without -e, as an interactive shell: every line runs, failed or not.
+        result = run([*private_network(), "bash", "-uc", script], reader_env(), leftover)
+        first, second = result.stderr.split("== again on 8788")[0], result.stdout
+        assert (
+            "volcano-server: cannot listen on 127.0.0.1:8787: address already in use (another"
+            " server?): choose another port with --port, e.g. --port 8788, or --port 0 for any"
+            " free one" in result.stderr
+        ), result.stderr
+        assert "argument --api-url: the URL is empty" in result.stderr, result.stderr
+        assert (
+            "volcano.InvalidArgumentError: anon_key is required: pass anon_key= or set"
+            " VOLCANO_ANON_KEY" in first
+        ), first
+        assert second.splitlines() == ["== the quick start", "== again on 8788", "Lease acquired 1"]
+        assert "listening on http://127.0.0.1:8788" in result.stderr
+        assert first.count("Traceback") == 1  # the Python's; the commands fail in one line
+        other_log = (leftover / "other.log").read_text()
+        assert "/v1/" not in other_log, other_log  # the other server was never asked anything
+        ours = (leftover / "volcano-server.log").read_text()
+        assert "POST /v1/locks/daily-report/acquire 200" in ours
+        keys = (leftover / "volcano.env").read_text()
+        assert "VOLCANO_API_URL=http://127.0.0.1:8788\n" in keys
 
     def test_quick_start_files_are_git_ignored(self) -> None:
         """What the quick start writes into a checkout (keys, database, log, pid) is ignored."""

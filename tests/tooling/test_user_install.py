@@ -1,5 +1,6 @@
-"""The package as a user installs it: the built wheel in fresh virtual environments, with and
-without the server extra, used through the `volcano` command and the pytest plugin.
+"""The package as a user installs it: the built wheel in fresh virtual environments, with the
+SDK's dependencies alone and with the testing extra, used through the `volcano` command, the
+pytest plugin and `import volcano_server`.
 
 Each environment is made once for this module (about ten seconds each, from the package index).
 """
@@ -7,8 +8,11 @@ Each environment is made once for this module (about ten seconds each, from the 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -138,19 +142,69 @@ def sdk_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
 
 @pytest.fixture(scope="module")
 def server_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """The SDK with the server extra, with pytest."""
-    return Venv(
-        tmp_path_factory.mktemp("server") / "venv",
-        f"volcano[server] @ {wheel.as_uri()}",
-        f"pytest=={pytest.__version__}",
-    )
+    """The SDK with the testing extra (the server's, and pytest), as the README says."""
+    return Venv(tmp_path_factory.mktemp("server") / "venv", f"volcano[testing] @ {wheel.as_uri()}")
+
+
+def server_requirements() -> list[str]:
+    """The distributions the server extra adds, as pyproject.toml names them."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [
+        re.split(r"[<>=!;\[ ]", r, maxsplit=1)[0] for r in extras["optional-dependencies"]["server"]
+    ]
+    return [name.lower().replace("_", "-") for name in names]
+
+
+INERT = """
+import sys
+import volcano_server
+web = {"starlette", "uvicorn", "httptools", "uvloop", "yaml", "prometheus_client", "opentelemetry"}
+print(sorted(m for m in sys.modules if m.split(".")[0] in web))
+try:
+    volcano_server.create_app
+except ModuleNotFoundError as error:
+    print(error)
+"""
 
 
 class TestWithoutServerExtra:
     def test_the_server_extra_is_absent(self, sdk_venv: Venv, tmp_path: Path) -> None:
-        """The environment really lacks the server's dependencies (uvicorn, starlette)."""
+        """The environment holds the SDK's dependencies (and pytest), none of the server
+        extra's (uvicorn, starlette, ...): `pip install volcano` as a user runs it."""
+        listed = sdk_venv.run("python", "-m", "pip", "list", "--format=freeze", cwd=tmp_path)
+        installed = {
+            line.split("==")[0].lower().replace("_", "-") for line in listed.stdout.split()
+        }
+        assert {"volcano", "httpx", "attrs", "sniffio", "pytest"} <= installed
+        assert set(server_requirements()) & installed == set()
         result = sdk_venv.run("python", "-c", "import uvicorn", cwd=tmp_path)
         assert "No module named 'uvicorn'" in result.stderr
+
+    def test_the_server_package_is_inert_without_its_extra(
+        self, sdk_venv: Venv, tmp_path: Path
+    ) -> None:
+        """As CONTRIBUTING.md decides: `import volcano_server` works and imports nothing of the
+        web stack; keys and migrate work on SQLite; the app and `serve` name the extra."""
+        result = sdk_venv.run("python", "-c", INERT, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [
+            "[]",
+            (
+                "volcano_server.create_app needs the server extra (starlette is missing):"
+                ' pip install "volcano[server]"'
+            ),
+        ]
+        db = f"sqlite:///{tmp_path / 'keys.db'}"
+        keys = sdk_venv.run("volcano-server", "keys", "create", "--project", "p", "--db", db,
+                            cwd=tmp_path)  # fmt: skip
+        assert keys.returncode == 0, keys.stderr
+        assert keys.stdout.startswith("VOLCANO_ANON_KEY=vk_local_anon_")
+        serve = sdk_venv.run("volcano-server", "serve", "--port", "0", "--db", db, cwd=tmp_path)
+        assert serve.returncode == 1
+        assert serve.stderr == (
+            "volcano-server: serving needs the server extra (uvicorn is missing): pip install"
+            ' "volcano[server]" (from a checkout: pip install ".[server]")\n'
+        )
 
     def test_volcano_command_works(
         self, sdk_venv: Venv, sqlite_server: LiveServer, tmp_path: Path
@@ -213,3 +267,23 @@ class TestPytestPlugin:
         """`volcano.testing.local_server()` runs a server for a plain script."""
         result = server_venv.run("python", "-c", WITHOUT_PYTEST, cwd=tmp_path)
         assert (result.returncode, result.stdout) == (0, "fencing token 1\n"), result.stderr
+
+
+class TestMetadata:
+    def test_project_urls_name_the_four_places(self, wheel: Path) -> None:
+        """The wheel's metadata names the documentation, the source, the changelog and the
+        issues, as a package index shows them; the changelog and the issues are the source's."""
+        with zipfile.ZipFile(wheel) as built:
+            [name] = [n for n in built.namelist() if n.endswith(".dist-info/METADATA")]
+            metadata = built.read(name).decode()
+        urls = dict(
+            line.removeprefix("Project-URL: ").split(", ", 1)
+            for line in metadata.splitlines()
+            if line.startswith("Project-URL: ")
+        )
+        assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}
+        assert urls["Changelog"] == f"{urls['Source']}/blob/main/CHANGELOG.md"
+        assert urls["Issues"] == f"{urls['Source']}/issues"
+        assert urls["Documentation"].startswith(urls["Source"])
+        assert (ROOT / "CHANGELOG.md").exists()
+        assert "SECURITY.md" in (ROOT / "CHANGELOG.md").read_text()

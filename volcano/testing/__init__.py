@@ -1,8 +1,8 @@
 """Test your own code that takes Volcano locks, against a real reference server.
 
 With pytest, nothing to import: the plugin installed with the package gives these fixtures
-(they start `volcano-server`, so they need the server extra: `pip install "volcano[server]"`,
-or `pip install ".[server]"` from a checkout):
+(they start `volcano-server`, so they need the testing extra, the server's and pytest:
+`pip install "volcano[testing]"`, or `pip install ".[testing]"` from a checkout):
 
 - `volcano_server`: one server for the whole session, on a free port with a temporary SQLite
   database (a `LocalServer`).

@@ -121,6 +121,19 @@ class TestCommandLine:
         assert result.returncode == 2
         assert "--api-url" in one_line(result.stderr)
 
+    def test_keys_create_with_an_empty_url_makes_no_keys(self, tmp_path: Path) -> None:
+        """`--api-url ""` (a `url=$(...)` whose serve failed) is refused, saying what likely
+        happened, before any key is made or file written."""
+        result = cli(
+            "keys", "create", "--project", "demo", "--api-url", "", "--output", "volcano.env",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 2
+        expected = "argument --api-url: the URL is empty (did the command that should have given"
+        assert f"{expected} it fail?)" in one_line(result.stderr)
+        assert not (tmp_path / "volcano.env").exists()
+        assert not (tmp_path / "volcano.db").exists()
+
     def test_keys_are_stored_only_as_hashes(self, tmp_path: Path) -> None:
         """The database file never contains a key in plain text."""
         db = tmp_path / "k.db"
@@ -273,15 +286,42 @@ class TestDaemon:
         assert "Traceback" not in log.read_text()
 
     def test_a_server_that_cannot_start_says_why(self, tmp_path: Path, daemon: Daemon) -> None:
-        """A daemon that fails to start (its port is taken) makes the command exit 1 with the
-        log's last line, and leaves no pid file."""
-        with socket.create_server(("127.0.0.1", 0)) as taken:
-            result = self.serve(tmp_path, "--port", str(taken.getsockname()[1]))
-        assert result.returncode == 1
+        """A daemon that fails once in the background (a certificate it cannot load) makes the
+        command exit 1 with the log's last line, prints no URL, and leaves no pid file."""
+        certificate = tmp_path / "cert.pem"
+        certificate.write_text("not a certificate\n")
+        result = self.serve(tmp_path, "--ssl-certfile", str(certificate))
+        assert (result.returncode, result.stdout) == (1, "")
         line = one_line(result.stderr)
         assert "volcano-server did not start (log: volcano-server.log)" in line
-        assert "address already in use" in line
+        assert "cannot load the TLS certificate and key" in line
         assert not daemon.pid_file.exists()
+
+    def test_a_taken_port_fails_before_forking(self, tmp_path: Path, daemon: Daemon) -> None:
+        """A port already taken stops `serve --daemon` at once, in one line naming the port and
+        how to choose another; nothing on stdout (so `url=$(...)` stays empty), no log file,
+        no pid file."""
+        with socket.create_server(("127.0.0.1", 0)) as taken:
+            port = taken.getsockname()[1]
+            result = self.serve(tmp_path, "--port", str(port))
+        assert (result.returncode, result.stdout) == (1, "")
+        assert one_line(result.stderr) == (
+            f"volcano-server: cannot listen on 127.0.0.1:{port}: address already in use"
+            f" (another server?): choose another port with --port, e.g. --port {port + 1},"
+            " or --port 0 for any free one"
+        )
+        assert not (tmp_path / "volcano-server.log").exists()
+        assert not daemon.pid_file.exists()
+
+    def test_prints_the_url_alone_on_stdout(self, tmp_path: Path, daemon: Daemon) -> None:
+        """Once listening, the URL is the only line on stdout, for `url=$(...)` and
+        `keys create --api-url "$url"`."""
+        result = self.serve(tmp_path)
+        assert result.returncode == 0, result.stderr
+        url = result.stdout.strip()
+        assert result.stdout == f"{url}\n"
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
+        assert f"listening on {url} (pid {daemon.pid})" in result.stderr
 
 
 class TestSecrets:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import pickle
 import pkgutil
+import re
+import traceback
 import typing
+from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
@@ -249,3 +253,108 @@ class TestGeneratedIdentifiersStayStrings:
         """Generated models keep owner tokens as str, spelled as sent."""
         models = importlib.import_module("_volcano_api.models")
         assert typing.get_type_hints(getattr(models, model))["owner_token"] is str
+
+
+ERROR_NAMES = [
+    name
+    for name in volcano.__all__
+    if inspect.isclass(getattr(volcano, name)) and issubclass(getattr(volcano, name), volcano.Error)
+]
+
+
+class TestModuleNames:
+    @pytest.mark.parametrize("name", [n for n in volcano.__all__ if n != "__version__"])
+    def test_public_classes_say_volcano(self, name: str) -> None:
+        """Every public class names `volcano` as its module, where users reach it."""
+        found = getattr(volcano, name)
+        assert inspect.isclass(found)
+        assert (found.__module__, found.__qualname__) == ("volcano", name)
+
+    def test_tracebacks_name_volcano(self) -> None:
+        """A traceback names `volcano.AuthenticationError`, not the private module."""
+        error = volcano.AuthenticationError("unknown apikey", status_code=401, code="unauthorized")
+        [line] = traceback.format_exception_only(error)
+        assert line == "volcano.AuthenticationError: 401 unauthorized: unknown apikey\n"
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            volcano.LockLease(
+                key="k",
+                owner_token="0F8FAD5B-D9CB-469F-A165-70867728950E",
+                fencing_token=3,
+                expires_at=datetime(2026, 1, 1, tzinfo=UTC),
+                ttl_seconds=30.0,
+            ),
+            volcano.LockHolder(fencing_token=3, expires_at=datetime(2026, 1, 1, tzinfo=UTC)),
+            volcano.ForceReleaseResult(key="k", released=True, fencing_token=3),
+            volcano.Leader(label="a", term=3),
+            volcano.GuardState.AT_RISK,
+        ],
+        ids=lambda value: type(value).__name__,
+    )
+    def test_values_pickle_by_their_public_name(self, value: object) -> None:
+        """Values pickle as `volcano.X` and come back equal."""
+        data = pickle.dumps(value)
+        assert b"volcano._" not in data
+        assert pickle.loads(data) == value  # noqa: S301 - our own bytes
+
+    @pytest.mark.parametrize(
+        "cls", [volcano.LockLease, volcano.LockState, volcano.LockHolder, volcano.Leader]
+    )
+    def test_type_hints_still_resolve(self, cls: type) -> None:
+        """`typing.get_type_hints` (attrs, pydantic, FastAPI) reads the fields' real types."""
+        hints = typing.get_type_hints(cls)
+        assert hints
+        assert not any(isinstance(hint, str) for hint in hints.values())
+
+
+class TestRubySpelling:
+    @pytest.mark.parametrize("name", ERROR_NAMES)
+    def test_error_dot_name_is_the_same_class(self, name: str) -> None:
+        """`volcano.Error.ConflictError` (the Ruby SDK's `Volcano::Error::ConflictError`) is
+        `volcano.ConflictError`, for every error."""
+        assert getattr(volcano.Error, name) is getattr(volcano, name)
+
+    def test_an_except_clause_with_it_catches(self) -> None:
+        """An except clause naming `volcano.Error.LockHeldError` catches the error it means,
+        instead of raising AttributeError while the error is handled."""
+        caught = None
+        try:
+            raise volcano.LockHeldError("held", status_code=409, code="lock_held")
+        except volcano.Error.LockHeldError as error:  # type: ignore[attr-defined]
+            caught = error
+        assert isinstance(caught, volcano.LockHeldError)
+
+    @pytest.mark.parametrize(
+        ("owner", "name"),
+        [(volcano.Error, "NoSuchError"), (volcano.Error, "status_error"),
+         (volcano.Error, "_rebuild"), (volcano.ConflictError, "LockHeldError"),
+         (volcano.Error, "__copy__")],
+    )  # fmt: skip
+    def test_anything_else_is_an_attribute_error(self, owner: type, name: str) -> None:
+        """Only errors are found, only on `volcano.Error`; other names fail as on any class."""
+        with pytest.raises(AttributeError, match=f"type object '{owner.__name__}' has no attri"):
+            getattr(owner, name)
+
+
+class TestNamespaceLists:
+    @pytest.mark.parametrize(
+        ("client", "namespace", "cls"),
+        [
+            (volcano.Client, "locks", volcano.Locks),
+            (volcano.AsyncClient, "locks", volcano.AsyncLocks),
+            (volcano.Client, "elections", volcano.Elections),
+            (volcano.AsyncClient, "elections", volcano.AsyncElections),
+        ],
+    )
+    def test_the_property_names_every_operation(
+        self, client: type, namespace: str, cls: type
+    ) -> None:
+        """`client.locks` and `client.elections` list every public method of what they return,
+        in the order the class defines them (the order the reference shows them)."""
+        doc = inspect.getdoc(getattr(client, namespace)) or ""
+        listed = re.findall(r"\b([a-z_]+)\b", doc.split(":", 1)[1])
+        methods = [name for name, member in vars(cls).items() if not name.startswith("_")
+                   and callable(member)]  # fmt: skip
+        assert [name for name in listed if name in methods] == methods

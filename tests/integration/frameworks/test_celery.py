@@ -1,0 +1,195 @@
+"""volcano.integrations.celery's LockedTask in real Celery workers (prefork, the local Redis as
+broker and result backend) against a real reference server: once at a time per key, taken
+when the task starts, skip / retry / wait when held, the lost signal, and kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from celery.result import AsyncResult
+
+import volcano
+from tests.integration.frameworks.conftest import APPS, Process, figure, python, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def celery_app(redis_url: str):
+    from tests.integration.frameworks.apps import celery_app
+
+    return celery_app
+
+
+@pytest.fixture
+def queue(celery_app) -> Iterator[str]:
+    name = f"volcano-tests-{uuid.uuid4().hex[:12]}"
+    yield name
+    celery_app.store.delete(name)
+
+
+@pytest.fixture
+def start_worker(
+    spawn: Callable[..., Process], child_env: dict[str, str], queue: str
+) -> Callable[..., Process]:
+    """A real worker on the test's queue (prefork, concurrency 1: one task at a time each)."""
+    names = iter("abcdefgh")
+
+    def start(concurrency: int = 1) -> Process:
+        name = next(names)
+        argv = python(
+            "-m", "celery", "-A", f"{APPS}.celery_app", "worker", "-Q", queue,
+            "-c", str(concurrency), "-n", f"{name}-{queue}@%h", "--loglevel", "INFO",
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        )  # fmt: skip
+        worker = spawn(f"worker-{name}", argv, {**child_env, "VOLCANO_TEST_QUEUE": queue})
+        worker.wait_for(r" ready\.")
+        return worker
+
+    return start
+
+
+class Run:
+    """A pair of task messages' shared log and release flag in Redis."""
+
+    def __init__(self, celery_app, queue: str, name: str = "run") -> None:
+        self.app = celery_app
+        self.queue = queue
+        self.log = f"{queue}:{name}:log"
+        self.flag = f"{queue}:{name}:flag"
+
+    def send(self, task, **options) -> AsyncResult:
+        return task.apply_async((self.log, self.flag), queue=self.queue, **options)
+
+    def lines(self) -> list[str]:
+        return [line.decode() for line in self.app.store.lrange(self.log, 0, -1)]
+
+    def starts(self) -> list[str]:
+        return [line for line in self.lines() if line.startswith("start")]
+
+    def release(self) -> None:
+        self.app.store.set(self.flag, 1, ex=600)
+
+    def cleanup(self) -> None:
+        self.app.store.delete(self.log, self.flag)
+
+
+@pytest.fixture
+def run(celery_app, queue: str) -> Iterator[Run]:
+    run = Run(celery_app, queue)
+    yield run
+    run.cleanup()
+
+
+def key_of(task, run: Run) -> str:
+    return task.lock_key_for((run.log, run.flag), {})
+
+
+class TestLockedTask:
+    def test_the_same_task_sent_twice_at_once_runs_once(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """Two workers get the same task with the same arguments at once: one runs the body
+        under the lease, the other finds the key held and skips (succeeds with None)."""
+        start_worker(), start_worker()
+        first, second = run.send(celery_app.skip_task), run.send(celery_app.skip_task)
+        skipped = wait_until(
+            lambda: [r for r in (first, second) if r.ready()], "the skipped one", timeout=60
+        )
+        assert len(skipped) == 1 and skipped[0].get(timeout=5) is None
+        assert client.locks.get(key_of(celery_app.skip_task, run)).held
+        run.release()
+        ran = second if skipped[0] is first else first
+        token = ran.get(timeout=60)
+        assert [line.split()[:2] for line in run.lines()] == [["start", str(token)], ["end", str(token)]]
+        assert run.lines()[-1] == f"end {token} held"
+        assert not client.locks.get(key_of(celery_app.skip_task, run)).held
+
+    def test_the_key_is_taken_when_the_task_starts_not_when_queued(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """A task waiting in the queue (even reserved by a busy worker) holds no lease; it
+        takes its key only once a worker starts it."""
+        start_worker()
+        busy = run.send(celery_app.wait_task)  # holds the worker until released
+        wait_until(run.starts, "the first task to start")
+        other = Run(celery_app, run.queue, "other")
+        queued = other.send(celery_app.skip_task)
+        # Once the queue is empty the busy worker has the message (prefetched, not started).
+        wait_until(lambda: celery_app.store.llen(run.queue) == 0, "the worker to reserve it")
+        assert not client.locks.get(key_of(celery_app.skip_task, other)).held
+        other.release()
+        run.release()
+        assert busy.get(timeout=60) >= 1
+        assert queued.get(timeout=60) >= 1  # it ran: it had not been skipped
+        assert len(other.starts()) == 1
+        other.cleanup()
+
+    def test_retry_runs_after_the_holder_with_celerys_retry_and_retry_after(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """With lock_on_held="retry", the task that finds the key held goes to RETRY (Celery's
+        retry, countdown from the server's Retry-After) and runs once the holder is done,
+        with a higher fencing token; the bodies never overlap."""
+        start_worker(), start_worker()
+        first, second = run.send(celery_app.retry_task), run.send(celery_app.retry_task)
+        wait_until(lambda: "RETRY" in (first.state, second.state), "one task to retry")
+        retried_at = time.monotonic()
+        run.release()
+        tokens = sorted([first.get(timeout=60), second.get(timeout=60)])
+        figure(f"celery retry: the retried task ran {time.monotonic() - retried_at:.2f}s after its refusal (ttl 3 s)")
+        lines = run.lines()
+        assert [line.split()[0] for line in lines] == ["start", "end", "start", "end"]
+        assert tokens[1] > tokens[0]
+        assert lines[2].endswith(" 1")  # the retry: request.retries == 1
+        assert not client.locks.get(key_of(celery_app.retry_task, run)).held
+
+    def test_wait_queues_on_the_server_and_runs_after_the_holder(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """With lock_wait, the second task waits in the key's line (lock_key names the key
+        from the arguments) and runs the moment the first releases, with the next token."""
+        start_worker(), start_worker()
+        key = f"tests-wait:{run.log}"
+        assert celery_app.wait_task.lock_key_for((run.log, run.flag), {}) == key
+        first, second = run.send(celery_app.wait_task), run.send(celery_app.wait_task)
+        wait_until(lambda: client.locks.get(key).waiters == 1, "the second task in line")
+        run.release()
+        tokens = sorted([first.get(timeout=60), second.get(timeout=60)])
+        assert tokens[1] == tokens[0] + 1
+        assert [line.split()[0] for line in run.lines()] == ["start", "end", "start", "end"]
+
+    def test_a_lost_lease_is_seen_by_the_body_and_fails_the_task(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """A lease taken over while the body runs (a force release) turns self.lock lost (the
+        body's wait_lost wakes) and the task fails with volcano.LockLostError."""
+        start_worker()
+        result = run.send(celery_app.until_lost_task)
+        wait_until(run.starts, "the task to start")
+        client.locks.force_release(key_of(celery_app.until_lost_task, run))
+        with pytest.raises(Exception) as failure:
+            result.get(timeout=60)
+        assert type(failure.value).__name__ == "LockLostError"
+        assert result.state == "FAILURE"
+        assert run.lines()[-1].endswith("lost")
+
+    def test_a_worker_killed_with_kill_9_frees_the_key_within_the_ttl(
+        self, celery_app, run: Run, start_worker, client: volcano.Client
+    ) -> None:
+        """kill -9 of the worker (its whole process group) mid-task: nobody renews, and the
+        key is free once the ttl (3 s) has run out, never later (within ttl + 5 s)."""
+        worker = start_worker()
+        run.send(celery_app.short_ttl_task)
+        wait_until(run.starts, "the task to start")
+        key = key_of(celery_app.short_ttl_task, run)
+        assert client.locks.get(key).held
+        killed = time.monotonic()
+        worker.kill()
+        wait_until(lambda: not client.locks.get(key).held, "the key to be freed", timeout=3 + 5)
+        freed = time.monotonic() - killed
+        figure(f"celery kill -9: the key was free {freed:.2f}s after the kill (ttl 3 s)")
+        assert len(run.starts()) == 1

@@ -183,11 +183,15 @@ class LockedTask(Task[..., Any]):
 
     def lock_key_for(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The key a run with these arguments locks (see `lock_key`)."""
-        if callable(self.lock_key):
-            return self.lock_key(*args, **kwargs)
+        # A function given as `lock_key=` is a class attribute of the task: read it unbound.
+        lock_key = inspect.getattr_static(self, "lock_key")
+        if isinstance(lock_key, staticmethod | classmethod):
+            lock_key = lock_key.__get__(None, type(self))
+        if callable(lock_key):
+            return str(lock_key(*args, **kwargs))
         arguments = _arguments(self.run, args, kwargs)
-        if isinstance(self.lock_key, str):
-            return self.lock_key.format(**arguments)
+        if isinstance(lock_key, str):
+            return lock_key.format(**arguments)
         return _naming.work_key("celery", self.name, arguments)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

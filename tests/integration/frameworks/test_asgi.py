@@ -78,7 +78,8 @@ class TestWhileLeader:
                 await eventually(lambda: first.leading, "the first to lead")
                 await second.__aenter__()
                 await eventually(lambda: _waiters(a, "jobs", 1), "the second in line")
-                assert not second.leading and jobs.started("b") == []
+                assert not second.leading
+                assert jobs.started("b") == []
                 await first.__aexit__(None, None, None)
                 await eventually(lambda: second.leading, "the second to lead")
                 await eventually(lambda: jobs.started("b"), "the second's job")
@@ -120,17 +121,21 @@ class TestWhileLeader:
             raise RuntimeError("boom")
 
         async def scenario() -> None:
-            async with clients() as a, clients() as b:
-                async with while_leader("jobs", failing, client=a, ttl=5, retry_delay=30):
-                    await eventually(lambda: _failed(caplog), "the failure to be logged")
-                    async with while_leader("jobs", jobs.forever("b"), client=b, ttl=5):
-                        await eventually(lambda: jobs.started("b"), "the second's job")
+            async with (
+                clients() as a,
+                clients() as b,
+                while_leader("jobs", failing, client=a, ttl=5, retry_delay=30),
+            ):
+                await eventually(lambda: _failed(caplog), "the failure to be logged")
+                async with while_leader("jobs", jobs.forever("b"), client=b, ttl=5):
+                    await eventually(lambda: jobs.started("b"), "the second's job")
 
         with caplog.at_level(logging.INFO, logger="volcano.integrations.asgi"):
             asyncio.run(scenario())
         failure = next(r for r in caplog.records if r.levelno == logging.ERROR)
         assert failure.getMessage() == "the job of 'jobs' raised; resigning (term 1)"
-        assert failure.exc_info is not None and str(failure.exc_info[1]) == "boom"
+        assert failure.exc_info is not None
+        assert str(failure.exc_info[1]) == "boom"
 
     def test_a_job_that_returns_resigns_and_campaigns_no_more(self, clients) -> None:
         """A job that returns: its instance resigns and does not campaign again."""
@@ -145,9 +150,7 @@ class TestWhileLeader:
             async with clients() as a, while_leader("jobs", once, client=a, ttl=5) as leader:
                 await asyncio.wait_for(finished.wait(), STEP)
                 await eventually(lambda: not leader.leading, "the instance to resign")
-                await eventually(
-                    lambda: _vacant(a, "jobs"), "the office to be vacant"
-                )
+                await eventually(lambda: _vacant(a, "jobs"), "the office to be vacant")
 
         asyncio.run(scenario())
 
@@ -169,7 +172,8 @@ class TestSchedulerWhileLeader:
                 async with leading as leader:
                     assert scheduler.running
                     await asyncio.sleep(0.5)  # time for ticks, were they not paused
-                    assert ticks == [] and not leader.leading
+                    assert ticks == []
+                    assert not leader.leading
                     await holder.locks.release("scheduler", other)
                     await eventually(lambda: len(ticks) >= 3, "ticks once leading")
                     assert leader.leading
@@ -234,6 +238,6 @@ class TestStarletteUnderUvicorn:
             f"starlette+uvicorn+apscheduler kill -9: the other instance ran the job "
             f"{time.monotonic() - killed:.2f}s after the kill (ttl 3 s, job every 0.2 s)"
         )
-        terms = {pid: term for pid, term in ticks()}
+        terms = dict(ticks())
         assert terms[other] > terms[leader]
         assert httpx.get(f"{servers[other][1]}/status", timeout=10).json()["leading"]

@@ -99,12 +99,16 @@ class TestLockedTask:
         skipped = wait_until(
             lambda: [r for r in (first, second) if r.ready()], "the skipped one", timeout=60
         )
-        assert len(skipped) == 1 and skipped[0].get(timeout=5) is None
+        assert len(skipped) == 1
+        assert skipped[0].get(timeout=5) is None
         assert client.locks.get(key_of(celery_app.skip_task, run)).held
         run.release()
         ran = second if skipped[0] is first else first
         token = ran.get(timeout=60)
-        assert [line.split()[:2] for line in run.lines()] == [["start", str(token)], ["end", str(token)]]
+        assert [line.split()[:2] for line in run.lines()] == [
+            ["start", str(token)],
+            ["end", str(token)],
+        ]
         assert run.lines()[-1] == f"end {token} held"
         assert not client.locks.get(key_of(celery_app.skip_task, run)).held
 
@@ -140,7 +144,10 @@ class TestLockedTask:
         retried_at = time.monotonic()
         run.release()
         tokens = sorted([first.get(timeout=60), second.get(timeout=60)])
-        figure(f"celery retry: the retried task ran {time.monotonic() - retried_at:.2f}s after its refusal (ttl 3 s)")
+        figure(
+            f"celery retry: the retried task ran {time.monotonic() - retried_at:.2f}s after its "
+            "refusal (ttl 3 s)"
+        )
         lines = run.lines()
         assert [line.split()[0] for line in lines] == ["start", "end", "start", "end"]
         assert tokens[1] > tokens[0]
@@ -171,9 +178,9 @@ class TestLockedTask:
         result = run.send(celery_app.until_lost_task)
         wait_until(run.starts, "the task to start")
         client.locks.force_release(key_of(celery_app.until_lost_task, run))
-        with pytest.raises(Exception) as failure:
+        with pytest.raises(Exception, match=r"was lost while tests\.until_lost ran") as failure:
             result.get(timeout=60)
-        assert type(failure.value).__name__ == "LockLostError"
+        assert type(failure.value).__name__ == "LockLostError"  # rebuilt by Celery's backend
         assert result.state == "FAILURE"
         assert run.lines()[-1].endswith("lost")
 
@@ -193,3 +200,56 @@ class TestLockedTask:
         freed = time.monotonic() - killed
         figure(f"celery kill -9: the key was free {freed:.2f}s after the kill (ttl 3 s)")
         assert len(run.starts()) == 1
+
+
+class TestLockedTaskInProcess:
+    def test_a_direct_call_and_apply_run_the_body_under_the_lock(
+        self, sqlite_server, project, client: volcano.Client
+    ) -> None:
+        """task(...) and task.apply(...) (no worker) lock as a worker does, with the client
+        built from app.conf; a held key then skips, fails, or (called directly, where Celery
+        cannot retry) raises the refusal, as lock_on_held says."""
+        from celery import Celery
+
+        from volcano.integrations.celery import LockedTask, volcano_client
+
+        app = Celery("in-process", set_as_current=False)
+        app.conf.update(
+            volcano_api_url=sqlite_server.url,
+            volcano_anon_key=project.anon_key,
+            volcano_service_key=project.service_key,
+        )
+        seen: list[tuple[int, bool]] = []
+
+        def key(n: int) -> str:
+            return f"direct:{n}"
+
+        @app.task(base=LockedTask, bind=True, name="direct.job", lock_key=key)
+        def job(self, n: int) -> int:
+            seen.append((self.lock.lease.fencing_token, client.locks.get(self.lock.key).held))
+            return n
+
+        @app.task(base=LockedTask, bind=True, name="direct.fail", lock_key=key, lock_on_held="fail")
+        def failing(self, n: int) -> int:
+            return n
+
+        @app.task(
+            base=LockedTask, bind=True, name="direct.retry", lock_key=key, lock_on_held="retry"
+        )
+        def retrying(self, n: int) -> int:
+            return n
+
+        try:
+            assert job(1) == 1
+            assert job.apply((2,)).get() == 2
+            assert seen == [(1, True), (1, True)]  # two keys (1 and 2), each first granted
+            assert not client.locks.get("direct:1").held
+            client.locks.acquire("direct:3", ttl=30)
+            assert job(3) is None
+            with pytest.raises(volcano.LockHeldError):
+                failing(3)
+            with pytest.raises(volcano.LockHeldError):
+                retrying(3)
+            assert seen == [(1, True), (1, True)]
+        finally:
+            volcano_client(app).close()

@@ -38,9 +38,13 @@ class Project:
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> Process:
         self._count += 1
-        return self._spawn(f"django-{self._count}", python("-m", "django", *args), {**self.env, **(env or {})})
+        return self._spawn(
+            f"django-{self._count}", python("-m", "django", *args), {**self.env, **(env or {})}
+        )
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             python("-m", "django", *args), env={**self.env, **(env or {})}, capture_output=True,
             text=True, timeout=WAIT, check=False,
@@ -75,10 +79,12 @@ class TestLockedCommand:
         """While one invocation runs, a second exits 75 (the `volcano` command's "held")
         with one line saying so, and never runs its handle; the first then exits 0."""
         first = migrated.start("send_reports")
-        wait_until(lambda: migrated.lines(), "the first to start")
+        wait_until(migrated.lines, "the first to start")
         second = migrated.run("send_reports")
         assert second.returncode == 75, second.stderr
-        assert second.stderr.startswith("CommandError: 'django:send_reports' is held by another owner; its lease ends in")
+        assert second.stderr.startswith(
+            "CommandError: 'django:send_reports' is held by another owner; its lease ends in"
+        )
         migrated.release()
         assert first.popen.wait(WAIT) == 0, first.output()
         assert [line.split()[0] for line in migrated.lines()] == ["start", "end"]
@@ -90,11 +96,14 @@ class TestLockedCommand:
         """`--lock-wait`: the second invocation waits in the key's line and runs once the
         first has released, with the next fencing token."""
         first = migrated.start("send_reports")
-        wait_until(lambda: migrated.lines(), "the first to start")
+        wait_until(migrated.lines, "the first to start")
         second = migrated.start("send_reports", "--lock-wait", "30")
-        wait_until(lambda: client.locks.get("django:send_reports").waiters == 1, "the second in line")
+        wait_until(
+            lambda: client.locks.get("django:send_reports").waiters == 1, "the second in line"
+        )
         migrated.release()
-        assert first.popen.wait(WAIT) == 0 and second.popen.wait(WAIT) == 0
+        assert first.popen.wait(WAIT) == 0
+        assert second.popen.wait(WAIT) == 0
         tokens = [int(line.split()[1]) for line in migrated.lines()]
         assert [line.split()[0] for line in migrated.lines()] == ["start", "end", "start", "end"]
         assert tokens[2] == tokens[0] + 1
@@ -105,7 +114,7 @@ class TestLockedCommand:
         """A lease taken over mid-command (a force release): self.lock turns lost, and the
         command exits 76 with the reason, as `volcano locks run` does."""
         running = migrated.start("send_reports", "--until-lost")
-        wait_until(lambda: migrated.lines(), "the command to start")
+        wait_until(migrated.lines, "the command to start")
         client.locks.force_release("django:send_reports")
         assert running.popen.wait(WAIT) == 76
         assert "CommandError: lost the lock on 'django:send_reports'" in running.output()
@@ -124,7 +133,10 @@ class TestLockedCommand:
         migrated.release()
         result = migrated.run(
             "send_reports",
-            env={"VOLCANO_API_URL": "http://127.0.0.1:9", "VOLCANO_TEST_SETTINGS_URL": sqlite_server.url},
+            env={
+                "VOLCANO_API_URL": "http://127.0.0.1:9",
+                "VOLCANO_TEST_SETTINGS_URL": sqlite_server.url,
+            },
         )
         assert result.returncode == 0, result.stderr
 
@@ -137,9 +149,11 @@ class TestLockedMigrate:
         waits in line meanwhile, then finds nothing to apply; both exit 0 and the
         migration ran once."""
         first = django_project.start("locked_migrate")
-        wait_until(lambda: django_project.lines(), "the first to migrate")
+        wait_until(django_project.lines, "the first to migrate")
         second = django_project.start("locked_migrate")
-        wait_until(lambda: client.locks.get("django:migrate:default").waiters == 1, "the second in line")
+        wait_until(
+            lambda: client.locks.get("django:migrate:default").waiters == 1, "the second in line"
+        )
         django_project.release()
         assert first.popen.wait(WAIT) == 0, first.output()
         assert second.popen.wait(WAIT) == 0, second.output()

@@ -61,14 +61,21 @@ def skip_task(self: LockedTask, log: str, flag: str) -> int:
     return _common(self, log, flag)
 
 
-@app.task(name="tests.retry", base=LockedTask, bind=True, lock_ttl=3, lock_on_held="retry",
-          max_retries=20)
+@app.task(
+    name="tests.retry", base=LockedTask, bind=True, lock_ttl=3, lock_on_held="retry", max_retries=20
+)
 def retry_task(self: LockedTask, log: str, flag: str) -> int:
     return _common(self, log, flag)
 
 
-@app.task(name="tests.wait", base=LockedTask, bind=True, lock_ttl=10, lock_wait=60,
-          lock_key="tests-wait:{log}")
+@app.task(
+    name="tests.wait",
+    base=LockedTask,
+    bind=True,
+    lock_ttl=10,
+    lock_wait=60,
+    lock_key="tests-wait:{log}",
+)
 def wait_task(self: LockedTask, log: str, flag: str) -> int:
     return _common(self, log, flag)
 

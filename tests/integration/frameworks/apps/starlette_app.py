@@ -27,7 +27,7 @@ leaders: list[WhileLeader] = []
 async def tick() -> None:
     leadership = leaders[0].leadership
     term = leadership.term if leadership is not None else None
-    with Path(os.environ["VOLCANO_TEST_LOG"]).open("a") as log:
+    with Path(os.environ["VOLCANO_TEST_LOG"]).open("a") as log:  # noqa: ASYNC230 - a line
         log.write(f"tick {os.getpid()} {term}\n")
 
 

@@ -7,7 +7,7 @@ set, becomes the VOLCANO_API_URL setting (the tests check that settings beat the
 
 import os
 
-SECRET_KEY = "framework-tests-only"  # noqa: S105 - a test project's
+SECRET_KEY = "framework-tests-only"
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = [

@@ -1,3 +1,5 @@
+from typing import ClassVar
+
 from django.db import migrations, models
 
 from ..progress import hold_until_flag, record
@@ -11,8 +13,8 @@ def slowly(apps, schema_editor):
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies = []
-    operations = [
+    dependencies: ClassVar = []
+    operations: ClassVar = [
         migrations.CreateModel(
             name="Report",
             fields=[

@@ -6,9 +6,10 @@ ports, the second taking the job over when the first is killed with kill -9."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -183,6 +184,10 @@ class TestSchedulerWhileLeader:
         asyncio.run(scenario())
 
 
+async def _leading(http: httpx.AsyncClient) -> bool:
+    return bool((await http.get("/leading")).json()["leading"])
+
+
 def _failed(caplog: pytest.LogCaptureFixture) -> bool:
     return any(r.levelno == logging.ERROR for r in caplog.records)
 
@@ -193,6 +198,48 @@ async def _waiters(client: volcano.AsyncClient, key: str, count: int) -> bool:
 
 async def _vacant(client: volcano.AsyncClient, key: str) -> bool:
     return await client.elections.leader(key) is None
+
+
+class TestFastAPI:
+    def test_a_fastapi_lifespan_runs_the_job_while_leading_and_resigns_on_shutdown(
+        self, sqlite_server: LiveServer, project: Project, client: volcano.Client
+    ) -> None:
+        """FastAPI(lifespan=...) as the README shows it: the app runs the job once elected,
+        says so from a route, and resigns when it shuts down."""
+        from fastapi import FastAPI
+
+        terms: list[int] = []
+
+        async def job(leadership: volcano.AsyncLeadership) -> None:
+            terms.append(leadership.term)
+            await asyncio.Event().wait()
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            async with (
+                volcano.AsyncClient(**project.client_args(sqlite_server.url)) as aclient,
+                while_leader("api-jobs", job, client=aclient, ttl=5) as leader,
+            ):
+                app.state.leader = leader
+                yield
+
+        app = FastAPI(lifespan=lifespan)
+
+        @app.get("/leading")
+        async def leading() -> dict[str, bool]:
+            return {"leading": app.state.leader.leading}
+
+        async def serve() -> None:  # the lifespan as uvicorn runs it, requests over ASGI
+            transport = httpx.ASGITransport(app=app)
+            async with (
+                app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=transport, base_url="http://app") as http,
+            ):
+                await eventually(lambda: _leading(http), "the app to lead")
+                assert terms == [1]
+
+        asyncio.run(serve())
+        assert client.elections.leader("api-jobs") is None
 
 
 class TestStarletteUnderUvicorn:

@@ -307,10 +307,17 @@ class _Candidacy:
         return None if leadership is None or leadership.lost else leadership
 
     def stop(self, timeout: float) -> None:
-        """Stop campaigning; a leader resigns (waits up to `timeout` for it)."""
+        """Stop campaigning; a leader resigns (waits up to `timeout` for it).
+
+        A candidate still waiting in line is not waited for: its request ends with the
+        process, and the server takes it out of line when its connection closes.
+        """
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        with self._lock:
+            leading = self._leadership is not None
+        if leading:
+            self._thread.join(timeout)
 
     def _campaign(self) -> None:
         while not self._stop.is_set():

@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 import volcano
 from tests.conftest import LiveServer
 from tests.integration.frameworks.conftest import APPS, Process, figure, python, wait_until
+from tests.support.proxy import FaultProxy
 from tests.support.server import Project
 from volcano.integrations.asgi import scheduler_while_leader, while_leader
 
@@ -110,6 +111,35 @@ class TestWhileLeader:
 
         asyncio.run(scenario())
         assert jobs.events[:3] == [("start", "a", 1), ("cancelled", "a", 1), ("start", "a", 2)]
+
+    def test_a_leader_cut_off_cancels_its_job_before_the_next_starts(
+        self, clients, sqlite_server: LiveServer, project: Project
+    ) -> None:
+        """The leader's link to the lock server is cut: its job is cancelled when its lease
+        may have run out, before the server hands the office to the next, whose job starts
+        only then: the two jobs never run at once."""
+        jobs = Jobs()
+
+        async def scenario() -> None:
+            with FaultProxy(upstream=sqlite_server.url) as proxy:
+                cut_off = volcano.AsyncClient(
+                    **{**project.client_args(sqlite_server.url), "api_url": proxy.url}, timeout=2
+                )
+                async with (
+                    cut_off as a,
+                    clients() as b,
+                    while_leader("jobs", jobs.forever("a"), client=a, ttl=3),
+                ):
+                    await eventually(lambda: jobs.started("a"), "the first's job")
+                    async with while_leader("jobs", jobs.forever("b"), client=b, ttl=3):
+                        await eventually(lambda: _waiters(b, "jobs", 1), "the second in line")
+                        proxy.partition()
+                        await eventually(lambda: jobs.started("b"), "the second's job")
+                    proxy.heal()
+
+        asyncio.run(scenario())
+        order = [(event, who) for event, who, _ in jobs.events]
+        assert order[:3] == [("start", "a"), ("cancelled", "a"), ("start", "b")]
 
     def test_a_job_that_raises_resigns_and_is_logged(
         self, clients, caplog: pytest.LogCaptureFixture

@@ -118,13 +118,18 @@ def client(sqlite_server: LiveServer, project: Project) -> Iterator[volcano.Clie
         yield client
 
 
-@pytest.fixture
-def child_env(sqlite_server: LiveServer, project: Project) -> dict[str, str]:
-    """The environment of a child process: the test's project, this checkout importable."""
-    env = project.child_env(sqlite_server.url)
+def environment(server: LiveServer, project: Project) -> dict[str, str]:
+    """The environment of a child process: `project` on `server`, this checkout importable."""
+    env = project.child_env(server.url)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture
+def child_env(sqlite_server: LiveServer, project: Project) -> dict[str, str]:
+    """The environment of a child process: the test's project, this checkout importable."""
+    return environment(sqlite_server, project)
 
 
 @pytest.fixture
@@ -138,10 +143,15 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Process]]:
         return process
 
     yield start
-    for process in started:  # all at once: each shuts down (a worker, warmly) in parallel
+    stop_all(started)
+
+
+def stop_all(processes: Sequence[Process]) -> None:
+    """Stop them all at once: each shuts down (a worker, warmly) in parallel."""
+    for process in processes:
         if process.popen.poll() is None:
             process.popen.send_signal(signal.SIGTERM)
-    for process in started:
+    for process in processes:
         process.stop()
 
 

@@ -1,55 +1,80 @@
 """volcano.integrations.celery's LockedTask in real Celery workers (prefork, the local Redis as
 broker and result backend) against a real reference server: once at a time per key, taken
-when the task starts, skip / retry / wait when held, the lost signal, and kill -9."""
+when the task starts, skip / retry / wait when held, the lost signal, and kill -9.
+
+The behaviour tests share one pair of workers (concurrency 1 each) and one Volcano project,
+each test with keys and logs of its own; the kill -9 test has a worker of its own."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from celery.result import AsyncResult
 
 import volcano
-from tests.integration.frameworks.conftest import APPS, Process, figure, python, wait_until
+from tests.conftest import LiveServer
+from tests.integration.frameworks.conftest import (
+    APPS,
+    Process,
+    environment,
+    figure,
+    python,
+    stop_all,
+    wait_until,
+)
+from tests.support.server import Project, create_project
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def project(sqlite_server: LiveServer) -> Project:
+    """One Volcano project for the module's tests (and its shared workers)."""
+    return create_project(sqlite_server.database_url, f"celery-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="module")
 def celery_app(redis_url: str):
     from tests.integration.frameworks.apps import celery_app
 
     return celery_app
 
 
-@pytest.fixture
-def queue(celery_app) -> Iterator[str]:
-    name = f"volcano-tests-{uuid.uuid4().hex[:12]}"
-    yield name
-    celery_app.store.delete(name)
+def new_queue() -> str:
+    return f"volcano-tests-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def start_worker(
-    spawn: Callable[..., Process], child_env: dict[str, str], queue: str
-) -> Callable[..., Process]:
-    """A real worker on the test's queue (prefork, concurrency 1: one task at a time each)."""
-    names = iter("abcdefgh")
+def worker(queue: str, name: str, env: dict[str, str], log) -> Process:
+    """A real worker on `queue` (prefork, concurrency 1: one task at a time), once ready."""
+    argv = python(
+        "-m", "celery", "-A", f"{APPS}.celery_app", "worker", "-Q", queue, "-c", "1",
+        "-n", f"{name}-{queue}@%h", "--loglevel", "INFO",
+        "--without-mingle", "--without-gossip", "--without-heartbeat",
+    )  # fmt: skip
+    process = Process(argv, {**env, "VOLCANO_TEST_QUEUE": queue}, log)
+    process.wait_for(r" ready\.")
+    return process
 
-    def start(concurrency: int = 1) -> Process:
-        name = next(names)
-        argv = python(
-            "-m", "celery", "-A", f"{APPS}.celery_app", "worker", "-Q", queue,
-            "-c", str(concurrency), "-n", f"{name}-{queue}@%h", "--loglevel", "INFO",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
-        )  # fmt: skip
-        worker = spawn(f"worker-{name}", argv, {**child_env, "VOLCANO_TEST_QUEUE": queue})
-        worker.wait_for(r" ready\.")
-        return worker
 
-    return start
+@pytest.fixture(scope="module")
+def queue(
+    celery_app, sqlite_server: LiveServer, project: Project, tmp_path_factory
+) -> Iterator[str]:
+    """The module's queue, served by a pair of workers for the module's tests."""
+    name = new_queue()
+    logs = tmp_path_factory.mktemp("workers")
+    env = environment(sqlite_server, project)
+    pair: list[Process] = []
+    try:
+        for letter in "ab":
+            pair.append(worker(name, letter, env, logs / f"worker-{letter}.log"))
+        yield name
+    finally:
+        stop_all(pair)
+        celery_app.store.delete(name)
 
 
 class Run:
@@ -79,7 +104,7 @@ class Run:
 
 @pytest.fixture
 def run(celery_app, queue: str) -> Iterator[Run]:
-    run = Run(celery_app, queue)
+    run = Run(celery_app, queue, uuid.uuid4().hex[:8])
     yield run
     run.cleanup()
 
@@ -90,11 +115,10 @@ def key_of(task, run: Run) -> str:
 
 class TestLockedTask:
     def test_the_same_task_sent_twice_at_once_runs_once(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, run: Run, client: volcano.Client
     ) -> None:
         """Two workers get the same task with the same arguments at once: one runs the body
         under the lease, the other finds the key held and skips (succeeds with None)."""
-        start_worker(), start_worker()
         first, second = run.send(celery_app.skip_task), run.send(celery_app.skip_task)
         skipped = wait_until(
             lambda: [r for r in (first, second) if r.ready()], "the skipped one", timeout=60
@@ -113,32 +137,33 @@ class TestLockedTask:
         assert not client.locks.get(key_of(celery_app.skip_task, run)).held
 
     def test_the_key_is_taken_when_the_task_starts_not_when_queued(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, run: Run, client: volcano.Client
     ) -> None:
         """A task waiting in the queue (even reserved by a busy worker) holds no lease; it
         takes its key only once a worker starts it."""
-        start_worker()
-        busy = run.send(celery_app.wait_task)  # holds the worker until released
-        wait_until(run.starts, "the first task to start")
-        other = Run(celery_app, run.queue, "other")
+        busy = Run(celery_app, run.queue, run.log + "-busy")
+        holding = [run.send(celery_app.wait_task), busy.send(celery_app.wait_task)]
+        wait_until(lambda: run.starts() and busy.starts(), "both workers to be busy")
+        other = Run(celery_app, run.queue, run.log + "-other")
         queued = other.send(celery_app.skip_task)
-        # Once the queue is empty the busy worker has the message (prefetched, not started).
-        wait_until(lambda: celery_app.store.llen(run.queue) == 0, "the worker to reserve it")
+        # Once the queue is empty a busy worker has the message (prefetched, not started).
+        wait_until(lambda: celery_app.store.llen(run.queue) == 0, "a worker to reserve it")
         assert not client.locks.get(key_of(celery_app.skip_task, other)).held
         other.release()
         run.release()
-        assert busy.get(timeout=60) >= 1
+        busy.release()
+        assert all(result.get(timeout=60) >= 1 for result in holding)
         assert queued.get(timeout=60) >= 1  # it ran: it had not been skipped
         assert len(other.starts()) == 1
         other.cleanup()
+        busy.cleanup()
 
     def test_retry_runs_after_the_holder_with_celerys_retry_and_retry_after(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, run: Run, client: volcano.Client
     ) -> None:
         """With lock_on_held="retry", the task that finds the key held goes to RETRY (Celery's
         retry, countdown from the server's Retry-After) and runs once the holder is done,
         with a higher fencing token; the bodies never overlap."""
-        start_worker(), start_worker()
         first, second = run.send(celery_app.retry_task), run.send(celery_app.retry_task)
         wait_until(lambda: "RETRY" in (first.state, second.state), "one task to retry")
         retried_at = time.monotonic()
@@ -155,11 +180,10 @@ class TestLockedTask:
         assert not client.locks.get(key_of(celery_app.retry_task, run)).held
 
     def test_wait_queues_on_the_server_and_runs_after_the_holder(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, run: Run, client: volcano.Client
     ) -> None:
         """With lock_wait, the second task waits in the key's line (lock_key names the key
         from the arguments) and runs the moment the first releases, with the next token."""
-        start_worker(), start_worker()
         key = f"tests-wait:{run.log}"
         assert celery_app.wait_task.lock_key_for((run.log, run.flag), {}) == key
         first, second = run.send(celery_app.wait_task), run.send(celery_app.wait_task)
@@ -170,11 +194,10 @@ class TestLockedTask:
         assert [line.split()[0] for line in run.lines()] == ["start", "end", "start", "end"]
 
     def test_a_lost_lease_is_seen_by_the_body_and_fails_the_task(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, run: Run, client: volcano.Client
     ) -> None:
         """A lease taken over while the body runs (a force release) turns self.lock lost (the
         body's wait_lost wakes) and the task fails with volcano.LockLostError."""
-        start_worker()
         result = run.send(celery_app.until_lost_task)
         wait_until(run.starts, "the task to start")
         client.locks.force_release(key_of(celery_app.until_lost_task, run))
@@ -185,11 +208,21 @@ class TestLockedTask:
         assert run.lines()[-1].endswith("lost")
 
     def test_a_worker_killed_with_kill_9_frees_the_key_within_the_ttl(
-        self, celery_app, run: Run, start_worker, client: volcano.Client
+        self, celery_app, client: volcano.Client, child_env: dict[str, str], tmp_path
     ) -> None:
         """kill -9 of the worker (its whole process group) mid-task: nobody renews, and the
         key is free once the ttl (3 s) has run out, never later (within ttl + 5 s)."""
-        worker = start_worker()
+        queue = new_queue()
+        run = Run(celery_app, queue)
+        killed_worker = worker(queue, "k", child_env, tmp_path / "worker-k.log")
+        try:
+            self._kill(celery_app, run, client, killed_worker)
+        finally:
+            killed_worker.stop()
+            run.cleanup()
+            celery_app.store.delete(queue)
+
+    def _kill(self, celery_app, run: Run, client: volcano.Client, worker: Process) -> None:
         run.send(celery_app.short_ttl_task)
         wait_until(run.starts, "the task to start")
         key = key_of(celery_app.short_ttl_task, run)

@@ -207,6 +207,11 @@ class LockedTask(Task[..., Any]):
             self.pop_request()
 
     def _run_locked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.lock_on_held not in ("skip", "retry", "fail"):
+            raise volcano.InvalidArgumentError(
+                f"{self.name}.lock_on_held must be 'skip', 'retry' or 'fail', "
+                f"not {self.lock_on_held!r}"
+            )
         key = self.lock_key_for(args, kwargs)
         guard = volcano_client(self.app).locks.with_lock(
             key,
@@ -218,6 +223,7 @@ class LockedTask(Task[..., Any]):
             ),
         )
         with contextlib.ExitStack() as stack:
+            stack.callback(self._ended, key, guard)  # runs last: after the guard's release
             try:
                 stack.enter_context(guard)
             except volcano.LockHeldError as held:
@@ -229,11 +235,15 @@ class LockedTask(Task[..., Any]):
                 self.request.update({_LOCK_FIELD: None})
         if guard.lost:
             reason = guard.lost_reason
-            task_lock_lost.send(sender=self, key=key, reason=reason)
             raise volcano.LockLostError(
                 f"the lease on {key!r} was lost while {self.name} ran: {reason}"
             ) from reason
         return result
+
+    def _ended(self, key: str, guard: volcano.LockGuard) -> None:
+        """The run ended (the guard let go, or was never entered): report a loss."""
+        if guard.state is volcano.GuardState.LOST:
+            task_lock_lost.send(sender=self, key=key, reason=guard.lost_reason)
 
     def _held(self, key: str, held: volcano.LockHeldError) -> None:
         """The key is held by another owner: skip, retry or fail, as `lock_on_held` says."""
@@ -245,10 +255,6 @@ class LockedTask(Task[..., Any]):
             raise self.retry(exc=held, countdown=held.retry_after)
         if action == "fail":
             raise held
-        if action != "skip":
-            raise volcano.InvalidArgumentError(
-                f"{self.name}.lock_on_held must be 'skip', 'retry' or 'fail', not {action!r}"
-            )
         _task_logger.info(
             "%s[%s] skipped: %r is held by another owner (its lease ends in %ss)",
             self.name,

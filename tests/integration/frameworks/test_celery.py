@@ -241,10 +241,25 @@ class TestLockedTaskInProcess:
     ) -> None:
         """task(...) and task.apply(...) (no worker) lock as a worker does, with the client
         built from app.conf; a held key then skips, fails, or (called directly, where Celery
-        cannot retry) raises the refusal, as lock_on_held says."""
+        cannot retry) raises the refusal, as lock_on_held says, sending task_lock_held; a
+        lease lost mid-body sends task_lock_lost, however the body ends."""
         from celery import Celery
 
-        from volcano.integrations.celery import LockedTask, volcano_client
+        from volcano.integrations.celery import (
+            LockedTask,
+            task_lock_held,
+            task_lock_lost,
+            volcano_client,
+        )
+
+        held: list[tuple[str, str]] = []
+        lost: list[tuple[str, str]] = []
+
+        def on_held(sender, key, action, retry_after, **_) -> None:
+            held.append((key, action))
+
+        def on_lost(sender, key, reason, **_) -> None:
+            lost.append((key, type(reason).__name__))
 
         app = Celery("in-process", set_as_current=False)
         app.conf.update(
@@ -272,6 +287,14 @@ class TestLockedTaskInProcess:
         def retrying(self, n: int) -> int:
             return n
 
+        @app.task(base=LockedTask, bind=True, name="direct.lost", lock_key=key, lock_ttl=1)
+        def losing(self, n: int) -> None:
+            client.locks.force_release(self.lock.key)
+            assert self.lock.wait_lost(timeout=30)
+            self.lock.check()
+
+        task_lock_held.connect(on_held, weak=False)
+        task_lock_lost.connect(on_lost, weak=False)
         try:
             assert job(1) == 1
             assert job.apply((2,)).get() == 2
@@ -284,5 +307,11 @@ class TestLockedTaskInProcess:
             with pytest.raises(volcano.LockHeldError):
                 retrying(3)
             assert seen == [(1, True), (1, True)]
+            assert held == [("direct:3", "skip"), ("direct:3", "fail"), ("direct:3", "retry")]
+            with pytest.raises(volcano.LockLostError):
+                losing(5)
+            assert lost == [("direct:5", "LeaseNotHeldError")]
         finally:
+            task_lock_held.disconnect(on_held)
+            task_lock_lost.disconnect(on_lost)
             volcano_client(app).close()

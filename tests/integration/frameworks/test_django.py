@@ -128,6 +128,20 @@ class TestLockedCommand:
         assert "check VOLCANO_ANON_KEY and VOLCANO_SERVICE_KEY" in refused.stderr
         assert migrated.lines() == []
 
+    def test_missing_keys_and_a_bad_key_exit_64_with_one_line(self, migrated: Project) -> None:
+        """No service key anywhere, or a --lock-key the server would refuse: 64 and the
+        reason on one line, never a traceback."""
+        missing = migrated.run("send_reports", env={"VOLCANO_SERVICE_KEY": ""})
+        assert missing.returncode == 64, missing.stderr
+        assert missing.stderr.strip().splitlines() == [
+            "CommandError: service_key is required: pass service_key= or set VOLCANO_SERVICE_KEY"
+        ]
+        bad = migrated.run("send_reports", "--lock-key", "no spaces")
+        assert bad.returncode == 64, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+        assert bad.stderr.startswith("CommandError: key must")
+        assert migrated.lines() == []
+
     def test_settings_beat_the_environment(self, migrated: Project, sqlite_server) -> None:
         """VOLCANO_API_URL in the settings is used over the environment variable."""
         migrated.release()

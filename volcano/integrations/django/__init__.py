@@ -190,14 +190,14 @@ class LockedCommand(BaseCommand):
         key = options.get("lock_key") or self.get_lock_key(*args, **options)
         ttl = options.get("lock_ttl") or self.lock_ttl
         wait = options.get("lock_wait")
-        guard = get_client().locks.with_lock(
-            key,
-            ttl=ttl,
-            wait=self.lock_wait if wait is None else wait,
-            label=_naming.label(socket.gethostname(), os.getpid(), key),
-        )
         with contextlib.ExitStack() as stack:
-            try:
+            try:  # keys missing from the settings, a bad key or ttl: 64, as the command's
+                guard = get_client().locks.with_lock(
+                    key,
+                    ttl=ttl,
+                    wait=self.lock_wait if wait is None else wait,
+                    label=_naming.label(socket.gethostname(), os.getpid(), key),
+                )
                 stack.enter_context(guard)
             except volcano.Error as error:
                 raise _failure(error, key) from None

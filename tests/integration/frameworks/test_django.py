@@ -6,6 +6,7 @@ once across concurrent invocations, with the `volcano` command's exit statuses, 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable
@@ -14,7 +15,14 @@ from pathlib import Path
 import pytest
 
 import volcano
-from tests.integration.frameworks.conftest import APPS, WAIT, Process, python, wait_until
+from tests.integration.frameworks.conftest import (
+    APPS,
+    ROOT,
+    WAIT,
+    Process,
+    python,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -62,13 +70,30 @@ def django_project(tmp_path: Path, child_env: dict[str, str], spawn) -> Project:
     return Project(tmp_path, child_env, spawn)
 
 
-@pytest.fixture
-def migrated(django_project: Project) -> Project:
-    django_project.release()
-    result = django_project.run("migrate", "--verbosity", "0")
+@pytest.fixture(scope="module")
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database the project's migrations have run on (once per module; tests copy it)."""
+    where = tmp_path_factory.mktemp("django")
+    (where / "flag").touch()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": f"{APPS}.django_project.settings",
+        "VOLCANO_TEST_DB": str(where / "db.sqlite3"),
+        "VOLCANO_TEST_LOG": str(where / "progress.log"),
+        "VOLCANO_TEST_FLAG": str(where / "flag"),
+    }
+    result = subprocess.run(
+        python("-m", "django", "migrate", "--verbosity", "0"), env=env, capture_output=True,
+        text=True, timeout=WAIT, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    django_project.flag.unlink()
-    django_project.log.unlink()
+    return where / "db.sqlite3"
+
+
+@pytest.fixture
+def migrated(django_project: Project, migrated_database: Path) -> Project:
+    shutil.copyfile(migrated_database, django_project.db)
     return django_project
 
 

@@ -1,0 +1,1 @@
+"""The management commands of `volcano.integrations.django`."""

@@ -1,0 +1,1 @@
+"""`locked_migrate`."""

@@ -33,6 +33,7 @@ from ._accesslog import AccessLog, RequestRecord
 from ._auth import Authenticator, Principal
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
+from ._logs import Throttle
 from ._metrics import Metrics
 from ._offload import Runner
 from ._ratelimit import RateLimiter
@@ -52,6 +53,7 @@ log = logging.getLogger("volcano_server")
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
+_INTERNAL = ApiError.internal()
 # The longest a request waits for the waiters it granted to be answered before its own answer.
 _AFTER_WAITERS_SECONDS = 1.0
 
@@ -148,6 +150,7 @@ class Api:
         self._in_flight = 0  # requests of operations being judged, run or held open
         self._behind = 0  # of those, requests held until the waiters they granted are answered
         self._tracing = tracing
+        self._internal_errors = Throttle()
         # Chosen once: untraced requests pay nothing for tracing.
         self.endpoint = self._serve if tracing is None else self._traced
 
@@ -224,9 +227,9 @@ class Api:
             answer = error.answer(request_id)
         except _ClientGone:
             return
-        except Exception:
-            log.exception("internal error in %s request_id=%s", operation.operation_id, request_id)
-            answer = ApiError.internal().answer(request_id)
+        except Exception as exc:  # noqa: BLE001 - every fault is answered 500, and logged
+            self._internal_error(operation.operation_id, request_id, exc)
+            answer = _INTERNAL.answer(request_id)
         finally:
             self._in_flight -= 1
         await _send(send, answer, request_id)
@@ -239,6 +242,17 @@ class Api:
                 started=started,
                 replayed=answer.replayed,
             )
+        )
+
+    def _internal_error(self, operation_id: str, request_id: str, exc: Exception) -> None:
+        """Log a fault whole, or, when the same kind repeats within a minute, count it only."""
+        kind = (operation_id, type(exc), _origin(exc))
+        held = self._internal_errors.allow(kind)
+        if held is None:
+            return
+        more = f" ({held} more like it in the last minute)" if held else ""
+        log.error(
+            "internal error in %s request_id=%s%s", operation_id, request_id, more, exc_info=exc
         )
 
     async def not_allowed(
@@ -401,6 +415,14 @@ def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
     return ApiError.lease_not_held(message).answer(request_id)
 
 
+def _origin(exc: BaseException) -> tuple[str, int]:
+    """Where an exception was raised: its innermost frame's file and line."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else ("", 0)
+
+
 async def _disconnected(receive: Receive) -> None:
     """Return when the client disconnects (its body was read already)."""
     while (await receive())["type"] != "http.disconnect":
@@ -525,7 +547,7 @@ def _parse_json(raw: bytes) -> Any:
             f"request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        return json.loads(
+        value = json.loads(
             text,
             parse_constant=_reject_constant,
             parse_int=_number(int),
@@ -543,6 +565,42 @@ def _parse_json(raw: bytes) -> Any:
         ) from None
     except ValueError as exc:
         raise ApiError.invalid_request(f"request body is not valid JSON: {exc}") from None
+    if not _valid_unicode(value):
+        raise ApiError.invalid_request(
+            "request body has a string (or field name) with a lone surrogate escape, such as"
+            " \\ud800: JSON text must be valid Unicode"
+        )
+    return value
+
+
+def _valid_unicode(value: Any) -> bool:
+    r"""Whether every string in a parsed JSON value, field names included, is valid Unicode.
+
+    Python's JSON parser turns the escape `\ud800` into a lone surrogate, which no UTF-8
+    text can hold: refused here, it never reaches a message, an answer or a log line. (A walk
+    with a stack, not recursion: the parser accepts nesting deeper than a recursive walk could
+    add to.)
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not (item.isascii() or _encodable(item)):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_kind(value: Any) -> str:

@@ -16,10 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ._accesslog import AccessLog
+from ._accesslog import AccessLog, RequestRecord
 from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
+from ._errors import ApiError
 from ._lockmetrics import KeyPrefixes
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
@@ -133,7 +134,20 @@ def create_app(
 
     routes = _routes(spec, api)
     routes.append(Route("/readyz", readiness_endpoint(storage, metrics), methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan)
+
+    async def internal_error(request: Request, _exc: Exception) -> Response:
+        # A fault outside the API's own handling (which answers its own): still the API's JSON
+        # 500, counted and access-logged like every answer. Starlette re-raises it afterwards,
+        # and uvicorn logs it through the server's escaped handler.
+        request_id = str(uuid.uuid4())
+        answer = ApiError.internal().answer(request_id)
+        access_log(RequestRecord.of(request.scope, answer.status, request_id))
+        headers = {"x-request-id": request_id, "cache-control": "no-store"}
+        return Response(answer.body, answer.status, headers, media_type="application/json")
+
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error}
+    )
     app.router.redirect_slashes = False
     app.router.default = api.not_found
     app.state.storage = storage

@@ -23,6 +23,7 @@ import pytest
 from tests.support.raw import Locks, Waiter, new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
 from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
+from volcano_server._logs import CONTINUATION
 
 pytestmark = pytest.mark.slow
 
@@ -498,3 +499,55 @@ class TestAccessLog:
         assert access["logger"] == "volcano_server.access"
         assert project.anon_key not in server.log
         assert project.service_key not in server.log
+
+
+class TestBodiesThatAreNotUnicode:
+    """B3/B4 of issue 33: a JSON escape of a lone surrogate (`\\ud800`) parses in Python, but no
+    UTF-8 text can hold it."""
+
+    @pytest.mark.parametrize(
+        "path", ["/v1/locks/k/acquire", "/v1/locks/k/renew", "/v1/leases/renew"]
+    )
+    @pytest.mark.parametrize(
+        "body", [b'{"\\ud800": 1}', b'{"owner_token": "\\udfff"}', b'{"leases": [{"\\ud800": 1}]}']
+    )
+    def test_a_lone_surrogate_gets_the_contracts_400(
+        self, server: ServerProcess, project: Project, path: str, body: bytes
+    ) -> None:
+        """Anywhere in the body, field names included: 400 invalid_request in the API's JSON
+        shape (before: a plain-text 500 from inside the error handler)."""
+        headers = [*project.headers().items(), ("Content-Type", "application/json")]
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("POST", path, headers, body))
+            reply = read_reply(sock, until=b"}}")
+        assert reply.status == 400, reply.raw
+        error = reply.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert "surrogate" in error["message"]
+        assert error["request_id"] == reply.headers["x-request-id"]
+
+    def test_no_line_of_the_log_is_forged_and_every_answer_is_logged(
+        self, server: ServerProcess, project: Project
+    ) -> None:
+        """A surrogate followed by a newline and a log line's start reaches no log line
+        unescaped; each of the answers is one access line (before: none was, and the traceback
+        printed a forged line of its own)."""
+        forged = b'{"\\ud800\\n2026-01-01 00:00:00,000 INFO volcano_server.access: forged": 1}'
+        headers = [*project.headers().items(), ("Content-Type", "application/json")]
+        markers = [new_id() for _ in range(5)]
+        for marker in markers:
+            with connect(server.port) as sock:
+                sock.sendall(
+                    request_bytes(
+                        "POST", "/v1/locks/k/acquire", [*headers, ("X-Request-Id", marker)], forged
+                    )
+                )
+                assert read_reply(sock, until=b"}}").status == 400
+        wait_for(lambda: all(marker in server.log for marker in markers), "the access lines")
+        for marker in markers:
+            (line,) = [line for line in server.log.splitlines() if marker in line]
+            assert " 400 " in line
+        for line in server.log.splitlines():
+            assert LOG_LINE.match(line) or line.startswith(CONTINUATION), repr(line)
+            assert line.isascii(), repr(line)
+            assert line.isprintable(), repr(line)

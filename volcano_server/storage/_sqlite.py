@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import sqlite3
@@ -70,6 +71,8 @@ from ._sql import (
 from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
+
+log = logging.getLogger("volcano_server")
 
 # Schema changes, by the version they bring the database to; each runs once, in order, so a
 # database of any earlier version is upgraded in place.
@@ -414,6 +417,7 @@ class SQLiteStorage(KeyAdmin):
         self._all: list[sqlite3.Connection] = []
         self._closed = False
         with _mapped_errors():
+            _create_private(self._path)
             self._writer = self._connect()
             self._writer_now = self._connect(busy_ms=0)  # may_block=False: fail rather than wait
             self._migrate()
@@ -585,6 +589,28 @@ def _open_wal(path: str) -> int:
     finally:
         os.close(directory)
     return wal
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, whatever the umask.
+
+    SQLite creates the WAL and shared-memory files with the database file's own permissions, so
+    all three hold every tenant's owner tokens and labels for the owner's eyes only. A file that
+    exists keeps the mode its owner gave it; one that others can read is warned about.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o007:
+            log.warning(
+                "the database %s can be read by every local user (mode %04o): it holds owner"
+                " tokens; chmod 600 it (and its -wal and -shm files)",
+                path,
+                mode,
+            )
+    except OSError:
+        pass  # sqlite3.connect says why, in its own words
 
 
 def _begin_immediate(conn: sqlite3.Connection, *, nonblocking: bool) -> None:

@@ -30,7 +30,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _batch
 from ._accesslog import AccessLog, RequestRecord
+from ._admission import KEY_LOOKUP
 from ._auth import Authenticator, Principal
+from ._config import Quotas
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
 from ._logs import Throttle
@@ -39,6 +41,7 @@ from ._offload import Runner
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
+from ._seats import KEYED
 from ._service import Caller, LockService, Renewal
 from ._shares import ProjectShares
 from ._spec import Operation
@@ -93,6 +96,9 @@ _OPERATIONS: dict[str, _Run] = {
     "listLocks": lambda s, c, p, _b, _gone: s.list_locks(
         c, prefix=p.get("prefix", ""), after=p.get("after", ""), limit=p.get("limit", 100)
     ),
+    "listHolders": lambda s, c, p, _b, _gone: s.holders(
+        c, p["key"], after=p.get("after", 0), limit=p.get("limit", 100)
+    ),
     "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
@@ -130,6 +136,7 @@ class Api:
         *,
         max_body_bytes: int,
         max_batch_body_bytes: int,
+        quotas: Quotas,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -142,6 +149,7 @@ class Api:
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._max_batch_body = max_batch_body_bytes
+        self._quotas = quotas
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -197,7 +205,7 @@ class Api:
             if not operation.authenticated:
                 answer = _HEALTH
             else:
-                principal = await self._admit(headers, malformed)
+                principal = await self._admit(headers, malformed, scope)
                 limit = (
                     self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
                 )
@@ -309,17 +317,22 @@ class Api:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _admit(self, headers: Headers, malformed_id: str | None) -> Principal:
+    async def _admit(self, headers: Headers, malformed_id: str | None, scope: Scope) -> Principal:
         """What the headers alone decide, first in the contract's order.
 
         The credentials, the request id's form, the project's rate. Nothing of the body is read
         before this, so a caller without keys never makes the server hold a body (a batch's may
-        be 256 KiB).
+        be 256 KiB). A connection that shows valid keys keeps its seat from then on (the
+        server's `volcano.keyed` extension; see `_seats`).
         """
         apikey, authorization = credentials(headers)
         principal = await self._run(
-            lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block)
+            lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block),
+            job=KEY_LOOKUP,
         )
+        keyed = scope.get("extensions", {}).get(KEYED)
+        if keyed is not None:
+            keyed["mark"]()
         if malformed_id is not None:
             raise ApiError.invalid_request(malformed_id)
         if self._limiter is not None:
@@ -342,6 +355,7 @@ class Api:
         checked_params, checked_body = _validated(
             request.operation, request.params, body, request.query
         )
+        _within_quotas(self._quotas, checked_body)
         print_ = None
         if request.replayable:
             print_ = _fingerprint(
@@ -482,6 +496,26 @@ def _query_params(operation: Operation, query: bytes) -> dict[str, Any]:
             raise ValidationFailure(name, "given more than once")
         checked[name] = validate(value, name)
     return checked
+
+
+def _within_quotas(quotas: Quotas, body: dict[str, Any]) -> None:
+    """Refuse (409 quota_exceeded) more holders or a longer label than the quotas allow.
+
+    The labels of a batch's entries too.
+    """
+    limit = body.get("limit", 1)
+    if limit > quotas.holders_per_key:
+        raise ApiError.quota_exceeded(
+            f"limit {limit} is over this server's quota of {quotas.holders_per_key} holders per"
+            " key (volcano-server serve --max-holders-per-key)"
+        )
+    labels = [body.get("label")] + [entry.get("label") for entry in body.get("leases", ())]
+    longest = max((len(label) for label in labels if label), default=0)
+    if longest > quotas.label_bytes:
+        raise ApiError.quota_exceeded(
+            f"a label of {longest} bytes is over this server's quota of {quotas.label_bytes}"
+            " (volcano-server serve --max-label-bytes)"
+        )
 
 
 def _waits(params: dict[str, Any], body: dict[str, Any]) -> bool:

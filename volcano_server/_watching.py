@@ -34,13 +34,14 @@ from typing import Any
 
 import attrs
 
+from ._admission import Job
 from ._errors import ApiError
 from ._offload import Runner
 from ._registry import KeyRef
-from ._rules import lock_state
+from ._rules import HOLDERS_INLINE, lock_state
 from ._transactions import Caller
 from ._wire import Answer, dumps
-from .storage import LockRow, Storage
+from .storage import LockSummary, Storage
 
 __all__ = ["KeyView", "Watches", "delivers"]
 
@@ -59,10 +60,10 @@ class KeyView:
     expires_in: float | None  # seconds (storage clock) until the soonest live lease ends
 
 
-def key_view(row: LockRow | None, now: int, key: str, waiting: int) -> KeyView:
-    """The view of a key read at `now`."""
-    state = lock_state(row, now, key, waiting)
-    soonest = row.soonest_expiry(now) if row is not None else None
+def key_view(summary: LockSummary | None, now: int, key: str) -> KeyView:
+    """The view of a key read at `now`: one answer, rendered once for every watcher."""
+    state = lock_state(summary, key)
+    soonest = summary.soonest_expiry() if summary is not None else None
     expires_in = None if soonest is None else (soonest - now) / 1_000_000
     return KeyView(state["version"], Answer(200, dumps(state)), expires_in)
 
@@ -77,9 +78,8 @@ def read_key(storage: Storage, key_ref: KeyRef, *, may_block: bool) -> KeyView:
     project_id, key = key_ref
     with storage.read(may_block=may_block) as tx:
         now = tx.now_us()
-        row = tx.load_lock(project_id, key)
-        waiting = tx.waiting_count(project_id, key) if row is not None else 0
-    return key_view(row, now, key, waiting)
+        summary = tx.summarize(project_id, key, holders=HOLDERS_INLINE)
+    return key_view(summary, now, key)
 
 
 def watch_key(
@@ -95,11 +95,11 @@ def watch_key(
     project_id, key = key_ref
     with storage.write(may_block=may_block, key=key_ref) as tx:
         now = tx.now_us()
-        row = tx.load_lock(project_id, key)  # locks the key's row: see the module's docstring
+        tx.load_lock(project_id, key)  # locks the key's row: see the module's docstring
         tx.watch(project_id, key, server_id, generation)
         tx.touch_server(server_id, now + lifetime_us)  # never purged as a dead server's
-        waiting = tx.waiting_count(project_id, key) if row is not None else 0
-    return key_view(row, now, key, waiting)
+        summary = tx.summarize(project_id, key, holders=HOLDERS_INLINE)
+    return key_view(summary, now, key)
 
 
 class Watcher:
@@ -253,7 +253,7 @@ class Watches:
                 number, epoch = keyed.reads, keyed.epoch
                 generation, work = self._reader(keyed)
                 try:
-                    view = await self._run(work)
+                    view = await self._run(work, job=Job(keyed.key_ref[0], request=False))
                 except Exception as exc:  # noqa: BLE001 - the watchers answer it (503, 500)
                     self._fail(keyed, number, exc)
                 else:

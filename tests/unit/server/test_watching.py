@@ -29,7 +29,7 @@ class Reads:
     def __init__(self) -> None:
         self.pending: list[asyncio.Future[KeyView]] = []
 
-    async def __call__(self, work: Callable[[bool], Any]) -> KeyView:
+    async def __call__(self, work: Callable[[bool], Any], **_how: Any) -> KeyView:
         future: asyncio.Future[KeyView] = asyncio.get_running_loop().create_future()
         self.pending.append(future)
         return await future

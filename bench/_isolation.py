@@ -41,6 +41,8 @@ import os
 import queue
 import re
 import resource
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -53,7 +55,7 @@ import httpx
 
 from tests.support.server import ServerProcess
 
-from ._servers import Keys, fresh_database, make_keys
+from ._servers import Keys, fresh_database
 from ._soak import Latencies, Memory, Prober
 
 FAT_KEYS = 20
@@ -444,6 +446,17 @@ class Bystander:
 # -- one run ------------------------------------------------------------------------------------
 
 
+def _keys(checkout: Path, database_url: str) -> Keys:
+    """A new project's keys, made by `checkout`'s own command (its schema, its migrations)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "volcano_server", "keys", "create", "--db", database_url,
+         "--project", f"bench-{uuid.uuid4().hex[:8]}"],
+        capture_output=True, text=True, check=True, cwd=checkout, timeout=60,
+    )  # fmt: skip
+    found = dict(re.findall(r"(VOLCANO_\w+_KEY)=(\S+)", made.stdout + made.stderr))
+    return Keys(found["VOLCANO_ANON_KEY"], found["VOLCANO_SERVICE_KEY"])
+
+
 @contextlib.contextmanager
 def _server(checkout: Path, database_url: str) -> Iterator[tuple[ServerProcess, int]]:
     server = ServerProcess(database_url, "--no-access-log", "--metrics-port", "0", cwd=checkout)
@@ -459,7 +472,9 @@ def _server(checkout: Path, database_url: str) -> Iterator[tuple[ServerProcess, 
 def run_one(checkout: Path, backend: str, attack: str | None, seconds: float) -> dict[str, Any]:
     """One run: the victim, the bystander and the probes for `seconds`, beside `attack`."""
     with fresh_database(backend) as database_url:
-        victim_keys, bystander_keys, attacker_keys = (make_keys(database_url) for _ in range(3))
+        victim_keys, bystander_keys, attacker_keys = (
+            _keys(checkout, database_url) for _ in range(3)
+        )
         with _server(checkout, database_url) as (server, private_port):
             assert server.process is not None
             prepared = Prepared()

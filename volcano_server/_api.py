@@ -24,13 +24,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from . import _batch
 from ._accesslog import AccessLog, RequestRecord
-from ._admission import KEY_LOOKUP
+from ._admission import KEY_LOOKUP, Admission, Job
 from ._auth import Authenticator, Principal
 from ._config import Quotas
 from ._errors import ApiError
@@ -137,6 +139,7 @@ class Api:
         max_body_bytes: int,
         max_batch_body_bytes: int,
         quotas: Quotas,
+        admission: Admission,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -150,6 +153,7 @@ class Api:
         self._max_body = max_body_bytes
         self._max_batch_body = max_batch_body_bytes
         self._quotas = quotas
+        self._admission = admission
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -206,25 +210,27 @@ class Api:
                 answer = _HEALTH
             else:
                 principal = await self._admit(headers, malformed, scope)
-                limit = (
-                    self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
-                )
-                body = (
-                    await self._read_body(headers, receive, limit)
-                    if operation.body is not None
-                    else b""
-                )
-                request = _Request(
-                    operation,
-                    params,
-                    headers,
-                    request_id,
-                    replayable,
-                    body,
-                    limit,
-                    scope.get("query_string", b""),
-                )
-                caller, params_checked, body_checked = self._judge(request, principal)
+                batch = operation.operation_id in _BATCHES
+                limit = self._max_batch_body if batch else self._max_body
+                with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
+                    body = (
+                        await self._read_body(headers, receive, limit)
+                        if operation.body is not None
+                        else b""
+                    )
+                    request = _Request(
+                        operation,
+                        params,
+                        headers,
+                        request_id,
+                        replayable,
+                        body,
+                        limit,
+                        scope.get("query_string", b""),
+                    )
+                    caller, params_checked, body_checked = await self._judged(
+                        request, principal, off_the_loop=batch
+                    )
                 with self._shares.hold(
                     caller.project_id, waiting=_waits(params_checked, body_checked)
                 ):
@@ -340,6 +346,19 @@ class Api:
             if wait is not None:
                 raise ApiError.rate_limited(wait)
         return principal
+
+    async def _judged(
+        self, request: _Request, principal: Principal, *, off_the_loop: bool
+    ) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
+        """`_judge`, in a worker thread holding a slot of the project's share when asked.
+
+        A batch's body (up to 256 KiB of JSON, 500 entries to validate) takes milliseconds to
+        judge: never on the event loop, and charged to its project like storage work.
+        """
+        if not off_the_loop:
+            return self._judge(request, principal)
+        async with self._admission.slot(Job(principal.project_id, keeps=True)):
+            return await anyio.to_thread.run_sync(self._judge, request, principal)
 
     def _judge(
         self, request: _Request, principal: Principal
@@ -496,6 +515,12 @@ def _query_params(operation: Operation, query: bytes) -> dict[str, Any]:
             raise ValidationFailure(name, "given more than once")
         checked[name] = validate(value, name)
     return checked
+
+
+def _body_size(headers: Headers, limit: int) -> int:
+    """The bytes a request's body will take: as declared, or its limit (chunked, or none)."""
+    declared = headers.get("content-length", "")
+    return min(int(declared), limit) if declared.isdigit() else limit
 
 
 def _within_quotas(quotas: Quotas, body: dict[str, Any]) -> None:

@@ -147,6 +147,10 @@ class ServerConfig:
     # other requests in flight, each holding a worker thread or a database connection.
     max_waiters_per_project: int = 1_000
     max_requests_per_project: int = 256
+    # Bytes of request bodies one project may have in flight at once in one process (each body
+    # counted at its Content-Length, or at its limit): 8 full batch renewals, or hundreds of
+    # small ones. More gets 429, before the body is read.
+    max_body_bytes_per_project: int = 2 * 1024 * 1024
     # How long a request's storage work may wait in line behind its own project's earlier work
     # (the project is over its share of the server's time) before it is refused with 429.
     patience: float = 2.0
@@ -180,31 +184,13 @@ class ServerConfig:
             raise ValueError(
                 f"retention must be at least 600 seconds, got {self.retention_seconds:g}"
             )
-        if self.max_body_bytes < 1024:
-            raise ValueError(
-                f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
-            )
-        if self.max_batch_body_bytes < self.max_body_bytes:
-            raise ValueError(
-                f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
-                f" got {self.max_batch_body_bytes}"
-            )
-        for name in ("max_waiters_per_project", "max_requests_per_project"):
-            if getattr(self, name) < 1:
-                raise ValueError(
-                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
-                )
         if self.key_retention_seconds < self.retention_seconds:
             raise ValueError(
                 f"key retention must be at least the request retention"
                 f" ({self.retention_seconds:g} s), got {self.key_retention_seconds:g}"
             )
-        if not 0 < self.patience <= 60:
-            raise ValueError(
-                f"the patience must be more than 0 and at most 60 s, got {self.patience:g}"
-            )
-        if self.rate_limit is not None and self.rate_limit <= 0:
-            raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")
+        self._check_bodies()
+        self._check_shares()
         if self.sqlite_synchronous not in ("full", "normal"):
             raise ValueError(
                 f"sqlite synchronous must be full or normal, got {self.sqlite_synchronous!r}"
@@ -220,3 +206,32 @@ class ServerConfig:
                 f"at most {MAX_METRIC_KEY_PREFIXES} metric key prefixes,"
                 f" got {len(set(self.metric_key_prefixes))}"
             )
+
+    def _check_bodies(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ValueError(
+                f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
+            )
+        if self.max_batch_body_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
+                f" got {self.max_batch_body_bytes}"
+            )
+        if self.max_body_bytes_per_project < self.max_batch_body_bytes:
+            raise ValueError(
+                f"the bodies one project may have in flight must hold at least one batch"
+                f" ({self.max_batch_body_bytes} bytes), got {self.max_body_bytes_per_project}"
+            )
+
+    def _check_shares(self) -> None:
+        for name in ("max_waiters_per_project", "max_requests_per_project"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
+        if not 0 < self.patience <= 60:
+            raise ValueError(
+                f"the patience must be more than 0 and at most 60 s, got {self.patience:g}"
+            )
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")

@@ -30,10 +30,10 @@ per connection:
   Past the spare seats too, a new connection gets 503 and is closed at once, so the server
   never runs out of file descriptors (and libuv never closes connections unanswered).
 - Keyless connections give way (see `_seats`): while every serving seat is taken, a newcomer
-  takes the seat of a connection that has sent no request with valid keys and is idle (or slow
-  with its head), which is closed. The app says that a request had valid keys by calling the
-  "mark" of the ASGI scope extension `KEYED`. With `max_connections_per_address`, an address
-  past its share gets 503 at once.
+  on a spare seat asking for more than a health probe takes the seat of a connection that has
+  sent no request with valid keys and is idle (or slow with its head), which is closed. The
+  app says that a request had valid keys by calling the "mark" of the ASGI scope extension
+  `KEYED`. With `max_connections_per_address`, an address past its share gets 503 at once.
 - Bursts paced (see `_pacing`): new connections are admitted, and client deadlines acted on,
   `BURST_PER_TURN` per turn of the event loop, so requests under way are not held up behind a
   burst of thousands. A connection whose first bytes are a health probe's request line is
@@ -365,9 +365,12 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        if self._seat is Seat.SPARE and (self.parser.get_method(), _path(self.url)) not in PROBES:
-            self._refuse_full()
-            raise _Answered  # stops the parser: the request is never run
+        probe = (self.parser.get_method(), _path(self.url)) in PROBES
+        if self._seat is Seat.SPARE and not probe:
+            if not self.policy.seats.take(self, reap=True):
+                self._refuse_full()
+                raise _Answered  # stops the parser: the request is never run
+            self._seat = Seat.SERVING  # an idle connection without keys gave way
         super().on_headers_complete()
         if self._seat is Seat.SPARE:
             self.cycle.keep_alive = False  # answered, then closed: the seat is only lent

@@ -19,10 +19,12 @@ them), the private listener's own seats and queue, and `RESERVED_FILES` for ever
 the process opens.
 
 A connection without a key cannot keep a seat from one with a key: when the serving seats are
-all taken, a newcomer takes the seat of a connection that has never sent a request with valid
-keys and is idle (between requests, or slow to send a head), which is closed (`reap`), the
-one idle longest first. So ten thousand kept-alive connections that only ask for /healthz
-hold seats only while nobody else needs them. `accepting` says whether a new connection would
+all taken, a newcomer on a spare seat that asks for anything but a health probe takes the seat
+of a connection that has never sent a request with valid keys and is idle (between requests,
+or slow to send a head), which is closed (`reap`), the one seated longest first. (A probe
+never takes one: reaped clients that reconnect only to probe cost nobody a seat.) So ten
+thousand kept-alive connections that only ask for /healthz hold seats only while nobody else
+needs them. `accepting` says whether a new connection would
 be served: what `/readyz` reports. Optionally, `per_address` caps the connections one client
 address holds (off by default: behind a proxy every client shares the proxy's address).
 """
@@ -143,13 +145,13 @@ class Seats:
             return Arrival.SEATED
         return Arrival.REFUSED if self._open <= seats + self._refusing else Arrival.DROPPED
 
-    def take(self, connection: Reapable | None = None) -> bool:
-        """Take a serving seat for `connection` if one is free, or reap one; False: spare.
+    def take(self, connection: Reapable | None = None, *, reap: bool = False) -> bool:
+        """Take a serving seat for `connection` if one is free (or, with `reap`, can be freed).
 
-        A connection seated keeps no key until `keyed` says it has one: until then, while it
-        is idle, its seat may go to a newcomer.
+        False: none is, and the connection has a spare seat. A connection seated keeps no key
+        until `keyed` says it has one: until then, while it is idle, its seat may be reaped.
         """
-        if self._taken >= self.serving and not self._reap_one():
+        if self._taken >= self.serving and not (reap and self._reap_one()):
             return False
         self._taken += 1
         if connection is not None:

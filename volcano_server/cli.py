@@ -220,6 +220,14 @@ def _parser() -> argparse.ArgumentParser:
         " work (the project is over its share of the server's time); then 429 (default: 2)",
     )
     serve.add_argument(
+        "--max-body-bytes-per-project",
+        type=_positive_int,
+        default=2 * 1024 * 1024,
+        metavar="BYTES",
+        help="bytes of request bodies one project may have in flight in this process (each"
+        " counted at its Content-Length); more get 429 before being read (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-wait",
         type=_positive_float,
         default=60.0,
@@ -435,6 +443,7 @@ def _serve(args: argparse.Namespace) -> int:
             rate_limit=args.rate_limit,
             max_waiters_per_project=args.max_waiters_per_project,
             max_requests_per_project=args.max_requests_per_project,
+            max_body_bytes_per_project=args.max_body_bytes_per_project,
             patience=args.patience,
             key_retention_seconds=args.key_retention,
             quotas=Quotas(

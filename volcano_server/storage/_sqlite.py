@@ -471,7 +471,9 @@ class SQLiteStorage(KeyAdmin):
         self.url_for_display = f"sqlite:///{self._path}"
         self.runs_inline = True
         self.pushes_handoffs = False
-        self.connections = readers
+        # Storage work in threads at once (`_admission`): SQLite has one writer, and Python
+        # threads beyond two only take the GIL from each other and from the event loop.
+        self.connections = min(readers, 2)
         self._write_lock = threading.Lock()
         self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
         self._all: list[sqlite3.Connection] = []

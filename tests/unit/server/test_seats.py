@@ -70,8 +70,9 @@ class Connection:
 
 class TestKeylessGiveWay:
     def test_a_newcomer_takes_the_seat_of_the_idle_keyless_seated_longest(self) -> None:
-        """With every serving seat taken, a newcomer gets a serving seat: the keyless idle
-        connection seated longest is reaped; keyed and busy ones are passed over."""
+        """With every serving seat taken, a newcomer asking for more than a probe gets a
+        serving seat: the keyless idle connection seated longest is reaped; keyed and busy ones
+        are passed over. Without asking to reap (a probe), it gets none."""
         seats = Seats(3, backlog=0)
         keyed, busy, idle = Connection(), Connection(idle=False), Connection()
         for connection in (keyed, busy, idle):
@@ -80,7 +81,8 @@ class TestKeylessGiveWay:
         seats.keyed(keyed)
         newcomer = Connection()
         assert seats.arrive() is Arrival.SEATED
-        assert seats.take(newcomer)
+        assert not seats.take(newcomer)
+        assert seats.take(newcomer, reap=True)
         assert (keyed.reaped, busy.reaped, idle.reaped) == (False, False, True)
         assert (seats.taken, seats.reaped) == (3, 1)
         seats.leave(serving=False, connection=idle)  # it closes holding no seat
@@ -99,7 +101,7 @@ class TestKeylessGiveWay:
         seats.keyed(busy)
         assert not seats.accepting()
         seats.arrive()
-        assert not seats.take(Connection())
+        assert not seats.take(Connection(), reap=True)
         assert seats.reaped == 0
 
     def test_an_address_past_its_share_is_crowded(self) -> None:

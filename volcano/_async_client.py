@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._exceptions import Error
-    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 
 
 class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
@@ -190,7 +190,26 @@ class AsyncLocks:
         An async iterator: `async for state in client.locks.list("report-"):`.
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
-        return _watch.async_pages(self._engine.send, checked, size)
+        return _watch.async_pages(
+            self._engine.send,
+            lambda after: _requests.list_page(checked, after=after, page_size=size),
+            "",
+        )
+
+    def holders(self, key: str, *, page_size: int = 100) -> AsyncIterator[LockHolder]:
+        """Every live lease of `key`, in fencing token order; see `Locks.holders`.
+
+        An async iterator: `async for holder in client.locks.holders("build-slots"):`.
+        """
+        checked, size = (
+            _validate.key(key),
+            _validate.page_size(page_size, _validate.HOLDERS_PAGE_MAX),
+        )
+        return _watch.async_pages(
+            self._engine.send,
+            lambda after: _requests.holders_page(checked, after=after, page_size=size),
+            0,
+        )
 
     def with_lock(
         self,

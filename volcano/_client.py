@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._exceptions import Error
-    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 
 
 class Client(BaseClient[httpx.Client, Engine, "Locks"]):
@@ -327,7 +327,38 @@ class Locks:
             page_size: Keys per request, 1 to 500 (default 100).
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
-        return _watch.pages(self._engine.send, checked, size)
+        return _watch.pages(
+            self._engine.send,
+            lambda after: _requests.list_page(checked, after=after, page_size=size),
+            "",
+        )
+
+    def holders(self, key: str, *, page_size: int = 100) -> Iterator[LockHolder]:
+        """Every live lease of `key`, in fencing token order (never an owner token).
+
+        ```python
+        for holder in client.locks.holders("build-slots"):
+            print(holder.fencing_token, holder.label, holder.expires_at)
+        ```
+
+        A key's state shows at most 20 holders (those ending soonest) and counts them all in
+        `LockState.holder_count`; this pages through every one, asking for pages of
+        `page_size` as the iteration goes on. A lease live throughout appears exactly once;
+        one granted or ended meanwhile may or may not.
+
+        Args:
+            key: The lock's name.
+            page_size: Leases per request, 1 to 100 (default 100).
+        """
+        checked, size = (
+            _validate.key(key),
+            _validate.page_size(page_size, _validate.HOLDERS_PAGE_MAX),
+        )
+        return _watch.pages(
+            self._engine.send,
+            lambda after: _requests.holders_page(checked, after=after, page_size=size),
+            0,
+        )
 
     def with_lock(
         self,

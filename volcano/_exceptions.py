@@ -18,6 +18,7 @@ Error
     │   ├── LockHeldError               409 lock_held
     │   ├── LeaseNotHeldError           409 lease_not_held
     │   ├── LimitMismatchError          409 limit_mismatch
+    │   ├── QuotaExceededError          409 quota_exceeded
     │   └── RequestIdReusedError        409 request_id_reused
     ├── PayloadTooLargeError            413
     ├── UnprocessableEntityError        422
@@ -218,6 +219,15 @@ class LimitMismatchError(ConflictError):
         return (rebuild, (cls, args, {**fields, "limit": self.limit}))
 
 
+class QuotaExceededError(ConflictError):
+    """409 quota_exceeded: the request would pass one of the server's per-project quotas.
+
+    The message names the quota (keys in use per project, holders per key, label bytes) and
+    the server option that sets it. Not retried: free keys (they are deleted once unused for
+    the server's key retention), ask for fewer holders, or shorten the label.
+    """
+
+
 class RequestIdReusedError(ConflictError):
     """409 request_id_reused: this request id was already used for a different request."""
 
@@ -264,6 +274,7 @@ _CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
     "lock_held": LockHeldError,
     "lease_not_held": LeaseNotHeldError,
     "limit_mismatch": LimitMismatchError,
+    "quota_exceeded": QuotaExceededError,
     "request_id_reused": RequestIdReusedError,
 }
 

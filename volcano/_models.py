@@ -77,12 +77,14 @@ class LockState:
             else the last one issued for the key, else None.
         limit: The key's limit (1 for a lock, N for a semaphore) while it is in use; 1 when
             it is free.
-        holders: The live leases, soonest expiry first.
+        holders: The live leases, soonest expiry first: all of them, or the 20 that end
+            soonest when there are more (`client.locks.holders(key)` lists them all).
         waiters: How many callers wait in the key's line.
         version: The key's version: 0 for a key never acquired, then greater after each
             change of its holders (a grant, a release, an expiry, a force release, a label
             changed by a renewal). It never goes back; a renewal that keeps the label leaves
             it as it is.
+        holder_count: How many live leases the key has, shown in `holders` or not.
     """
 
     key: str
@@ -93,6 +95,9 @@ class LockState:
     holders: tuple[LockHolder, ...] = ()
     waiters: int = 0
     version: int = 0
+    holder_count: int = attrs.field(
+        default=attrs.Factory(lambda self: len(self.holders), takes_self=True)
+    )
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._exceptions import Error
-    from ._models import ForceReleaseResult, LockLease, LockState
+    from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
     from ._seam import Call, Page
 
 FOREVER = math.inf
@@ -165,11 +165,16 @@ def watch(key: str, *, after_version: int, wait: float) -> Call[LockState]:
     return _seam.watch(key, after_version=after_version, wait=wait, request_id=_validate.new_uuid())
 
 
-def list_page(prefix: str, *, after: str, page_size: int) -> Call[Page]:
+def list_page(prefix: str, *, after: str, page_size: int) -> Call[Page[LockState, str]]:
     """One page of a listing, after the key `after` (arguments checked by the caller)."""
     return _seam.list_page(
         prefix=prefix, after=after, limit=page_size, request_id=_validate.new_uuid()
     )
+
+
+def holders_page(key: str, *, after: int, page_size: int) -> Call[Page[LockHolder, int]]:
+    """One page of a key's live leases, after the fencing token `after` (checked by the caller)."""
+    return _seam.holders_page(key, after=after, limit=page_size, request_id=_validate.new_uuid())
 
 
 def _request_id(value: str | uuid.UUID | None) -> str:

@@ -93,11 +93,15 @@ def prefix(value: object) -> str:
     return value
 
 
-def page_size(value: object) -> int:
-    """Return how many keys one page of a listing asks for: 1 to 500."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= PAGE_MAX:
+HOLDERS_PAGE_MAX = 100
+"""The most leases one page of `client.locks.holders` asks for (openapi.yaml)."""
+
+
+def page_size(value: object, most: int = PAGE_MAX) -> int:
+    """Return how many items one page of a listing asks for: 1 to `most` (keys: 500)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
         raise InvalidArgumentError(
-            f"page_size must be a whole number (int) from 1 to {PAGE_MAX}, got {value!r}"
+            f"page_size must be a whole number (int) from 1 to {most}, got {value!r}"
         )
     return int(value)
 

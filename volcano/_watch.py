@@ -16,7 +16,7 @@ off); `LockWatch` and `AsyncLockWatch` are the thin shells that send and wait. L
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from . import _requests, _validate
 from ._exceptions import APIConnectionError, APIStatusError, Error
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
     SyncSend = Callable[..., Answer[LockState]]
     AsyncSend = Callable[..., Awaitable[Answer[LockState]]]
+
+Item = TypeVar("Item")  # an item of a listing
+Cursor = TypeVar("Cursor")  # the cursor a listing's pages go on from
 
 __all__ = [
     "BACKOFF_CAP",
@@ -270,27 +273,34 @@ def async_watch(engine: AsyncEngine, key: object, after_version: object) -> Asyn
 
 
 def pages(
-    send: Callable[[Call[Page]], Answer[Page]], prefix: str, page_size: int
-) -> Iterator[LockState]:
-    """Every listed key's state, page after page, until a page says there is no next."""
-    after = ""
+    send: Callable[[Call[Page[Item, Cursor]]], Answer[Page[Item, Cursor]]],
+    page_after: Callable[[Cursor], Call[Page[Item, Cursor]]],
+    first: Cursor,
+) -> Iterator[Item]:
+    """Every item of a listing, page after page, until a page says there is no next.
+
+    `page_after(after)` is the request for the page after `after` (`first`: the first page).
+    """
+    after = first
     while True:
-        page = send(_requests.list_page(prefix, after=after, page_size=page_size)).value
-        yield from page.states
+        page = send(page_after(after)).value
+        yield from page.items
         if page.next_after is None:
             return
         after = page.next_after
 
 
 async def async_pages(
-    send: Callable[[Call[Page]], Awaitable[Answer[Page]]], prefix: str, page_size: int
-) -> AsyncIterator[LockState]:
+    send: Callable[[Call[Page[Item, Cursor]]], Awaitable[Answer[Page[Item, Cursor]]]],
+    page_after: Callable[[Cursor], Call[Page[Item, Cursor]]],
+    first: Cursor,
+) -> AsyncIterator[Item]:
     """The asyncio twin of `pages`."""
-    after = ""
+    after = first
     while True:
-        page = (await send(_requests.list_page(prefix, after=after, page_size=page_size))).value
-        for state in page.states:
-            yield state
+        page = (await send(page_after(after))).value
+        for item in page.items:
+            yield item
         if page.next_after is None:
             return
         after = page.next_after

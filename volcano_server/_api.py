@@ -24,20 +24,26 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import attrs
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from . import _batch
 from ._accesslog import AccessLog, RequestRecord
+from ._admission import KEY_LOOKUP, Admission, Job
 from ._auth import Authenticator, Principal
+from ._config import Quotas
 from ._errors import ApiError
 from ._headers import check_content_encoding, credentials
+from ._logs import Throttle
 from ._metrics import Metrics
 from ._offload import Runner
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
+from ._seats import KEYED
 from ._service import Caller, LockService, Renewal
 from ._shares import ProjectShares
 from ._spec import Operation
@@ -52,6 +58,7 @@ log = logging.getLogger("volcano_server")
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 _HEALTH = Answer(200, dumps({"status": "ok"}))
+_INTERNAL = ApiError.internal()
 # The longest a request waits for the waiters it granted to be answered before its own answer.
 _AFTER_WAITERS_SECONDS = 1.0
 
@@ -91,6 +98,9 @@ _OPERATIONS: dict[str, _Run] = {
     "listLocks": lambda s, c, p, _b, _gone: s.list_locks(
         c, prefix=p.get("prefix", ""), after=p.get("after", ""), limit=p.get("limit", 100)
     ),
+    "listHolders": lambda s, c, p, _b, _gone: s.holders(
+        c, p["key"], after=p.get("after", 0), limit=p.get("limit", 100)
+    ),
     "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
@@ -128,6 +138,8 @@ class Api:
         *,
         max_body_bytes: int,
         max_batch_body_bytes: int,
+        quotas: Quotas,
+        admission: Admission,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -140,6 +152,8 @@ class Api:
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._max_batch_body = max_batch_body_bytes
+        self._quotas = quotas
+        self._admission = admission
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -148,6 +162,7 @@ class Api:
         self._in_flight = 0  # requests of operations being judged, run or held open
         self._behind = 0  # of those, requests held until the waiters they granted are answered
         self._tracing = tracing
+        self._internal_errors = Throttle()
         # Chosen once: untraced requests pay nothing for tracing.
         self.endpoint = self._serve if tracing is None else self._traced
 
@@ -194,26 +209,28 @@ class Api:
             if not operation.authenticated:
                 answer = _HEALTH
             else:
-                principal = await self._admit(headers, malformed)
-                limit = (
-                    self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
-                )
-                body = (
-                    await self._read_body(headers, receive, limit)
-                    if operation.body is not None
-                    else b""
-                )
-                request = _Request(
-                    operation,
-                    params,
-                    headers,
-                    request_id,
-                    replayable,
-                    body,
-                    limit,
-                    scope.get("query_string", b""),
-                )
-                caller, params_checked, body_checked = self._judge(request, principal)
+                principal = await self._admit(headers, malformed, scope)
+                batch = operation.operation_id in _BATCHES
+                limit = self._max_batch_body if batch else self._max_body
+                with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
+                    body = (
+                        await self._read_body(headers, receive, limit)
+                        if operation.body is not None
+                        else b""
+                    )
+                    request = _Request(
+                        operation,
+                        params,
+                        headers,
+                        request_id,
+                        replayable,
+                        body,
+                        limit,
+                        scope.get("query_string", b""),
+                    )
+                    caller, params_checked, body_checked = await self._judged(
+                        request, principal, off_the_loop=batch
+                    )
                 with self._shares.hold(
                     caller.project_id, waiting=_waits(params_checked, body_checked)
                 ):
@@ -224,9 +241,9 @@ class Api:
             answer = error.answer(request_id)
         except _ClientGone:
             return
-        except Exception:
-            log.exception("internal error in %s request_id=%s", operation.operation_id, request_id)
-            answer = ApiError.internal().answer(request_id)
+        except Exception as exc:  # noqa: BLE001 - every fault is answered 500, and logged
+            self._internal_error(operation.operation_id, request_id, exc)
+            answer = _INTERNAL.answer(request_id)
         finally:
             self._in_flight -= 1
         await _send(send, answer, request_id)
@@ -239,6 +256,17 @@ class Api:
                 started=started,
                 replayed=answer.replayed,
             )
+        )
+
+    def _internal_error(self, operation_id: str, request_id: str, exc: Exception) -> None:
+        """Log a fault whole, or, when the same kind repeats within a minute, count it only."""
+        kind = (operation_id, type(exc), _origin(exc))
+        held = self._internal_errors.allow(kind)
+        if held is None:
+            return
+        more = f" ({held} more like it in the last minute)" if held else ""
+        log.error(
+            "internal error in %s request_id=%s%s", operation_id, request_id, more, exc_info=exc
         )
 
     async def not_allowed(
@@ -295,17 +323,22 @@ class Api:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _admit(self, headers: Headers, malformed_id: str | None) -> Principal:
+    async def _admit(self, headers: Headers, malformed_id: str | None, scope: Scope) -> Principal:
         """What the headers alone decide, first in the contract's order.
 
         The credentials, the request id's form, the project's rate. Nothing of the body is read
         before this, so a caller without keys never makes the server hold a body (a batch's may
-        be 256 KiB).
+        be 256 KiB). A connection that shows valid keys keeps its seat from then on (the
+        server's `volcano.keyed` extension; see `_seats`).
         """
         apikey, authorization = credentials(headers)
         principal = await self._run(
-            lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block)
+            lambda may_block: self._auth.authenticate(apikey, authorization, may_block=may_block),
+            job=KEY_LOOKUP,
         )
+        keyed = scope.get("extensions", {}).get(KEYED)
+        if keyed is not None:
+            keyed["mark"]()
         if malformed_id is not None:
             raise ApiError.invalid_request(malformed_id)
         if self._limiter is not None:
@@ -313,6 +346,19 @@ class Api:
             if wait is not None:
                 raise ApiError.rate_limited(wait)
         return principal
+
+    async def _judged(
+        self, request: _Request, principal: Principal, *, off_the_loop: bool
+    ) -> tuple[Caller, dict[str, Any], dict[str, Any]]:
+        """`_judge`, in a worker thread holding a slot of the project's share when asked.
+
+        A batch's body (up to 256 KiB of JSON, 500 entries to validate) takes milliseconds to
+        judge: never on the event loop, and charged to its project like storage work.
+        """
+        if not off_the_loop:
+            return self._judge(request, principal)
+        async with self._admission.slot(Job(principal.project_id, keeps=True)):
+            return await anyio.to_thread.run_sync(self._judge, request, principal)
 
     def _judge(
         self, request: _Request, principal: Principal
@@ -328,6 +374,7 @@ class Api:
         checked_params, checked_body = _validated(
             request.operation, request.params, body, request.query
         )
+        _within_quotas(self._quotas, checked_body)
         print_ = None
         if request.replayable:
             print_ = _fingerprint(
@@ -401,6 +448,14 @@ def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
     return ApiError.lease_not_held(message).answer(request_id)
 
 
+def _origin(exc: BaseException) -> tuple[str, int]:
+    """Where an exception was raised: its innermost frame's file and line."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else ("", 0)
+
+
 async def _disconnected(receive: Receive) -> None:
     """Return when the client disconnects (its body was read already)."""
     while (await receive())["type"] != "http.disconnect":
@@ -460,6 +515,32 @@ def _query_params(operation: Operation, query: bytes) -> dict[str, Any]:
             raise ValidationFailure(name, "given more than once")
         checked[name] = validate(value, name)
     return checked
+
+
+def _body_size(headers: Headers, limit: int) -> int:
+    """The bytes a request's body will take: as declared, or its limit (chunked, or none)."""
+    declared = headers.get("content-length", "")
+    return min(int(declared), limit) if declared.isdigit() else limit
+
+
+def _within_quotas(quotas: Quotas, body: dict[str, Any]) -> None:
+    """Refuse (409 quota_exceeded) more holders or a longer label than the quotas allow.
+
+    The labels of a batch's entries too.
+    """
+    limit = body.get("limit", 1)
+    if limit > quotas.holders_per_key:
+        raise ApiError.quota_exceeded(
+            f"limit {limit} is over this server's quota of {quotas.holders_per_key} holders per"
+            " key (volcano-server serve --max-holders-per-key)"
+        )
+    labels = [body.get("label")] + [entry.get("label") for entry in body.get("leases", ())]
+    longest = max((len(label) for label in labels if label), default=0)
+    if longest > quotas.label_bytes:
+        raise ApiError.quota_exceeded(
+            f"a label of {longest} bytes is over this server's quota of {quotas.label_bytes}"
+            " (volcano-server serve --max-label-bytes)"
+        )
 
 
 def _waits(params: dict[str, Any], body: dict[str, Any]) -> bool:
@@ -525,7 +606,7 @@ def _parse_json(raw: bytes) -> Any:
             f"request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        return json.loads(
+        value = json.loads(
             text,
             parse_constant=_reject_constant,
             parse_int=_number(int),
@@ -543,6 +624,42 @@ def _parse_json(raw: bytes) -> Any:
         ) from None
     except ValueError as exc:
         raise ApiError.invalid_request(f"request body is not valid JSON: {exc}") from None
+    if not _valid_unicode(value):
+        raise ApiError.invalid_request(
+            "request body has a string (or field name) with a lone surrogate escape, such as"
+            " \\ud800: JSON text must be valid Unicode"
+        )
+    return value
+
+
+def _valid_unicode(value: Any) -> bool:
+    r"""Whether every string in a parsed JSON value, field names included, is valid Unicode.
+
+    Python's JSON parser turns the escape `\ud800` into a lone surrogate, which no UTF-8
+    text can hold: refused here, it never reaches a message, an answer or a log line. (A walk
+    with a stack, not recursion: the parser accepts nesting deeper than a recursive walk could
+    add to.)
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not (item.isascii() or _encodable(item)):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_kind(value: Any) -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,11 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ._accesslog import AccessLog
+from ._accesslog import AccessLog, RequestRecord
+from ._admission import Admission
 from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
-from ._lockmetrics import KeyPrefixes
+from ._errors import ApiError
+from ._lockmetrics import End, Ended, KeyPrefixes
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
 from ._pulse import Pulse
@@ -43,6 +46,10 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("volcano_server")
 
+# Expired leases (and idle keys) deleted per transaction: small, since each holds the write lock
+# (SQLite) or its keys' row locks (PostgreSQL) while it runs.
+_LEASES_PER_PURGE = 500
+
 
 def create_app(
     config: ServerConfig | None = None,
@@ -51,6 +58,7 @@ def create_app(
     spec: Spec | None = None,
     offload: Offload | None = None,
     tracer_provider: TracerProvider | None = None,
+    accepting: Callable[[], bool] | None = None,
 ) -> Starlette:
     """Build the server.
 
@@ -60,6 +68,7 @@ def create_app(
     `offload` runs its storage work (default: on the loop when SQLite need not block, else in
     worker threads); the schedule explorer gives its own. Requests are traced on
     `tracer_provider`, else on the process's global one if it is configured (`_tracing`).
+    `accepting` says whether the API's listener would serve a new connection (`/readyz`).
     """
     config = config or ServerConfig()
     spec = spec or load_spec()
@@ -77,7 +86,15 @@ def create_app(
         lock_keys=config.trace_lock_keys,
         database="sqlite" if storage.runs_inline else "postgresql",
     )
-    run = Runner(offload or ThreadOffload(inline=storage.runs_inline), metrics, tracing)
+    admission = Admission(
+        storage.connections,
+        reserved=max(1, storage.connections // 4),
+        patience=config.patience,
+        on_refused=metrics.over_time_share.inc,
+    )
+    metrics.watch_admission(admission)
+    offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
+    run = Runner(offload, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
     pulse = Pulse(lifetime_us)
     server_id = uuid.uuid4().hex
@@ -93,6 +110,7 @@ def create_app(
         Registry(server_id),
         settings=config.waiting,
         retention_seconds=config.retention_seconds,
+        max_keys=config.quotas.keys_per_project,
         run=run,
         pulse=pulse,
         revocations=authenticator,
@@ -108,8 +126,14 @@ def create_app(
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
         max_batch_body_bytes=config.max_batch_body_bytes,
+        quotas=config.quotas,
+        admission=admission,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
-        shares=ProjectShares(config.max_waiters_per_project, config.max_requests_per_project),
+        shares=ProjectShares(
+            config.max_waiters_per_project,
+            config.max_requests_per_project,
+            config.max_body_bytes_per_project,
+        ),
         metrics=metrics,
         access_log=access_log,
         run=run,
@@ -122,6 +146,7 @@ def create_app(
             tasks.start_soon(_purge_forever, storage, config, metrics, pulse)
             tasks.start_soon(_record_key_uses_forever, storage, authenticator, config, metrics)
             tasks.start_soon(waits.run)
+            tasks.start_soon(_measure_loop_lag, metrics)
             try:
                 yield
             finally:
@@ -132,8 +157,14 @@ def create_app(
         storage.close()
 
     routes = _routes(spec, api)
-    routes.append(Route("/readyz", readiness_endpoint(storage, metrics), methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    readyz = readiness_endpoint(storage, metrics, accepting)
+    routes.append(Route("/readyz", readyz, methods=["GET"]))
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={Exception: _internal_error(access_log)},
+    )
     app.router.redirect_slashes = False
     app.router.default = api.not_found
     app.state.storage = storage
@@ -143,6 +174,25 @@ def create_app(
     app.state.watches = watches
     app.state.tracing = tracing
     return app
+
+
+def _internal_error(
+    access_log: AccessLog,
+) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The answer to a fault outside the API's own handling (which answers its own).
+
+    Still the API's JSON 500, counted and access-logged like every answer. Starlette re-raises
+    the fault afterwards, and uvicorn logs it through the server's escaped handler.
+    """
+
+    async def internal_error(request: Request, _exc: Exception) -> Response:
+        request_id = str(uuid.uuid4())
+        answer = ApiError.internal().answer(request_id)
+        access_log(RequestRecord.of(request.scope, answer.status, request_id))
+        headers = {"x-request-id": request_id, "cache-control": "no-store"}
+        return Response(answer.body, answer.status, headers, media_type="application/json")
+
+    return internal_error
 
 
 def _check_operations(spec: Spec) -> None:
@@ -173,12 +223,16 @@ def _routes(spec: Spec, api: Api) -> list[BaseRoute]:
 async def _purge_forever(
     storage: Storage, config: ServerConfig, metrics: Metrics, pulse: Pulse
 ) -> None:
-    """Delete expired request outcomes and departed waiters in bounded batches.
+    """Delete expired outcomes, expired leases, idle keys and departed waiters in batches.
 
-    So both stay bounded under load. Waiters only while this server's own heartbeat is steady
-    (`Pulse`): right after the database was away, every server's heartbeat had lapsed.
+    So all stay bounded under load, whatever a project stores (issue 33): expired leases in
+    small batches (each holds the write lock, or its keys' row locks), counted as expiries.
+    Waiters only while this server's own heartbeat is steady (`Pulse`): right after the
+    database was away, every server's heartbeat had lapsed.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
+    idle_us = round(config.key_retention_seconds * 1_000_000)
+    small = min(config.purge_batch, _LEASES_PER_PURGE)
     while True:
         await anyio.sleep(config.purge_interval_seconds)
         try:
@@ -186,6 +240,14 @@ async def _purge_forever(
                 await anyio.to_thread.run_sync(storage.purge_outcomes, config.purge_batch)
                 >= config.purge_batch
             ):
+                await anyio.lowlevel.checkpoint()
+            while True:
+                expired = await anyio.to_thread.run_sync(storage.purge_leases, small)
+                metrics.locks.record(Ended(x.key, End.EXPIRED, x.held_us) for x in expired)
+                if len(expired) < small:
+                    break
+                await anyio.lowlevel.checkpoint()
+            while await anyio.to_thread.run_sync(storage.purge_keys, idle_us, small) >= small:
                 await anyio.lowlevel.checkpoint()
             while (
                 pulse.steady()
@@ -200,6 +262,15 @@ async def _purge_forever(
             log.warning("purging stored outcomes failed, will retry: %s", exc)
         except Exception:
             log.exception("purging stored outcomes failed, will retry")
+
+
+async def _measure_loop_lag(metrics: Metrics, every: float = 0.1) -> None:
+    """Sample how late the event loop runs a timer (`volcano_event_loop_lag_seconds`)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + every
+        await asyncio.sleep(every)
+        metrics.loop_lag.observe(max(0.0, loop.time() - due))
 
 
 async def _record_key_uses_forever(

@@ -8,7 +8,7 @@ import attrs
 
 from .storage import DEFAULT_DATABASE_URL, Synchronous
 
-__all__ = ["MAX_METRIC_KEY_PREFIXES", "Limits", "ServerConfig", "WaitingSettings"]
+__all__ = ["MAX_METRIC_KEY_PREFIXES", "Limits", "Quotas", "ServerConfig", "WaitingSettings"]
 
 # A lock key's pattern (openapi.yaml): a metric key prefix is the start of one.
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
@@ -68,6 +68,9 @@ class Limits:
     # Open connections per process, waiting requests included; past it, new ones get 503 (a
     # health probe is still answered, on one of a quarter as many spare seats).
     max_connections: int = 10_000
+    # Connections one client address may hold open at once; 0 (the default) for no cap. Leave it
+    # off behind a proxy or load balancer: every client then shares the proxy's address.
+    max_connections_per_address: int = 0
     # Connections the kernel may queue for the server to accept (Linux caps it at
     # net.core.somaxconn). A queue that overflows drops connection attempts, which clients
     # retry only after 1 s, then 3 s; the server accepts a burst in turns of 32.
@@ -90,8 +93,40 @@ class Limits:
             )
         if self.max_connections < 1:
             raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
+        if self.max_connections_per_address < 0:
+            raise ValueError(
+                "max connections per address must be 0 (no cap) or more,"
+                f" got {self.max_connections_per_address}"
+            )
         if not 1 <= self.backlog <= 65_535:
             raise ValueError(f"the backlog must be 1 to 65535, got {self.backlog}")
+
+
+@attrs.frozen
+class Quotas:
+    """What one project may store, each refused with 409 quota_exceeded past it (issue 33).
+
+    Off (or at the API's own bounds) by default: a server shared by projects that do not trust
+    each other sets them (docs/production.md).
+    """
+
+    # Keys one project has stored at once (held, waited for, or used within the key retention);
+    # 0 for no quota. Counted when an acquire would store a new key.
+    keys_per_project: int = 0
+    # The largest `limit` (semaphore slots) an acquire may ask for: at most the API's 1,000.
+    holders_per_key: int = 1_000
+    # The longest label, in bytes (labels are printable ASCII): at most the API's 200.
+    label_bytes: int = 200
+
+    def __attrs_post_init__(self) -> None:
+        if self.keys_per_project < 0:
+            raise ValueError(
+                f"the keys quota must be 0 (none) or more, got {self.keys_per_project}"
+            )
+        if not 1 <= self.holders_per_key <= 1_000:
+            raise ValueError(f"the holders quota must be 1 to 1000, got {self.holders_per_key}")
+        if not 0 <= self.label_bytes <= 200:
+            raise ValueError(f"the label quota must be 0 to 200 bytes, got {self.label_bytes}")
 
 
 @attrs.frozen
@@ -112,6 +147,16 @@ class ServerConfig:
     # other requests in flight, each holding a worker thread or a database connection.
     max_waiters_per_project: int = 1_000
     max_requests_per_project: int = 256
+    # Bytes of request bodies one project may have in flight at once in one process (each body
+    # counted at its Content-Length, or at its limit): 8 full batch renewals, or hundreds of
+    # small ones. More gets 429, before the body is read.
+    max_body_bytes_per_project: int = 2 * 1024 * 1024
+    # How long a request's storage work may wait in line behind its own project's earlier work
+    # (the project is over its share of the server's time) before it is refused with 429.
+    patience: float = 2.0
+    # Keys with no lease and nobody in line, unchanged this long, are deleted (purged); used
+    # again, they go on from their project's floor (fencing tokens and versions never go back).
+    key_retention_seconds: float = 3_600.0
     # Stored outcomes past their retention are deleted in batches this often.
     purge_interval_seconds: float = 5.0
     purge_batch: int = 5_000
@@ -124,6 +169,8 @@ class ServerConfig:
     # How often the keys' "last used" times are written to the database.
     key_use_flush_seconds: float = 30.0
     limits: Limits = Limits()
+    # What one project may store (off by default).
+    quotas: Quotas = Quotas()
     # Waiting for a lock: how long places and reservations last, heartbeats, polling.
     waiting: WaitingSettings = attrs.field(factory=WaitingSettings)
     # The lock metrics carry no key; these prefixes (opt-in) label them, the rest is "_other".
@@ -137,22 +184,13 @@ class ServerConfig:
             raise ValueError(
                 f"retention must be at least 600 seconds, got {self.retention_seconds:g}"
             )
-        if self.max_body_bytes < 1024:
+        if self.key_retention_seconds < self.retention_seconds:
             raise ValueError(
-                f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
+                f"key retention must be at least the request retention"
+                f" ({self.retention_seconds:g} s), got {self.key_retention_seconds:g}"
             )
-        if self.max_batch_body_bytes < self.max_body_bytes:
-            raise ValueError(
-                f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
-                f" got {self.max_batch_body_bytes}"
-            )
-        for name in ("max_waiters_per_project", "max_requests_per_project"):
-            if getattr(self, name) < 1:
-                raise ValueError(
-                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
-                )
-        if self.rate_limit is not None and self.rate_limit <= 0:
-            raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")
+        self._check_bodies()
+        self._check_shares()
         if self.sqlite_synchronous not in ("full", "normal"):
             raise ValueError(
                 f"sqlite synchronous must be full or normal, got {self.sqlite_synchronous!r}"
@@ -168,3 +206,32 @@ class ServerConfig:
                 f"at most {MAX_METRIC_KEY_PREFIXES} metric key prefixes,"
                 f" got {len(set(self.metric_key_prefixes))}"
             )
+
+    def _check_bodies(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ValueError(
+                f"the body limit must be at least 1024 bytes, got {self.max_body_bytes}"
+            )
+        if self.max_batch_body_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
+                f" got {self.max_batch_body_bytes}"
+            )
+        if self.max_body_bytes_per_project < self.max_batch_body_bytes:
+            raise ValueError(
+                f"the bodies one project may have in flight must hold at least one batch"
+                f" ({self.max_batch_body_bytes} bytes), got {self.max_body_bytes_per_project}"
+            )
+
+    def _check_shares(self) -> None:
+        for name in ("max_waiters_per_project", "max_requests_per_project"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
+        if not 0 < self.patience <= 60:
+            raise ValueError(
+                f"the patience must be more than 0 and at most 60 s, got {self.patience:g}"
+            )
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise ValueError(f"the rate limit must be positive, got {self.rate_limit:g}")

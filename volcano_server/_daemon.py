@@ -65,8 +65,12 @@ class LogFile:
 
 
 def open_log(path: str) -> LogFile:
-    """Open the log file `path` for appending (OSError when it cannot be)."""
-    return LogFile(path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    """Open the log file `path` for appending (OSError when it cannot be).
+
+    A new one is readable by its owner only, whatever the umask: its lines name tenants' keys
+    and labels. (One that exists keeps its mode: an operator may have given a group access.)
+    """
+    return LogFile(path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
 
 def _log_to(log: LogFile) -> None:

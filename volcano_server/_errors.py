@@ -93,6 +93,11 @@ class ApiError(Exception):
         return cls(409, "limit_mismatch", message, limit=limit)
 
     @classmethod
+    def quota_exceeded(cls, message: str) -> ApiError:
+        """409: the request would pass one of the server's per-project quotas."""
+        return cls(409, "quota_exceeded", message)
+
+    @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:
         """409: the request id was used before for a different request."""
         return cls(
@@ -141,6 +146,36 @@ class ApiError(Exception):
             f"this project has {limit} {what} open on this server, the most one project may;"
             " retry later",
             retry_after=1,
+        )
+
+    @classmethod
+    def crowded(cls, limit: int) -> ApiError:
+        """503: the client's address holds the most connections one address may."""
+        return cls(
+            503,
+            "unavailable",
+            f"this address has {limit} connections open, the most one address may; reuse them",
+        )
+
+    @classmethod
+    def seat_taken(cls) -> ApiError:
+        """503: a keyless connection slow with its head gave its seat to a newcomer."""
+        return cls(
+            503,
+            "unavailable",
+            "the server needed this connection's seat: it sent no valid keys and its request"
+            " was slow to arrive",
+        )
+
+    @classmethod
+    def over_time_share(cls, retry_after: int) -> ApiError:
+        """429: the project's work waited too long in line behind its own earlier work."""
+        return cls(
+            429,
+            "rate_limited",
+            "this project's requests are using more than its share of the server's time and"
+            " wait behind its own earlier ones; retry later",
+            retry_after=retry_after,
         )
 
     @classmethod

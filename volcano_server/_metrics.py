@@ -7,7 +7,7 @@ metrics (waits, holds, grants, expiries, fence checks) are `locks` (`_lockmetric
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -18,14 +18,19 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from ._lockmetrics import KeyPrefixes, LockMetrics
 
 if TYPE_CHECKING:
     from ._accesslog import RequestRecord
+    from ._admission import Admission
 
 __all__ = ["Metrics"]
 
+# The event loop's lag: under a millisecond when idle; health probes time out at seconds.
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Lock operations take about a millisecond; a request may wait for a lock up to a minute.
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -88,6 +93,23 @@ class Metrics:
             "Watching GETs (after_version) this server holds open until their key changes.",
             registry=self.registry,
         )
+        self.loop_lag = Histogram(
+            "volcano_event_loop_lag_seconds",
+            "How late the event loop ran a timer (sampled every 0.1 s): what every request and"
+            " health probe waits on top of its own work.",
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.admission_waiting = Gauge(
+            "volcano_admission_waiting",
+            "Storage work waiting in line for a slot (each project's share: _admission).",
+            registry=self.registry,
+        )
+        self.over_time_share = Counter(
+            "volcano_over_time_share",
+            "Requests refused 429 because their project's work waited past the patience.",
+            registry=self.registry,
+        )
         self.locks = LockMetrics(self.registry, key_prefixes)
 
     def expect(self, operations: Iterable[str]) -> None:
@@ -99,6 +121,14 @@ class Metrics:
         for operation in operations:
             self.latency.labels(operation)
 
+    def count_reaped(self, reaped: Callable[[], int]) -> None:
+        """Export `volcano_reaped_connections_total`, counted by the listener's seats."""
+        self.registry.register(_Reaped(reaped))
+
+    def watch_admission(self, admission: Admission) -> None:
+        """Report the work waiting for a slot, and the refusals, at each scrape."""
+        self.admission_waiting.set_function(lambda: admission.waiting)
+
     def watch_waiters(self, room: Sized, watches: Sized) -> None:
         """Report how many waiting acquires (`room`) and watches are open, at each scrape."""
         self.waiters.set_function(lambda: len(room))
@@ -109,3 +139,18 @@ class Metrics:
         self.requests.labels(record.operation, str(record.status)).inc()
         if record.seconds is not None:
             self.latency.labels(record.operation).observe(record.seconds)
+
+
+class _Reaped(Collector):
+    """The seats' own count of idle keyless connections closed to seat a newcomer."""
+
+    def __init__(self, reaped: Callable[[], int]) -> None:
+        self._reaped = reaped
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """The counter's one sample, read at the scrape."""
+        yield CounterMetricFamily(
+            "volcano_reaped_connections",
+            "Idle connections without keys closed to give their seat to a newcomer.",
+            value=self._reaped(),
+        )

@@ -3,20 +3,26 @@
 Storage work is a function of one argument, whether it may block (`Work`). SQLite's short local
 transactions are first tried on the loop with `False`: a backend that would have to wait raises
 `WouldBlock` before changing anything, and only then is the work repeated in a worker thread
-with `True`. Network backends (PostgreSQL) always go to a thread. The server takes its offload
-at construction, so a test can run the very same server with storage work it schedules itself.
+with `True` (work that may take more than a few milliseconds, such as a listing, raises
+`WouldBlock` itself: it never runs on the loop). Network backends (PostgreSQL) always go to a
+thread. Work in a thread holds one of the admission's slots (`_admission`: each project's fair
+share, lease-keeping first), and all of it is charged to its project (`Job`). The server takes
+its offload at construction, so a test can run the very same server with storage work it
+schedules itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
+from ._admission import UPKEEP, Admission, Job
 from ._errors import ApiError
 from ._lanes import Lanes
 from ._metrics import Metrics
@@ -37,26 +43,35 @@ Work = Callable[[bool], T]
 class Offload(Protocol):
     """Runs storage work somewhere and returns its result (or raises its error)."""
 
-    async def __call__(self, work: Callable[[bool], T]) -> T:
-        """Run `work`."""
+    async def __call__(self, work: Callable[[bool], T], job: Job) -> T:
+        """Run `work`, done for `job`."""
         ...
 
 
 class ThreadOffload:
-    """On the loop without blocking when the storage runs inline, else in a worker thread."""
+    """On the loop without blocking when the storage runs inline, else in a worker thread.
 
-    def __init__(self, *, inline: bool, threads: int = 32) -> None:
+    A thread's work holds one of `admission`'s slots; all work is charged to its job's project.
+    """
+
+    def __init__(self, *, inline: bool, admission: Admission) -> None:
         self._inline = inline
-        self._threads = anyio.CapacityLimiter(threads)
+        self._admission = admission
+        # More threads than slots: upkeep (key lookups, heartbeats) takes none.
+        self._threads = anyio.CapacityLimiter(admission.slots + 8)
 
-    async def __call__(self, work: Callable[[bool], T]) -> T:
+    async def __call__(self, work: Callable[[bool], T], job: Job) -> T:
         """Run `work`: inline first when allowed, in a thread when it would block."""
         if self._inline:
+            started = time.perf_counter()
             try:
                 return work(False)
             except WouldBlock:
                 pass
-        return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
+            finally:
+                self._admission.charge(job.project, time.perf_counter() - started)
+        async with self._admission.slot(job):
+            return await anyio.to_thread.run_sync(work, True, limiter=self._threads)
 
 
 class Runner:
@@ -77,12 +92,17 @@ class Runner:
         self.lanes = Lanes()
 
     async def __call__(
-        self, work: Callable[[bool], T], *, traced_as: str | None = None, lane: KeyRef | None = None
+        self,
+        work: Callable[[bool], T],
+        *,
+        job: Job = UPKEEP,
+        traced_as: str | None = None,
+        lane: KeyRef | None = None,
     ) -> T:
-        """Run `work` (in the key's lane, if given one), answering an outage with 503."""
+        """Run `work` for `job` (in the key's lane, if given one); an outage is 503."""
         try:
             if lane is None:
-                return await self._traced(work, traced_as)
+                return await self._traced(work, job, traced_as)
             async with self.lanes.lane(lane) as leave:
                 loop = asyncio.get_running_loop()
 
@@ -91,17 +111,17 @@ class Runner:
 
                 locked = KEY_LOCKED.set(key_locked)
                 try:
-                    return await self._traced(work, traced_as)
+                    return await self._traced(work, job, traced_as)
                 finally:
                     KEY_LOCKED.reset(locked)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
 
-    async def _traced(self, work: Callable[[bool], T], traced_as: str | None) -> T:
+    async def _traced(self, work: Callable[[bool], T], job: Job, traced_as: str | None) -> T:
         if self._tracing is None or traced_as is None:
-            return await self._offload(work)
+            return await self._offload(work, job)
         with self._tracing.transaction(traced_as):
-            return await self._offload(work)
+            return await self._offload(work, job)
 
     def unavailable(self, exc: StorageUnavailable) -> ApiError:
         """The 503 for an outage, counted and logged."""

@@ -29,6 +29,11 @@ per connection:
   probe, which is answered; anything else gets 503, and the admitted ones are served as before.
   Past the spare seats too, a new connection gets 503 and is closed at once, so the server
   never runs out of file descriptors (and libuv never closes connections unanswered).
+- Keyless connections give way (see `_seats`): while every serving seat is taken, a newcomer
+  on a spare seat asking for more than a health probe takes the seat of a connection that has
+  sent no request with valid keys and is idle (or slow with its head), which is closed. The
+  app says that a request had valid keys by calling the "mark" of the ASGI scope extension
+  `KEYED`. With `max_connections_per_address`, an address past its share gets 503 at once.
 - Bursts paced (see `_pacing`): new connections are admitted, and client deadlines acted on,
   `BURST_PER_TURN` per turn of the event loop, so requests under way are not held up behind a
   burst of thousands. A connection whose first bytes are a health probe's request line is
@@ -73,7 +78,7 @@ from ._accesslog import RequestRecord
 from ._config import Limits
 from ._errors import ApiError
 from ._pacing import Pacer
-from ._seats import Arrival, Seats
+from ._seats import KEYED, Arrival, Seats
 
 __all__ = ["LimitedProtocol", "Phase", "Policy", "Seat", "protocol_class"]
 
@@ -89,9 +94,7 @@ class Policy:
     report: Callable[[RequestRecord], None]  # each answer the protocol gives itself
     on_refused: Callable[[], None] = lambda: None  # each connection refused over the cap
     seats: Seats = attrs.field(
-        default=attrs.Factory(
-            lambda self: Seats(self.limits.max_connections, self.limits.backlog), takes_self=True
-        )
+        default=attrs.Factory(lambda self: seats_for(self.limits), takes_self=True)
     )
     pacer: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))
 
@@ -120,6 +123,11 @@ LINGER_SECONDS = 1.0
 LINGER_BYTES = 65_536
 # How long a connection refused for want of a seat waits for its request to be read.
 BRIEF_SECONDS = 0.25
+# A keyless connection counts as idle once it has waited this long for its client (a new one,
+# one between requests, or one whose head is still arriving: clients send a head in one piece):
+# its seat may then go to a newcomer. Not at once: a connection just opened has yet to send.
+IDLE_SECONDS = 1.0
+
 # Requests parsed and queued behind the running one: no piece is fed once there are this many
 # (one piece may add up to four, so at most seven are ever queued).
 MAX_PIPELINED = 4
@@ -167,6 +175,7 @@ class Seat(enum.Enum):
 
     SERVING = "serving"  # served as usual
     SPARE = "spare"  # over the cap: a health probe is answered, anything else gets 503
+    REAPED = "reaped"  # it had no key and was idle: its seat went to a newcomer, it is closing
     GONE = "gone"  # closed
 
 
@@ -177,6 +186,13 @@ def _path(target: bytes) -> bytes:
 
 class _Answered(Exception):
     """Raised in a parser callback to stop the parser: the protocol has answered already."""
+
+
+def seats_for(limits: Limits) -> Seats:
+    """The seats a listener with `limits` has."""
+    return Seats(
+        limits.max_connections, limits.backlog, per_address=limits.max_connections_per_address
+    )
 
 
 def protocol_class(policy: Policy) -> type[LimitedProtocol]:
@@ -214,17 +230,24 @@ class LimitedProtocol(HttpToolsProtocol):
         self._seat: Seat | None = None  # None until admitted
         self._armed = 0  # counts deadlines armed, so a paced expiry knows it is still due
         self._closing = Closing.DRAINED  # how it closes once the protocol has answered
+        self._address: str | None = None  # the client's, for the per-address cap
 
     # uvicorn's connection events
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self._flow = _Flow(transport)
-        arrival = self.policy.seats.arrive()
+        peer = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        arrival = self.policy.seats.arrive(self._address)
         if arrival is Arrival.SEATED:
             self.policy.pacer.submit(self._admit)
         elif arrival is Arrival.REFUSED:
             self._refuse_full(Closing.BRIEF)  # no seat: its descriptor is given back soon
+        elif arrival is Arrival.CROWDED:
+            self.policy.on_refused()
+            limit = self.limits.max_connections_per_address
+            self._refuse(ApiError.crowded(limit), Closing.BRIEF)
         else:
             self._refuse_full(Closing.AT_ONCE)
 
@@ -232,12 +255,14 @@ class LimitedProtocol(HttpToolsProtocol):
         """Its turn has come: take a seat, start the client's clock, parse what arrived."""
         if self._seat is not None or self.transport.is_closing():
             return  # admitted out of turn, refused, or the client left while it waited
-        self._seat = Seat.SERVING if self.policy.seats.take() else Seat.SPARE
+        self._seat = Seat.SERVING if self.policy.seats.take(self) else Seat.SPARE
         self._enter(Phase.HEAD)
         self._parse()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.policy.seats.leave(serving=self._seat is Seat.SERVING)
+        self.policy.seats.leave(
+            serving=self._seat is Seat.SERVING, connection=self, address=self._address
+        )
         self._seat = Seat.GONE
         self._disarm()
         self._unwatch_writes()
@@ -327,6 +352,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = {KEYED: {"mark": self._keyed}}
         self._header_fields = 0
         if self._phase is not Phase.HEAD:  # a new request: its head's clock starts now
             self._enter(Phase.HEAD)
@@ -339,9 +365,12 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        if self._seat is Seat.SPARE and (self.parser.get_method(), _path(self.url)) not in PROBES:
-            self._refuse_full()
-            raise _Answered  # stops the parser: the request is never run
+        probe = (self.parser.get_method(), _path(self.url)) in PROBES
+        if self._seat is Seat.SPARE and not probe:
+            if not self.policy.seats.take(self, reap=True):
+                self._refuse_full()
+                raise _Answered  # stops the parser: the request is never run
+            self._seat = Seat.SERVING  # an idle connection without keys gave way
         super().on_headers_complete()
         if self._seat is Seat.SPARE:
             self.cycle.keep_alive = False  # answered, then closed: the seat is only lent
@@ -364,6 +393,29 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._deadline is None and self._reading():
             # Whatever the client sent meanwhile waited on this answer: its clock starts now.
             self._enter(self._phase)
+
+    # keyless connections giving way (`_seats`)
+
+    def _keyed(self) -> None:
+        """A request on this connection showed valid keys: its seat is its own from now on."""
+        if self._seat is Seat.SERVING:
+            self.policy.seats.keyed(self)
+
+    def idle(self) -> bool:
+        """Whether it has waited IDLE_SECONDS for its client (for a request, or its head)."""
+        if self._answering() or self._unparsed or self.transport.is_closing():
+            return False
+        waiting = self._phase is Phase.DONE or self._phase is Phase.HEAD
+        return waiting and self.loop.time() - self._since >= IDLE_SECONDS
+
+    def reap(self) -> None:
+        """Close it: it has no key and is idle, and its seat has gone to a newcomer."""
+        self._seat = Seat.REAPED
+        if self._phase is Phase.HEAD and self._head_bytes:
+            self._refuse(ApiError.seat_taken(), Closing.AT_ONCE)  # in the middle of a head
+        else:
+            self._disarm()
+            self.transport.close()  # between requests: a client reconnects, as on a timeout
 
     # answers the client does not read
 

@@ -26,9 +26,10 @@ import attrs
 
 from ._errors import ApiError
 from ._wire import rfc3339_us
-from .storage import Lease, LockRow, Waiter
+from .storage import Lease, LockRow, LockSummary, Waiter
 
 __all__ = [
+    "HOLDERS_INLINE",
     "MAX_FENCING_TOKEN",
     "Decision",
     "Handoff",
@@ -38,6 +39,7 @@ __all__ = [
     "decide_handoff",
     "decide_release",
     "decide_renew",
+    "holder_payload",
     "lease_check",
     "lease_payload",
     "lock_held",
@@ -48,6 +50,8 @@ __all__ = [
 ]
 
 MAX_FENCING_TOKEN = 2**53 - 1
+HOLDERS_INLINE = 20
+"""The most live leases a key's state shows (openapi.yaml); the rest are paged through."""
 
 
 @attrs.frozen
@@ -237,26 +241,40 @@ def decide_handoff(
     return Handoff(granted, "reserved", until, lease)
 
 
-def lock_state(row: LockRow | None, now: int, key: str, waiters: int) -> dict[str, Any]:
-    """The public view of a key: never an owner token."""
-    live = sorted(row.live_leases(now), key=_by_expiry) if row is not None else []
-    last = row.fencing_token if row is not None else None
+def lock_state(summary: LockSummary | None, key: str) -> dict[str, Any]:
+    """The public view of a key: never an owner token; at most HOLDERS_INLINE holders."""
+    if summary is None:
+        return {
+            "key": key,
+            "held": False,
+            "expires_at": None,
+            "fencing_token": None,
+            "limit": 1,
+            "holders": [],
+            "holder_count": 0,
+            "waiters": 0,
+            "version": 0,
+        }
+    soonest = summary.holders
     return {
         "key": key,
-        "held": bool(live),
-        "expires_at": rfc3339_us(live[0].expires_at_us) if live else None,
-        "fencing_token": max(lease.fencing_token for lease in live) if live else last,
-        "limit": row.limit if row is not None and (live or waiters) else 1,
-        "holders": [
-            {
-                "fencing_token": lease.fencing_token,
-                "expires_at": rfc3339_us(lease.expires_at_us),
-                "label": lease.label,
-            }
-            for lease in live
-        ],
-        "waiters": waiters,
-        "version": row.version_at(now) if row is not None else 0,
+        "held": bool(summary.holder_count),
+        "expires_at": rfc3339_us(soonest[0].expires_at_us) if soonest else None,
+        "fencing_token": summary.highest_live or summary.fencing_token,
+        "limit": summary.limit if summary.holder_count or summary.waiting else 1,
+        "holders": [holder_payload(lease) for lease in soonest[:HOLDERS_INLINE]],
+        "holder_count": summary.holder_count,
+        "waiters": summary.waiting,
+        "version": summary.version,
+    }
+
+
+def holder_payload(lease: Lease) -> dict[str, Any]:
+    """One live lease as anyone may see it (a LockHolder): never its owner token."""
+    return {
+        "fencing_token": lease.fencing_token,
+        "expires_at": rfc3339_us(lease.expires_at_us),
+        "label": lease.label,
     }
 
 
@@ -385,10 +403,6 @@ def _not_held(
         f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
     )
     return Decision(None, 409, refusal=ApiError.lease_not_held(message))
-
-
-def _by_expiry(lease: Lease) -> tuple[int, int]:
-    return (lease.expires_at_us, lease.fencing_token)
 
 
 def _micros(seconds: float) -> int:

@@ -17,21 +17,38 @@ connection too. So the server budgets descriptors for every kind of connection i
 plus a full accept queue (`backlog`: libuv may accept that many before the server sees any of
 them), the private listener's own seats and queue, and `RESERVED_FILES` for everything else
 the process opens.
+
+A connection without a key cannot keep a seat from one with a key: when the serving seats are
+all taken, a newcomer on a spare seat that asks for anything but a health probe takes the seat
+of a connection that has never sent a request with valid keys and is idle (between requests,
+or slow to send a head), which is closed (`reap`), the one seated longest first. (A probe
+never takes one: reaped clients that reconnect only to probe cost nobody a seat.) So ten
+thousand kept-alive connections that only ask for /healthz hold seats only while nobody else
+needs them. `accepting` says whether a new connection would
+be served: what `/readyz` reports. Optionally, `per_address` caps the connections one client
+address holds (off by default: behind a proxy every client shares the proxy's address).
 """
 
 from __future__ import annotations
 
+import collections
 import enum
+from typing import Protocol
 
 __all__ = [
+    "KEYED",
     "PRIVATE_BACKLOG",
     "PRIVATE_SEATS",
     "RESERVED_FILES",
     "Arrival",
+    "Reapable",
     "Seats",
     "files_needed",
     "max_connections_within",
 ]
+
+KEYED = "volcano.keyed"
+"""The ASGI scope extension whose "mark" the app calls once a request has shown valid keys."""
 
 # Files a process needs besides client connections: database connections, logs, the listeners.
 RESERVED_FILES = 256
@@ -68,6 +85,19 @@ class Arrival(enum.Enum):
     SEATED = "seated"  # a serving or a spare seat waits for it
     REFUSED = "refused"  # no seat: 503, then closed once its request has been read
     DROPPED = "dropped"  # not even that: 503 and closed at once
+    CROWDED = "crowded"  # its address holds its share of connections: 503, then closed
+
+
+class Reapable(Protocol):
+    """A connection whose serving seat may go to a newcomer while it has no key."""
+
+    def idle(self) -> bool:
+        """Whether it waits for its client (between requests, or a head slow to come)."""
+        ...
+
+    def reap(self) -> None:
+        """Close it: its seat has gone to a newcomer."""
+        ...
 
 
 class Seats:
@@ -78,37 +108,88 @@ class Seats:
     connections accepted but not yet seen).
     """
 
-    def __init__(self, serving: int, backlog: int) -> None:
+    def __init__(self, serving: int, backlog: int, *, per_address: int = 0) -> None:
         if serving < 1:
             raise ValueError(f"a server needs at least one seat, got {serving}")
         self.serving = serving
         self.spare = _spare(serving)
         self._refusing = backlog // 2
+        self._per_address = per_address  # 0: no cap
         self._open = 0  # connections open, whatever their seat
         self._taken = 0  # serving seats taken
+        self._keyless: dict[Reapable, None] = {}  # serving, no key yet: seated longest first
+        self._addresses: collections.Counter[str] = collections.Counter()
+        self.reaped = 0  # connections closed to give their seat to a newcomer
 
     @property
     def taken(self) -> int:
         """Serving seats taken now."""
         return self._taken
 
-    def arrive(self) -> Arrival:
-        """Count a new connection, and say what becomes of it."""
+    def accepting(self) -> bool:
+        """Whether a new connection would be served: a seat is free, or one can be reaped."""
+        return self._taken < self.serving or bool(self._keyless)
+
+    def arrive(self, address: str | None = None) -> Arrival:
+        """Count a new connection (from `address`), and say what becomes of it.
+
+        Every arrival must `leave` with the same address, whatever it became.
+        """
         self._open += 1
+        if address is not None:
+            self._addresses[address] += 1
+            if self._per_address and self._addresses[address] > self._per_address:
+                return Arrival.CROWDED
         seats = self.serving + self.spare
         if self._open <= seats:
             return Arrival.SEATED
         return Arrival.REFUSED if self._open <= seats + self._refusing else Arrival.DROPPED
 
-    def take(self) -> bool:
-        """Take a serving seat if one is free; False means the connection gets a spare one."""
-        if self._taken >= self.serving:
+    def take(self, connection: Reapable | None = None, *, reap: bool = False) -> bool:
+        """Take a serving seat for `connection` if one is free (or, with `reap`, can be freed).
+
+        False: none is, and the connection has a spare seat. A connection seated keeps no key
+        until `keyed` says it has one: until then, while it is idle, its seat may be reaped.
+        """
+        if self._taken >= self.serving and not (reap and self._reap_one()):
             return False
         self._taken += 1
+        if connection is not None:
+            self._keyless[connection] = None
         return True
 
-    def leave(self, *, serving: bool) -> None:
+    def keyed(self, connection: Reapable) -> None:
+        """`connection` sent a request with valid keys: its seat is its own from now on."""
+        self._keyless.pop(connection, None)
+
+    def leave(
+        self, *, serving: bool, connection: Reapable | None = None, address: str | None = None
+    ) -> None:
         """A connection has closed (`serving`: it held a serving seat)."""
         self._open -= 1
         if serving:
             self._taken -= 1
+        if connection is not None:
+            self._keyless.pop(connection, None)
+        if address is not None:
+            left = self._addresses[address] - 1
+            if left:
+                self._addresses[address] = left
+            else:
+                del self._addresses[address]
+
+    def _reap_one(self, looks: int = 64) -> bool:
+        """Close the keyless connection seated longest among the idle ones; its seat is free.
+
+        Busy ones looked at go to the back of the line; at most `looks` are looked at.
+        """
+        for _ in range(min(looks, len(self._keyless))):
+            connection = next(iter(self._keyless))
+            del self._keyless[connection]
+            if connection.idle():
+                self._taken -= 1  # its seat is the newcomer's: it leaves holding none
+                self.reaped += 1
+                connection.reap()
+                return True
+            self._keyless[connection] = None
+        return False

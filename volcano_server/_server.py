@@ -32,7 +32,7 @@ from ._app import create_app
 from ._config import ServerConfig
 from ._daemon import Announce
 from ._metrics import Metrics
-from ._protocol import LimitedProtocol, Policy, protocol_class
+from ._protocol import LimitedProtocol, Policy, protocol_class, seats_for
 from ._readiness import readiness_endpoint
 from ._seats import PRIVATE_BACKLOG, PRIVATE_SEATS, Seats, files_needed, max_connections_within
 from ._wire import dumps
@@ -100,12 +100,19 @@ def check_address(listeners: Listeners) -> None:
         raise StartupError(f"cannot listen on {where}:{listeners.port}: {reason}{advice}") from None
 
 
-def uvicorn_config(app: Starlette, config: ServerConfig, listeners: Listeners) -> uvicorn.Config:
-    """The uvicorn settings for `app` (made by `create_app`) with `config`'s limits."""
+def uvicorn_config(
+    app: Starlette, config: ServerConfig, listeners: Listeners, seats: Seats | None = None
+) -> uvicorn.Config:
+    """The uvicorn settings for `app` (made by `create_app`) with `config`'s limits.
+
+    `seats`: the API listener's (default: made for the limits).
+    """
     limits = config.limits
     metrics: Metrics = app.state.metrics
     metrics.max_connections.set(limits.max_connections)
-    policy = Policy(limits, app.state.access_log, metrics.refused_connections.inc)
+    seats = seats or seats_for(limits)
+    metrics.count_reaped(lambda: seats.reaped)
+    policy = Policy(limits, app.state.access_log, metrics.refused_connections.inc, seats)
     return uvicorn.Config(
         app,
         host=listeners.host,
@@ -142,6 +149,7 @@ class Server(uvicorn.Server):
         self._database = database
         self._announce = announce
         self._metrics: Metrics = config.app.state.metrics  # type: ignore[union-attr]
+        self._public: type[LimitedProtocol] = config.http  # type: ignore[assignment]
         self._metrics.open_connections.set_function(lambda: len(self.server_state.connections))
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -172,13 +180,17 @@ class Server(uvicorn.Server):
                 Route("/metrics", scrape, methods=["GET"]),
                 Route("/healthz", healthz, methods=["GET"]),
                 Route(
-                    "/readyz", readiness_endpoint(app_state.storage, self._metrics), methods=["GET"]
+                    "/readyz",
+                    readiness_endpoint(
+                        app_state.storage, self._metrics, self._public.policy.seats.accepting
+                    ),
+                    methods=["GET"],
                 ),
             ]
         )
         config = uvicorn.Config(app, lifespan="off", log_config=None, server_header=False)
         config.load()
-        public: type[LimitedProtocol] = self.config.http  # type: ignore[assignment]
+        public = self._public
         limits = attrs.evolve(
             public.policy.limits, max_connections=PRIVATE_SEATS, backlog=PRIVATE_BACKLOG
         )
@@ -234,8 +246,9 @@ def serve(
     `on_stop` runs once the server has shut down (say, to export the last spans).
     """
     config = _fit_open_files(config)
-    app = create_app(config, storage=storage)
-    uv_config = uvicorn_config(app, config, listeners)
+    seats = seats_for(config.limits)
+    app = create_app(config, storage=storage, accepting=seats.accepting)
+    uv_config = uvicorn_config(app, config, listeners, seats)
     try:
         uv_config.load()  # reads the certificate and key now, so a bad one is a clear error
     except (OSError, ssl.SSLError) as exc:

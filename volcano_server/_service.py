@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from ._admission import Job
 from ._offload import Runner
 from ._transactions import Caller, Renewal
 from ._waiting import Waits
@@ -84,6 +85,7 @@ class LockService:
                 label=label,
                 may_block=may_block,
             ),
+            job=Job(caller.project_id),
             traced_as="acquire",
             lane=(caller.project_id, key),
         )
@@ -112,6 +114,7 @@ class LockService:
                 label=label,
                 may_block=may_block,
             ),
+            job=Job(caller.project_id, keeps=True),
             traced_as="renew",
             lane=(caller.project_id, key),
         )
@@ -120,7 +123,8 @@ class LockService:
         """Renew each lease as `renew` would, in one transaction."""
         tx = self._tx
         return await self._run(
-            lambda may_block: tx.renew_many(caller, renewals, may_block=may_block)
+            lambda may_block: tx.renew_many(caller, renewals, may_block=may_block),
+            job=Job(caller.project_id, keeps=True),
         )
 
     async def release(
@@ -132,6 +136,7 @@ class LockService:
             lambda may_block: tx.release(
                 caller, key, owner_token, fencing_token, may_block=may_block
             ),
+            job=Job(caller.project_id, keeps=True),
             traced_as="release",
             lane=(caller.project_id, key),
         )
@@ -141,6 +146,7 @@ class LockService:
         tx = self._tx
         return await self._run(
             lambda may_block: tx.force_release(caller, key, may_block=may_block),
+            job=Job(caller.project_id),
             traced_as="force_release",
             lane=(caller.project_id, key),
         )
@@ -173,7 +179,9 @@ class LockService:
                 disconnected.cancel()
         tx = self._tx
         return await self._run(
-            lambda may_block: tx.get(caller, key, may_block=may_block), traced_as="get"
+            lambda may_block: tx.get(caller, key, may_block=may_block),
+            job=Job(caller.project_id),
+            traced_as="get",
         )
 
     async def list_locks(self, caller: Caller, *, prefix: str, after: str, limit: int) -> Answer:
@@ -183,7 +191,19 @@ class LockService:
             lambda may_block: tx.list_locks(
                 caller, prefix=prefix, after=after, limit=limit, may_block=may_block
             ),
+            job=Job(caller.project_id),
             traced_as="list",
+        )
+
+    async def holders(self, caller: Caller, key: str, *, after: int, limit: int) -> Answer:
+        """One page of the key's live leases."""
+        tx = self._tx
+        return await self._run(
+            lambda may_block: tx.holders(
+                caller, key, after=after, limit=limit, may_block=may_block
+            ),
+            job=Job(caller.project_id),
+            traced_as="holders",
         )
 
     async def check(self, caller: Caller, key: str, fencing_token: int) -> Answer:
@@ -191,6 +211,7 @@ class LockService:
         tx = self._tx
         return await self._run(
             lambda may_block: tx.check(caller, key, fencing_token, may_block=may_block),
+            job=Job(caller.project_id),
             traced_as="check",
         )
 

@@ -25,7 +25,7 @@ __all__ = ["ProjectShares"]
 class ProjectShares:
     """Counts each project's waiting acquires and other requests in flight, within caps."""
 
-    def __init__(self, max_waiters: int, max_requests: int) -> None:
+    def __init__(self, max_waiters: int, max_requests: int, max_body_bytes: int = 2**21) -> None:
         if max_waiters < 1 or max_requests < 1:
             raise ValueError(
                 f"each project needs room for at least one waiter and one request,"
@@ -33,6 +33,29 @@ class ProjectShares:
             )
         self._caps = {True: max_waiters, False: max_requests}
         self._open: dict[tuple[int, bool], int] = {}  # (project, waiting) -> requests open
+        self._max_body = max_body_bytes
+        self._bodies: dict[int, int] = {}  # project -> bytes of bodies being read or judged
+
+    @contextlib.contextmanager
+    def hold_body(self, project_id: int, size: int) -> Iterator[None]:
+        """Count `size` bytes of `project_id`'s request bodies while the block reads and judges.
+
+        Raises:
+            ApiError: 429 when the project's bodies in flight would pass the cap (a body
+            that is empty, or alone, always fits).
+        """
+        held = self._bodies.get(project_id, 0)
+        if held and held + size > self._max_body:
+            raise ApiError.over_share("bytes of request bodies in flight", self._max_body)
+        self._bodies[project_id] = held + size
+        try:
+            yield
+        finally:
+            left = self._bodies[project_id] - size
+            if left:
+                self._bodies[project_id] = left
+            else:
+                del self._bodies[project_id]
 
     @contextlib.contextmanager
     def hold(self, project_id: int, *, waiting: bool) -> Iterator[None]:

@@ -40,6 +40,7 @@ from ._lockmetrics import End, Ended, Grant, Granted, Joined, LockEvent, LockMet
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Registry
 from ._rules import (
+    HOLDERS_INLINE,
     Decision,
     Reach,
     decide_acquire,
@@ -47,6 +48,7 @@ from ._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    holder_payload,
     lease_check,
     lease_payload,
     lock_held,
@@ -56,11 +58,14 @@ from ._rules import (
     without,
 )
 from ._wire import Answer, dumps, parse_rfc3339_us
-from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WriteTx
+from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WouldBlock, WriteTx
 
 __all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
 
 T = TypeVar("T")
+
+LIST_PAGE_BYTES = 65_536
+"""The most bytes of key states a page of `list_locks` holds past its first (openapi.yaml)."""
 
 
 @attrs.frozen
@@ -146,6 +151,7 @@ class Transactions:
         registry: Registry,
         *,
         retention_seconds: float,
+        max_keys: int = 0,
         settings: WaitingSettings,
         time_handoff: Callable[[KeyRef, float | None], None],
         changed: Callable[[KeyRef], None],
@@ -169,6 +175,7 @@ class Transactions:
         self._pulse = pulse
         self._revocations = revocations
         self._retention_us = round(retention_seconds * 1_000_000)
+        self._max_keys = max_keys
         self._reserve_us = round(settings.reserve_seconds * 1_000_000)
         self._rejoin_us = round(settings.rejoin_seconds * 1_000_000)
         self._lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
@@ -208,6 +215,8 @@ class Transactions:
                 limit=limit,
                 label=label,
             )
+            if decision.status == 200 and self._over_key_quota(tx, project_id, row):
+                return row, _quota_exceeded(self._max_keys)
             if decision.status == 200:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
                 registry.supersede(project_id, key, owner_token)
@@ -258,6 +267,8 @@ class Transactions:
         renew would be; entries of one key are judged in order, each on the row the one before
         it left.
         """
+        if not may_block:
+            raise WouldBlock  # up to 500 renewals: longer than the event loop may be held
         project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
         keys = sorted({renewal.key for renewal in renewals})
 
@@ -338,22 +349,53 @@ class Transactions:
     def get(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
         """Report the key's state without changing it."""
         with self._storage.read(may_block=may_block) as tx:
-            now = tx.now_us()
-            row = tx.load_lock(caller.project_id, key)
-            waiting = tx.waiting_count(caller.project_id, key) if row is not None else 0
-        return Answer(200, dumps(lock_state(row, now, key, waiting)))
+            tx.now_us()
+            summary = tx.summarize(caller.project_id, key, holders=HOLDERS_INLINE)
+        return Answer(200, dumps(lock_state(summary, key)))
 
     def list_locks(
         self, caller: Caller, *, prefix: str, after: str, limit: int, may_block: bool = True
     ) -> Answer:
-        """One page of the keys with a live lease or a caller in line, in key order."""
+        """One page of the keys with a live lease or a caller in line, in key order.
+
+        At most `limit` keys and, past the first, LIST_PAGE_BYTES of their states.
+        """
+        if not may_block:
+            raise WouldBlock  # up to 500 keys: longer than the event loop may be held
         with self._storage.read(may_block=may_block) as tx:
-            now = tx.now_us()
-            listed = tx.list_locks(caller.project_id, prefix=prefix, after=after, limit=limit + 1)
-        page = listed[:limit]
+            tx.now_us()
+            listed = tx.list_locks(
+                caller.project_id,
+                prefix=prefix,
+                after=after,
+                limit=limit + 1,
+                holders=HOLDERS_INLINE,
+            )
+        states: list[bytes] = []
+        size = 0
+        for summary in listed[:limit]:
+            state = dumps(lock_state(summary, summary.key))
+            if states and size + len(state) > LIST_PAGE_BYTES:
+                break
+            states.append(state)
+            size += len(state) + 1
+        more = len(states) < len(listed)
+        following = dumps(listed[len(states) - 1].key if more else None)
+        return Answer(200, b'{"locks":[' + b",".join(states) + b'],"next":' + following + b"}")
+
+    def holders(
+        self, caller: Caller, key: str, *, after: int, limit: int, may_block: bool = True
+    ) -> Answer:
+        """One page of the key's live leases, by fencing token."""
+        if not may_block:
+            raise WouldBlock  # up to 100 leases: longer than the event loop may be held
+        with self._storage.read(may_block=may_block) as tx:
+            tx.now_us()
+            leases = tx.list_holders(caller.project_id, key, after=after, limit=limit + 1)
+        page = leases[:limit]
         body = {
-            "locks": [lock_state(row, now, row.key, waiting) for row, waiting in page],
-            "next": page[-1][0].key if len(listed) > limit else None,
+            "holders": [holder_payload(lease) for lease in page],
+            "next": page[-1].fencing_token if len(leases) > limit else None,
         }
         return Answer(200, dumps(body))
 
@@ -615,6 +657,11 @@ class Transactions:
             label=waiter.label,
         )
 
+    def _over_key_quota(self, tx: WriteTx, project_id: int, row: LockRow | None) -> bool:
+        """Whether a grant that stores a new key would pass the project's quota of keys."""
+        new = row is None or not row.stored
+        return new and bool(self._max_keys) and tx.key_count(project_id) >= self._max_keys
+
     # -- transactions ----------------------------------------------------------------------
 
     def _mutate(
@@ -833,6 +880,14 @@ def _ends(loaded: LockRow, row: LockRow, now: int, ending: End | None) -> list[E
         elif ending is not None:
             ended.append(Ended(row.key, ending, now - lease.granted_at_us))
     return ended
+
+
+def _quota_exceeded(keys: int) -> Decision:
+    message = (
+        f"this project has {keys} keys stored, its quota on this server (volcano-server serve"
+        " --max-keys-per-project); keys are deleted once unused for the key retention"
+    )
+    return Decision(None, 409, refusal=ApiError.quota_exceeded(message))
 
 
 def _answer(result: Answer | Queued) -> Answer:

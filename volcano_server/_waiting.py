@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from ._admission import Job
 from ._auth import Revocations
 from ._config import WaitingSettings
 from ._lockmetrics import LockMetrics, Waited
@@ -110,6 +111,7 @@ class Waits:
         *,
         settings: WaitingSettings,
         retention_seconds: float,
+        max_keys: int = 0,
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
@@ -130,6 +132,7 @@ class Waits:
             storage,
             registry,
             retention_seconds=retention_seconds,
+            max_keys=max_keys,
             settings=settings,
             time_handoff=self.time_handoff,
             changed=watches.changed,
@@ -197,6 +200,7 @@ class Waits:
                 entry=entry,
                 may_block=may_block,
             ),
+            job=Job(caller.project_id),
             traced_as="acquire",
             lane=entry.key_ref,
         )
@@ -242,6 +246,7 @@ class Waits:
                 entry.delivered()  # nobody to answer: whoever granted it need not wait
                 await run(
                     lambda may_block: tx.undeliver(entry, may_block=may_block),
+                    job=Job(entry.project_id, keeps=True, request=False),
                     traced_as="undeliver",
                     lane=entry.key_ref,
                 )
@@ -249,6 +254,7 @@ class Waits:
             if turn is Turn.REVOKED:
                 await run(
                     lambda may_block: tx.leave(entry, may_block=may_block),
+                    job=Job(entry.project_id, keeps=True, request=False),
                     traced_as="leave",
                     lane=entry.key_ref,
                 )
@@ -256,6 +262,7 @@ class Waits:
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
                 await run(
                     lambda may_block: tx.leave(entry, may_block=may_block),
+                    job=Job(entry.project_id, keeps=True, request=False),
                     traced_as="leave",
                     lane=entry.key_ref,
                 )
@@ -279,6 +286,7 @@ class Waits:
         giving_up = asyncio.ensure_future(
             self._run(
                 lambda may_block: tx.give_up(entry, may_block=may_block),
+                job=Job(entry.project_id, keeps=True, request=False),
                 traced_as="give_up",
                 lane=entry.key_ref,
             )
@@ -337,7 +345,10 @@ class Waits:
                 # Not in the key's lane: a hand-off puts nobody in line, and one held there
                 # behind transactions stalled on a lost database link was late (the failover
                 # fault test's queue-expiring waiter timed out).
-                await self._run(lambda may_block: tx.settle(key_ref, may_block=may_block))
+                await self._run(
+                    lambda may_block: tx.settle(key_ref, may_block=may_block),
+                    job=Job(key_ref[0], keeps=True, request=False),
+                )
                 again = self._settling.get(key_ref, False)
                 self._settling[key_ref] = False
         except Exception as exc:  # noqa: BLE001 - a timer must survive a failing database

@@ -12,11 +12,18 @@ started when:
   several servers: every watched key is read each poll while another server beats);
 - its soonest live lease expires (a timer: an expiry moves the version with no write);
 - the listener reconnected (announcements made meanwhile are lost);
-- a watcher joins, or its wait runs out (it is answered with a fresh state either way).
+- a watcher's wait runs out (it is answered with a fresh state either way);
+- a watcher joins that the last read cannot answer: the key has no read yet, or the client
+  knows of another version than the last read saw.
 
 A watcher takes only the states of reads started after it asked (`Watcher.since`): a read
 already on its way may predate a change the client heard of through another server, and
-would tell it of an older version.
+would tell it of an older version. Except for a state newer than the watcher's own version,
+which can tell it of nothing older: a watcher that polls again after a change (the version
+it sends is the one the last read delivered) waits for the next change without a read of its
+own, so a change heard by a thousand watchers costs one read, not a thousand. Answers to many
+watchers go out paced (`_pacing`), so that health probes and other requests are served
+between them.
 
 On PostgreSQL a key's first watcher records the watch (`Storage.watch`) in a transaction that
 locks the key's row, so every change is either committed before the read that follows or sees
@@ -27,20 +34,24 @@ leaves (a watcher polls again at once), then goes (`tidy`, each heartbeat).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import attrs
 
+from ._admission import Job
 from ._errors import ApiError
 from ._offload import Runner
+from ._pacing import Pacer
 from ._registry import KeyRef
-from ._rules import lock_state
+from ._rules import HOLDERS_INLINE, lock_state
 from ._transactions import Caller
 from ._wire import Answer, dumps
-from .storage import LockRow, Storage
+from .storage import LockSummary, Storage
 
 __all__ = ["KeyView", "Watches", "delivers"]
 
@@ -48,6 +59,8 @@ log = logging.getLogger("volcano_server")
 
 # A watch record outlives the key's last watcher this long (seconds): a watcher polls again.
 LINGER_SECONDS = 10.0
+# Watchers answered per turn of the event loop, when one read answers many.
+_ANSWERS_PER_TURN = 64
 
 
 @attrs.frozen
@@ -59,10 +72,10 @@ class KeyView:
     expires_in: float | None  # seconds (storage clock) until the soonest live lease ends
 
 
-def key_view(row: LockRow | None, now: int, key: str, waiting: int) -> KeyView:
-    """The view of a key read at `now`."""
-    state = lock_state(row, now, key, waiting)
-    soonest = row.soonest_expiry(now) if row is not None else None
+def key_view(summary: LockSummary | None, now: int, key: str) -> KeyView:
+    """The view of a key read at `now`: one answer, rendered once for every watcher."""
+    state = lock_state(summary, key)
+    soonest = summary.soonest_expiry() if summary is not None else None
     expires_in = None if soonest is None else (soonest - now) / 1_000_000
     return KeyView(state["version"], Answer(200, dumps(state)), expires_in)
 
@@ -77,9 +90,8 @@ def read_key(storage: Storage, key_ref: KeyRef, *, may_block: bool) -> KeyView:
     project_id, key = key_ref
     with storage.read(may_block=may_block) as tx:
         now = tx.now_us()
-        row = tx.load_lock(project_id, key)
-        waiting = tx.waiting_count(project_id, key) if row is not None else 0
-    return key_view(row, now, key, waiting)
+        summary = tx.summarize(project_id, key, holders=HOLDERS_INLINE)
+    return key_view(summary, now, key)
 
 
 def watch_key(
@@ -95,11 +107,11 @@ def watch_key(
     project_id, key = key_ref
     with storage.write(may_block=may_block, key=key_ref) as tx:
         now = tx.now_us()
-        row = tx.load_lock(project_id, key)  # locks the key's row: see the module's docstring
+        tx.load_lock(project_id, key)  # locks the key's row: see the module's docstring
         tx.watch(project_id, key, server_id, generation)
         tx.touch_server(server_id, now + lifetime_us)  # never purged as a dead server's
-        waiting = tx.waiting_count(project_id, key) if row is not None else 0
-    return key_view(row, now, key, waiting)
+        summary = tx.summarize(project_id, key, holders=HOLDERS_INLINE)
+    return key_view(summary, now, key)
 
 
 class Watcher:
@@ -123,6 +135,10 @@ class KeyWatch:
         self.again = False  # read again when the current read ends
         self.timer: asyncio.TimerHandle | None = None
         self.generation: int | None = None  # its watch record in the storage (None: none)
+        self.last: KeyView | None = None  # the state the last completed read found
+        self.last_until = 0.0  # loop time when `last` goes stale: its soonest lease expires
+        self.signals = 0  # changes heard of so far (here, from elsewhere, a poll, an expiry)
+        self.last_signals = -1  # `signals` when the read of `last` started
         self.epoch = 0  # moved when records may have been lost: one made before is no proof
         self.idle_since: float | None = None
 
@@ -160,6 +176,7 @@ class Watches:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # known once a watch arrives
         self._held = 0
+        self._pacer = Pacer(_ANSWERS_PER_TURN)
 
     def __len__(self) -> int:
         """How many watching requests are held open here."""
@@ -197,7 +214,7 @@ class Watches:
         keyed.idle_since = None
         self._held += 1
         try:
-            self._read_soon(keyed)
+            self._join(keyed, watcher)
             deadline = loop.time() + min(wait_seconds, self._max_wait)
             while True:
                 left = None if watcher.fresh else max(0.0, deadline - loop.time())
@@ -212,6 +229,26 @@ class Watches:
         finally:
             self._held -= 1
             self._leave(keyed, watcher)
+
+    def _join(self, keyed: KeyWatch, watcher: Watcher) -> None:
+        """Answer a new watcher from the last read if it can, else read the key for it.
+
+        A state newer than the watcher's version answers it at once. The very version the
+        watcher knows needs no read: the key is read again on its next change, for every
+        watcher (a change here, an announcement or a poll from elsewhere, an expiry's timer),
+        provided the watch is recorded where other servers look (PostgreSQL).
+        """
+        last = keyed.last
+        now = asyncio.get_running_loop().time()
+        stale = now >= keyed.last_until or keyed.signals != keyed.last_signals
+        if watcher.fresh or last is None or stale or (self._records and keyed.generation is None):
+            self._read_soon(keyed)
+        elif last.version > watcher.after_version:
+            watcher.answer.set_result(last)
+        elif last.version != watcher.after_version:
+            self._read_soon(keyed)
+        elif keyed.timer is None and keyed.last_until != math.inf:
+            self._time(keyed, keyed.last_until - now)  # its expiry's read: the timer stopped
 
     def _refresh(self, keyed: KeyWatch, watcher: Watcher) -> None:
         watcher.fresh = True
@@ -229,10 +266,9 @@ class Watches:
         if keyed.timer is not None:
             keyed.timer.cancel()
             keyed.timer = None
-        if keyed.generation is None and not keyed.reading:
-            self._forget(keyed)  # nothing recorded: nothing to linger for
-        else:
-            keyed.idle_since = asyncio.get_running_loop().time()
+        # It lingers (`tidy`): a watcher polls again at once, and finds the last read and the
+        # watch record still there.
+        keyed.idle_since = asyncio.get_running_loop().time()
 
     # -- reading a key ----------------------------------------------------------------------
 
@@ -250,26 +286,22 @@ class Watches:
             while again and keyed.watchers:
                 keyed.again = False
                 keyed.reads += 1
-                number, epoch = keyed.reads, keyed.epoch
+                number, epoch, signals = keyed.reads, keyed.epoch, keyed.signals
                 generation, work = self._reader(keyed)
                 try:
-                    view = await self._run(work)
+                    view = await self._run(work, job=Job(keyed.key_ref[0], request=False))
                 except Exception as exc:  # noqa: BLE001 - the watchers answer it (503, 500)
                     self._fail(keyed, number, exc)
                 else:
                     if generation is not None and keyed.epoch == epoch:
                         keyed.generation = generation
+                    keyed.last_signals = signals
                     self._deliver(keyed, number, view)
                 again = keyed.again
         finally:
             keyed.reading = False
-            if not keyed.watchers and keyed.generation is None:
-                self._forget(keyed)
-
-    def _forget(self, keyed: KeyWatch) -> None:
-        """Drop the key's entry (only this one: a newer one for the key may have replaced it)."""
-        if self._keys.get(keyed.key_ref) is keyed:
-            del self._keys[keyed.key_ref]
+            if not keyed.watchers and keyed.idle_since is None:
+                keyed.idle_since = asyncio.get_running_loop().time()  # it lingers (`tidy`)
 
     def _reader(self, keyed: KeyWatch) -> tuple[int | None, Callable[[bool], KeyView]]:
         """The storage work of the key's next read, recording the watch first if it has none.
@@ -295,13 +327,16 @@ class Watches:
         return generation, record
 
     def _deliver(self, keyed: KeyWatch, number: int, view: KeyView) -> None:
+        keyed.last = view
+        left = math.inf if view.expires_in is None else view.expires_in
+        keyed.last_until = asyncio.get_running_loop().time() + left
         for watcher in keyed.watchers:
             if (
                 number > watcher.since
                 and not watcher.answer.done()
                 and delivers(view.version, watcher.after_version, fresh=watcher.fresh)
             ):
-                watcher.answer.set_result(view)
+                self._pacer.submit(functools.partial(_answer, watcher, view))
         self._time(keyed, view.expires_in)
 
     def _fail(self, keyed: KeyWatch, number: int, error: Exception) -> None:
@@ -320,7 +355,13 @@ class Watches:
             keyed.timer = None
         if expires_in is not None and keyed.watchers:
             loop = asyncio.get_running_loop()
-            keyed.timer = loop.call_later(max(0.0, expires_in) + 0.001, self._read_soon, keyed)
+            keyed.timer = loop.call_later(max(0.0, expires_in) + 0.001, self._expired, keyed)
+
+    def _expired(self, keyed: KeyWatch) -> None:
+        """The key's soonest lease has expired: its version moved, with no write to say so."""
+        keyed.timer = None
+        keyed.signals += 1
+        self._read_soon(keyed)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -354,12 +395,16 @@ class Watches:
 
     def _wake(self, key_ref: KeyRef) -> None:
         keyed = self._keys.get(key_ref)
-        if keyed is not None and keyed.watchers:
+        if keyed is None:
+            return
+        keyed.signals += 1  # the last read is no proof of the key's state any more
+        if keyed.watchers:
             self._read_soon(keyed)
 
     def poll(self) -> None:
         """Read every watched key (SQLite shared by several servers: nobody tells us)."""
         for keyed in list(self._keys.values()):
+            keyed.signals += 1  # another server may have changed it
             if keyed.watchers:
                 self._read_soon(keyed)
 
@@ -371,6 +416,7 @@ class Watches:
         """
         for keyed in list(self._keys.values()):
             keyed.epoch += 1
+            keyed.signals += 1  # a change may have gone unannounced meanwhile
             if keyed.watchers:
                 keyed.generation = None
                 self._read_soon(keyed)
@@ -427,3 +473,9 @@ class Watches:
                     watcher.answer.set_exception(gone)
         for task in self._tasks:
             task.cancel()
+
+
+def _answer(watcher: Watcher, view: KeyView) -> None:
+    """Answer `watcher` with `view`, unless it has left (or been answered) meanwhile."""
+    if not watcher.answer.done():
+        watcher.answer.set_result(view)

@@ -40,8 +40,12 @@ _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON; NaN and infinities can never be emitted."""
-    return _encoder.encode(value).encode()
+    r"""Compact UTF-8 JSON; NaN and infinities can never be emitted.
+
+    Never fails on a string that is not valid Unicode (a lone surrogate, which Python's JSON
+    parser accepts from `"\ud800"`): it is written back as that JSON escape.
+    """
+    return _encoder.encode(value).encode("utf-8", "backslashreplace")
 
 
 def rfc3339_us(us: int) -> str:

@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from ._config import Limits, ServerConfig, WaitingSettings
+from ._config import Limits, Quotas, ServerConfig, WaitingSettings
 from .storage import (
     DEFAULT_DATABASE_URL,
     Storage,
@@ -181,6 +181,53 @@ def _parser() -> argparse.ArgumentParser:
         " (default: %(default)s)",
     )
     serve.add_argument(
+        "--key-retention",
+        type=_positive_float,
+        default=3_600.0,
+        metavar="SECONDS",
+        help="keys with no lease and nobody in line, unchanged this long, are deleted; used again"
+        " they go on from their project's floor (default: 3600)",
+    )
+    serve.add_argument(
+        "--max-keys-per-project",
+        type=_whole_number,
+        default=0,
+        metavar="N",
+        help="keys one project may have stored; an acquire of a new key past it gets 409"
+        " quota_exceeded (default: 0, no quota)",
+    )
+    serve.add_argument(
+        "--max-holders-per-key",
+        type=_positive_int,
+        default=1_000,
+        metavar="N",
+        help="the largest limit (semaphore slots) an acquire may ask for, at most 1000; more:"
+        " 409 quota_exceeded (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-label-bytes",
+        type=_whole_number,
+        default=200,
+        metavar="BYTES",
+        help="the longest label, at most 200; longer: 409 quota_exceeded (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--patience",
+        type=_positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long a request may wait for the storage behind its own project's earlier"
+        " work (the project is over its share of the server's time); then 429 (default: 2)",
+    )
+    serve.add_argument(
+        "--max-body-bytes-per-project",
+        type=_positive_int,
+        default=2 * 1024 * 1024,
+        metavar="BYTES",
+        help="bytes of request bodies one project may have in flight in this process (each"
+        " counted at its Content-Length); more get 429 before being read (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-wait",
         type=_positive_float,
         default=60.0,
@@ -275,6 +322,12 @@ def _add_limit_options(serve: argparse.ArgumentParser) -> None:
         ("--write-timeout", _positive_float, "SECONDS", "to read answers sent; then closed"),
         ("--keepalive-timeout", _positive_int, "SECONDS", "idle between requests; then closed"),
         ("--max-connections", _positive_int, "N", "open connections; more get 503"),
+        (
+            "--max-connections-per-address",
+            _whole_number,
+            "N",
+            "connections from one address, 0: no cap (keep 0 behind a proxy); more: 503",
+        ),
         ("--backlog", _positive_int, "N", "connections queued to be accepted"),
     ):
         serve.add_argument(
@@ -319,6 +372,12 @@ def _api_url(value: str) -> str:
 def _port(value: str) -> int:
     if not value.isdigit() or int(value) > 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value!r}")
+    return int(value)
+
+
+def _whole_number(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number (0 or more), got {value!r}")
     return int(value)
 
 
@@ -389,6 +448,14 @@ def _serve(args: argparse.Namespace) -> int:
             rate_limit=args.rate_limit,
             max_waiters_per_project=args.max_waiters_per_project,
             max_requests_per_project=args.max_requests_per_project,
+            max_body_bytes_per_project=args.max_body_bytes_per_project,
+            patience=args.patience,
+            key_retention_seconds=args.key_retention,
+            quotas=Quotas(
+                keys_per_project=args.max_keys_per_project,
+                holders_per_key=args.max_holders_per_key,
+                label_bytes=args.max_label_bytes,
+            ),
             sqlite_synchronous=args.sqlite_synchronous,
             access_log=args.access_log,
             waiting=WaitingSettings(max_wait_seconds=args.max_wait),
@@ -402,6 +469,7 @@ def _serve(args: argparse.Namespace) -> int:
                 write_timeout=args.write_timeout,
                 keepalive_timeout=args.keepalive_timeout,
                 max_connections=args.max_connections,
+                max_connections_per_address=args.max_connections_per_address,
                 backlog=args.backlog,
             ),
         )

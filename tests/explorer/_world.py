@@ -33,6 +33,7 @@ import attrs
 
 from tests.explorer._loop import VirtualLoop
 from volcano_server import ServerConfig, create_app
+from volcano_server._admission import Job
 from volcano_server._auth import make_project_keys
 from volcano_server._config import WaitingSettings
 from volcano_server._spec import Spec, load_spec
@@ -183,7 +184,7 @@ class SimServer:
         async with self.app.router.lifespan_context(self.app):
             await self._stop.wait()
 
-    async def _offload(self, work: Callable[[bool], Any]) -> Any:
+    async def _offload(self, work: Callable[[bool], Any], _job: Job) -> Any:
         world = self.world
         task = asyncio.current_task()
         where = task.get_name() if task is not None else "?"

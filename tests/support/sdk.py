@@ -299,6 +299,17 @@ class Sdk:
 
         return self._loop.run(collect())
 
+    def holders(self, key: str, **kwargs: Any) -> list[volcano.LockHolder]:
+        """Every holder `client.locks.holders(key)` iterates over."""
+        holders = self.client.locks.holders(key, **kwargs)
+        if self._loop is None:
+            return list(holders)
+
+        async def collect() -> list[volcano.LockHolder]:
+            return [holder async for holder in holders]
+
+        return self._loop.run(collect())
+
     def campaign(self, name: str, **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
         """`with client.elections.campaign(name, ...) as leadership:` for either client."""
         return self.entered(self.client.elections.campaign(name, **kwargs))

@@ -31,7 +31,10 @@ def lease(value: volcano.LockLease) -> Fields:
 
 
 def state(value: volcano.LockState) -> Fields:
-    """A key's state, as `get` reports it: its holders too (never an owner token)."""
+    """A key's state, as `get` reports it: its holders too (never an owner token).
+
+    At most 20 holders are listed (those ending soonest); `holder_count` counts them all.
+    """
     return {
         "key": value.key,
         "held": value.held,
@@ -40,6 +43,7 @@ def state(value: volcano.LockState) -> Fields:
         "limit": value.limit,
         "waiters": value.waiters,
         "version": value.version,
+        "holder_count": value.holder_count,
         "holders": [
             {
                 "fencing_token": holder.fencing_token,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
 
-    from .._models import ForceReleaseResult, LockLease, LockState
+    from .._models import ForceReleaseResult, LockHolder, LockLease, LockState
     from ._reading import Page, Renewed
 
 T = TypeVar("T")
@@ -67,6 +67,7 @@ FORCE_RELEASE = Operation("force_release", "force_release_lock", 200)
 CHECK = Operation("check", "check_lease", 200)
 WATCH = Operation("watch", "get_lock", 200)
 LIST = Operation("list", "list_locks", 200)
+HOLDERS = Operation("holders", "list_holders", 200)
 
 
 def acquire(
@@ -187,7 +188,9 @@ def watch(key: str, *, after_version: int, wait: float, request_id: str) -> Call
     return Call(WATCH, key, request_id, kwargs, functools.partial(_reading.state, key=key))
 
 
-def list_page(*, prefix: str, after: str, limit: int, request_id: str) -> Call[Page]:
+def list_page(
+    *, prefix: str, after: str, limit: int, request_id: str
+) -> Call[Page[LockState, str]]:
     """The request for one page of the keys that are held or waited for."""
     kwargs: dict[str, Any] = {"limit": limit}
     if prefix:
@@ -196,3 +199,14 @@ def list_page(*, prefix: str, after: str, limit: int, request_id: str) -> Call[P
         kwargs["after"] = after
     convert = functools.partial(_reading.page, prefix=prefix, after=after)
     return Call(LIST, prefix or "*", request_id, kwargs, convert)
+
+
+def holders_page(
+    key: str, *, after: int, limit: int, request_id: str
+) -> Call[Page[LockHolder, int]]:
+    """The request for one page of `key`'s live leases, after the fencing token `after`."""
+    kwargs: dict[str, Any] = {"key": key, "limit": limit}
+    if after:
+        kwargs["after"] = after
+    convert = functools.partial(_reading.holders_page, after=after)
+    return Call(HOLDERS, key, request_id, kwargs, convert)

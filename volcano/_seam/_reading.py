@@ -9,6 +9,7 @@ status and code (`status_error`), as a whole answer's does.
 from __future__ import annotations
 
 import functools
+import itertools
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -63,6 +64,14 @@ def models() -> ModuleType:
     from _volcano_api import models
 
     return models
+
+
+@functools.cache
+def _unset() -> object:
+    """The generated client's marker of a field absent from a body."""
+    from _volcano_api.types import UNSET
+
+    return UNSET
 
 
 def error_detail(error: object) -> tuple[str, str, str, int | None] | None:
@@ -183,21 +192,26 @@ def state(parsed: object, *, key: str) -> LockState:
         holders=tuple(_holder(holder) for holder in body.holders),
         waiters=_count(body.waiters, "waiters"),
         version=_count(body.version, "version"),
+        holder_count=_holder_count(body.holder_count, len(body.holders)),
     )
     if made.key != key:
         raise SpecMismatchError(f"key {made.key!r} is not the key {key!r} asked for")
     return made
 
 
+_I = TypeVar("_I")
+_C = TypeVar("_C")
+
+
 @attrs.frozen
-class Page:
-    """One page of a listing: the keys' states, and the `after` of the next page (or None)."""
+class Page(Generic[_I, _C]):
+    """One page of a listing: its items, and the `after` of the next page (or None)."""
 
-    states: tuple[LockState, ...]
-    next_after: str | None
+    items: tuple[_I, ...]
+    next_after: _C | None
 
 
-def page(parsed: object, *, prefix: str, after: str) -> Page:
+def page(parsed: object, *, prefix: str, after: str) -> Page[LockState, str]:
     """A LockList body: states of keys after `after` that start with `prefix`, in key order."""
     body = _body(parsed, models().LockList, "LockList")
     states: list[LockState] = []
@@ -214,6 +228,19 @@ def page(parsed: object, *, prefix: str, after: str) -> Page:
     if following is not None and (following <= after or (states and following < states[-1].key)):
         raise SpecMismatchError(f"next {following!r} does not move past the page")
     return Page(tuple(states), following)
+
+
+def holders_page(parsed: object, *, after: int) -> Page[LockHolder, int]:
+    """A HolderList body: live leases with fencing tokens above `after`, in token order."""
+    body = _body(parsed, models().HolderList, "HolderList")
+    holders = tuple(_holder(item) for item in body.holders)
+    tokens = [after, *(holder.fencing_token for holder in holders)]
+    if any(earlier >= later for earlier, later in itertools.pairwise(tokens)):
+        raise SpecMismatchError("the holders are not in fencing token order after the one asked")
+    following = None if body.next_ is None else _fencing_token(body.next_)
+    if following is not None and following < tokens[-1]:
+        raise SpecMismatchError(f"next {following} does not move past the page")
+    return Page(holders, following)
 
 
 def force_release(parsed: object, *, key: str) -> ForceReleaseResult:
@@ -251,6 +278,16 @@ def _holder(holder: object) -> LockHolder:
         expires_at=_timestamp(body.expires_at),
         label=label,
     )
+
+
+def _holder_count(value: object, shown: int) -> int:
+    """`holder_count`, or the holders shown when a server older than the field sends none."""
+    if value is _unset():
+        return shown
+    count = _count(value, "holder_count")
+    if count < shown:
+        raise SpecMismatchError(f"holder_count {count} is below the {shown} holders shown")
+    return count
 
 
 def _count(value: object, name: str) -> int:

@@ -7,11 +7,13 @@ from urllib.parse import unquote
 
 from ._base import (
     KEY_LOCKED,
+    ExpiredLease,
     KeyKind,
     KeyRecord,
     Lease,
     Listener,
     LockRow,
+    LockSummary,
     ProjectKeys,
     ReadOnlyTx,
     ReadTx,
@@ -31,6 +33,7 @@ from ._urls import UnsupportedDatabaseURL, redact_url
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "KEY_LOCKED",
+    "ExpiredLease",
     "KeyEvent",
     "KeyInfo",
     "KeyKind",
@@ -38,6 +41,7 @@ __all__ = [
     "Lease",
     "Listener",
     "LockRow",
+    "LockSummary",
     "ProjectKeys",
     "ReadOnlyTx",
     "ReadTx",

@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEY_LOCKED",
+    "ExpiredLease",
     "KeyKind",
     "KeyRecord",
     "Lease",
     "Listener",
     "LockRow",
+    "LockSummary",
     "ProjectKeys",
     "ReadOnlyTx",
     "ReadTx",
@@ -148,6 +150,15 @@ class LockRow:
     limit: int = 1
     leases: tuple[Lease, ...] = ()
     version: int = 0
+    # False for a key whose row was purged (unused for long): it stands in for the row with its
+    # project's floor as its fencing token and version, above any the key ever had, so tokens
+    # and versions go on rising when the key is used again (`Storage.purge_keys`).
+    stored: bool = True
+
+    @classmethod
+    def purged(cls, project_id: int, key: str, floor: int) -> LockRow:
+        """The stand-in for a key with no row in a project whose keys were purged up to `floor`."""
+        return cls(project_id, key, floor, 1, (), floor, stored=False)
 
     def version_at(self, now_us: int) -> int:
         """The key's version at `now_us`: the saved changes, and each stored lease expired."""
@@ -170,6 +181,60 @@ class LockRow:
     def soonest_expiry(self, now_us: int) -> int | None:
         """When the first live lease ends, or None when none is live."""
         return min((x.expires_at_us for x in self.leases if x.live(now_us)), default=None)
+
+
+@attrs.frozen
+class ExpiredLease:
+    """A lease a purge deleted once it had expired: how long it was held (for the metrics)."""
+
+    project_id: int
+    key: str
+    held_us: int
+
+
+@attrs.frozen
+class LockSummary:
+    """A key as a read shows it, bounded whatever the key holds.
+
+    Its last fencing token, limit and version (at the read's clock), how many live leases it
+    has (`holder_count`) and the highest of their tokens, up to a given number of them
+    (`holders`, soonest expiry first), and how many wait in its line.
+    """
+
+    project_id: int
+    key: str
+    fencing_token: int
+    limit: int
+    version: int
+    holders: tuple[Lease, ...]
+    holder_count: int
+    highest_live: int | None
+    waiting: int
+
+    @classmethod
+    def purged(cls, project_id: int, key: str, floor: int) -> LockSummary:
+        """A key whose row was purged, in a project whose keys were purged up to `floor`."""
+        return cls(project_id, key, floor, 1, floor, (), 0, None, 0)
+
+    @classmethod
+    def of(cls, row: LockRow, now_us: int, waiting: int, *, holders: int) -> LockSummary:
+        """The summary of a row already loaded whole, at `now_us`."""
+        live = sorted(row.live_leases(now_us), key=lambda x: (x.expires_at_us, x.fencing_token))
+        return cls(
+            row.project_id,
+            row.key,
+            row.fencing_token,
+            row.limit,
+            row.version_at(now_us),
+            tuple(live[:holders]),
+            len(live),
+            max((lease.fencing_token for lease in live), default=None),
+            waiting,
+        )
+
+    def soonest_expiry(self) -> int | None:
+        """When the first live lease ends, or None when none is live."""
+        return self.holders[0].expires_at_us if self.holders else None
 
 
 @attrs.frozen
@@ -250,18 +315,30 @@ class ReadTx(Protocol):
         """How many callers wait in the key's line (not counting those reserved a slot)."""
         ...
 
+    def summarize(self, project_id: int, key: str, *, holders: int) -> LockSummary | None:
+        """The key's summary at `now_us()` with up to `holders` live leases; None: no row.
+
+        Its cost does not grow with the key's leases beyond `holders` (a database counts the
+        rest), so a read of a semaphore of 1,000 holders costs about one of 20.
+        """
+        ...
+
 
 class ReadOnlyTx(ReadTx, Protocol):
-    """What `Storage.read` gives: the reads, and listing keys."""
+    """What `Storage.read` gives: the reads, listing keys and a key's leases."""
 
     def list_locks(
-        self, project_id: int, *, prefix: str, after: str, limit: int
-    ) -> list[tuple[LockRow, int]]:
+        self, project_id: int, *, prefix: str, after: str, limit: int, holders: int
+    ) -> list[LockSummary]:
         """Up to `limit` keys with a live lease or a caller waiting, after `after`, in order.
 
-        Only keys starting with `prefix`; each with its row and how many wait in its line,
-        judged at `now_us()`.
+        Only keys starting with `prefix`; each summarized as `summarize` does, judged at
+        `now_us()`.
         """
+        ...
+
+    def list_holders(self, project_id: int, key: str, *, after: int, limit: int) -> list[Lease]:
+        """Up to `limit` of the key's live leases with fencing tokens above `after`, in order."""
         ...
 
 
@@ -293,6 +370,10 @@ class WriteTx(ReadTx, Protocol):
 
     def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
         """`save_lock` for each (row, loaded) pair, rows of different keys, at once."""
+        ...
+
+    def key_count(self, project_id: int) -> int:
+        """How many keys the project has stored (a key's quota is counted on them)."""
         ...
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
@@ -385,6 +466,9 @@ class Storage(Protocol):
     # Whether operations are short local calls worth trying on the event loop with
     # may_block=False; False sends every operation to a worker thread.
     runs_inline: bool
+    # How many transactions can usefully run at once (a pool's connections, SQLite's readers):
+    # the server's slots for storage work (`_admission`).
+    connections: int
 
     def write(
         self, *, may_block: bool = True, key: tuple[int, str] | None = None
@@ -449,6 +533,22 @@ class Storage(Protocol):
 
     def purge_outcomes(self, limit: int) -> int:
         """Delete up to `limit` stored outcomes whose retention has ended; return how many."""
+        ...
+
+    def purge_leases(self, limit: int) -> list[ExpiredLease]:
+        """Delete expired leases of up to `limit` keys (some), each key's version kept.
+
+        Transactions drop the expired leases of the keys they save; this bounds the storage
+        of keys nobody touches after their leases expire. Returns the leases deleted.
+        """
+        ...
+
+    def purge_keys(self, idle_us: int, limit: int) -> int:
+        """Delete up to `limit` keys without a lease or a waiter, unchanged for `idle_us`.
+
+        Each raises its project's floor (`LockRow.purged`): used again, the key goes on from
+        there, its fencing tokens and version never going back. Returns how many.
+        """
         ...
 
     def purge_waiters(self, grace_us: int, limit: int) -> int:

@@ -58,9 +58,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._base import (
     KEY_LOCKED,
+    ExpiredLease,
     KeyRecord,
+    Lease,
     Listener,
     LockRow,
+    LockSummary,
     StoredOutcome,
     Waiter,
     WaiterState,
@@ -69,15 +72,20 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import (
+    HOLDERS_PAGE,
+    IDLE_KEYS,
     LEASE_COLUMNS,
     LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
+    bump_versions,
+    ended_of,
     for_postgres,
     leases_of,
     listed_keys,
     listed_params,
     lock_writes,
+    raise_floors,
     unavailable_when,
 )
 from ._urls import UnsupportedDatabaseURL, redact_url
@@ -104,7 +112,8 @@ CREATE OR REPLACE FUNCTION volcano_open(
 ) RETURNS TABLE (
     claimed_print bytea, claimed_status integer, claimed_body bytea, claimed_retry integer,
     claimed_until bigint, claimed_undelivered boolean, clock_us bigint, lock_token bigint,
-    lock_limit integer, lock_version bigint, leases jsonb, line jsonb, watchers jsonb
+    lock_limit integer, lock_version bigint, leases jsonb, line jsonb, watchers jsonb,
+    key_floor bigint
 ) LANGUAGE plpgsql AS $$
 BEGIN
     IF p_request IS NOT NULL THEN
@@ -141,6 +150,8 @@ BEGIN
         LEFT JOIN servers s USING (server_id);
     SELECT coalesce(jsonb_agg(x.server_id), '[]') INTO watchers
         FROM lock_watches x WHERE x.project_id = p_project AND x.key = p_key;
+    -- Read after the row lock: a purge of the key (which raised the floor) has committed.
+    SELECT p.key_floor INTO key_floor FROM projects p WHERE p.id = p_project;
     RETURN NEXT;
 END $$
 """
@@ -296,6 +307,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
+    # Issue 33: storage bounded. Expired leases and keys unused for long are purged; a key's
+    # row remembers when it last changed, and a project the highest version any purged key of
+    # it had, where a key used again after its row was purged starts (volcano_open says it).
+    8: (
+        "ALTER TABLE projects ADD COLUMN key_floor bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE locks ADD COLUMN updated_at_us bigint NOT NULL DEFAULT 0",
+        "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
+        _OPEN_FUNCTION,
+    ),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -392,16 +412,54 @@ _UNWATCH = (
     " AND (project_id, key, generation) IN (SELECT * FROM unnest(%s::bigint[], %s::text[],"
     " %s::bigint[]))"
 )
-# One page of `list_locks`: each listed key's row, leases and line, in one statement (so one
-# snapshot), given the page's keys.
-_LISTED = (
-    "SELECT l.key, l.fencing_token, l.limit_count, l.version,"
+# Keys summarized (`LockSummary`) in one statement, so one snapshot: each key's row, its live
+# leases counted, its stored expired ones counted, its highest live token, the `holders` live
+# leases that end soonest, and its line. Parameters: now, holders, project_id, then the keys.
+_SUMMARIES = (
+    "SELECT l.key, l.fencing_token, l.limit_count, l.version, c.live, c.expired, c.highest,"
     " (SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,"
-    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token), '[]')"
-    " FROM leases x WHERE x.project_id = l.project_id AND x.key = l.key),"
+    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us)"
+    " ORDER BY x.expires_at_us, x.fencing_token), '[]')"
+    " FROM (SELECT * FROM leases y WHERE y.project_id = l.project_id AND y.key = l.key"
+    " AND y.expires_at_us > p.now ORDER BY y.expires_at_us, y.fencing_token LIMIT p.holders) x),"
     " (SELECT count(*) FROM lock_waiters w WHERE w.project_id = l.project_id AND w.key = l.key"
     " AND w.state = 'waiting')"
-    " FROM locks l WHERE l.project_id = %s AND l.key IN ({keys}) ORDER BY l.key"
+    " FROM (SELECT %s::bigint AS now, %s::int AS holders) p"
+    " CROSS JOIN locks l CROSS JOIN LATERAL (SELECT"
+    " count(*) FILTER (WHERE z.expires_at_us > p.now) AS live,"
+    " count(*) FILTER (WHERE z.expires_at_us <= p.now) AS expired,"
+    " max(z.fencing_token) FILTER (WHERE z.expires_at_us > p.now) AS highest"
+    " FROM leases z WHERE z.project_id = l.project_id AND z.key = l.key) c"
+    " WHERE l.project_id = %s AND l.key IN ({keys}) AND l.fencing_token > 0 ORDER BY l.key"
+)
+_HOLDERS_PAGE = for_postgres(HOLDERS_PAGE)
+# A project's keys (not counting a placeholder, of this transaction or another).
+_KEY_COUNT = "SELECT count(*) FROM locks WHERE project_id = %s AND fencing_token > 0"
+# A project's floor: the highest version any of its purged keys had.
+_KEY_FLOOR = "SELECT coalesce(max(key_floor), 0) FROM projects WHERE id = %s"
+# Purging expired leases: their keys' rows locked first, skipping any a transaction holds (it
+# will drop what expired itself), then the leases deleted and each version moved past them.
+_EXPIRED_KEYS = (
+    "SELECT l.project_id, l.key FROM locks l WHERE (l.project_id, l.key) IN"
+    " (SELECT DISTINCT x.project_id, x.key FROM leases x WHERE x.expires_at_us <= %(now)s"
+    " LIMIT %(limit)s) ORDER BY l.project_id, l.key FOR UPDATE SKIP LOCKED"
+)
+_DELETE_EXPIRED = (
+    "DELETE FROM leases x USING unnest(%(projects)s::bigint[], %(keys)s::text[]) AS k(p, key)"
+    " WHERE x.project_id = k.p AND x.key = k.key AND x.expires_at_us <= %(now)s"
+    " RETURNING x.project_id, x.key, x.fencing_token, x.expires_at_us, x.granted_at_us"
+)
+# Purging idle keys: their rows locked first, skipping any a transaction holds; then deleted
+# only if still without a lease or a waiter, judged by the DELETE's own snapshot, taken once the
+# rows are locked (a transaction that added a lease held the row lock, so it has committed).
+_IDLE_KEYS = for_postgres(IDLE_KEYS) + " FOR UPDATE SKIP LOCKED"
+_DELETE_IDLE = (
+    "DELETE FROM locks l USING unnest(%(projects)s::bigint[], %(keys)s::text[]) AS k(p, key)"
+    " WHERE l.project_id = k.p AND l.key = k.key"
+    " AND NOT EXISTS (SELECT 1 FROM leases x WHERE x.project_id = l.project_id AND x.key = l.key)"
+    " AND NOT EXISTS (SELECT 1 FROM lock_waiters w"
+    " WHERE w.project_id = l.project_id AND w.key = l.key)"
+    " RETURNING l.project_id, l.key, l.version, l.fencing_token"
 )
 # The channel on which servers tell each other that a waiter's lock was reserved.
 HANDOFF_CHANNEL = "volcano_handoff"
@@ -518,29 +576,54 @@ class _ReadTx:
     def load_lock(self, project_id: int, key: str) -> LockRow | None:
         row = self._conn.execute(_LockedKey.READ, (project_id, key)).fetchone()
         if row is None:
-            return None
+            floor = self._key_floor(project_id)
+            return LockRow.purged(project_id, key, floor) if floor else None
         return _row(project_id, key, row, self._conn.execute(_LEASES, (project_id, key)))
+
+    def _key_floor(self, project_id: int) -> int:
+        return int(_fetch(self._conn, _KEY_FLOOR, (project_id,))[0])
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_fetch(self._conn, _WAITING_COUNT, (project_id, key))[0])
 
+    def summarize(self, project_id: int, key: str, *, holders: int) -> LockSummary | None:
+        """Two round trips: the clock, then the key summarized (three for a purged key)."""
+        found = self._summaries(project_id, [key], holders)
+        if found:
+            return found[0]
+        floor = self._key_floor(project_id)
+        return LockSummary.purged(project_id, key, floor) if floor else None
+
     def list_locks(
-        self, project_id: int, *, prefix: str, after: str, limit: int
-    ) -> list[tuple[LockRow, int]]:
-        """Two round trips: the page's keys, then their rows, leases and lines together."""
+        self, project_id: int, *, prefix: str, after: str, limit: int, holders: int
+    ) -> list[LockSummary]:
+        """Three round trips: the clock, the page's keys, then their summaries together."""
         params = listed_params(project_id, self.now_us(), prefix=prefix, after=after, limit=limit)
         query = for_postgres(listed_keys(bounded=bool(prefix)))
         keys = [key for (key,) in self._conn.execute(query, params)]
-        if not keys:
-            return []
-        listed = _LISTED.format(keys=", ".join(["%s"] * len(keys)))
-        rows = self._conn.execute(listed, (project_id, *keys)).fetchall()
-        found = []
-        for key, token, limit_count, version, leases, waiting in rows:
-            row = _row(project_id, key, (token, limit_count, version), leases)
-            if row is not None:
-                found.append((row, int(waiting)))
-        return found
+        return self._summaries(project_id, keys, holders) if keys else []
+
+    def list_holders(self, project_id: int, key: str, *, after: int, limit: int) -> list[Lease]:
+        params = (project_id, key, after, self.now_us(), limit)
+        return list(leases_of(self._conn.execute(_HOLDERS_PAGE, params)))
+
+    def _summaries(self, project_id: int, keys: list[str], holders: int) -> list[LockSummary]:
+        statement = _SUMMARIES.format(keys=", ".join(["%s"] * len(keys)))
+        rows = self._conn.execute(statement, (self.now_us(), holders, project_id, *keys))
+        return [
+            LockSummary(
+                project_id,
+                key,
+                token,
+                limit,
+                version + expired,
+                leases_of(soonest),
+                live,
+                highest,
+                int(waiting),
+            )
+            for key, token, limit, version, live, expired, highest, soonest, waiting in rows
+        ]
 
 
 class _WriteTx:
@@ -622,11 +705,13 @@ class _WriteTx:
     def _open(self, project_id: int, key: str, request_id: str | None) -> StoredOutcome | None:
         """One round trip: claim `request_id` (or read the clock), lock the key, read its line."""
         self._first_key = None
-        *claimed, clock_us, token, limit, version, leases, line, watchers = _one(
+        *claimed, clock_us, token, limit, version, leases, line, watchers, floor = _one(
             self._ask(_OPEN, (project_id, key, request_id, _LINE_AHEAD))
         )
         self._set_now(clock_us)
         row = _row(project_id, key, (token, limit, version), leases)
+        if row is None and floor:
+            row = LockRow.purged(project_id, key, floor)
         self._locked[project_id, key] = _LockedKey(row, project_id, key)
         self._lines[project_id, key] = line
         self._watchers[project_id, key] = tuple(watchers)
@@ -673,7 +758,7 @@ class _WriteTx:
 
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
-        for statement, params in lock_writes(row, loaded):
+        for statement, params in lock_writes(row, loaded, self.now_us()):
             self._send(for_postgres(statement), params)
         locked = self._locked.get((row.project_id, row.key))
         if locked is not None:
@@ -685,6 +770,17 @@ class _WriteTx:
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
+
+    def key_count(self, project_id: int) -> int:
+        return int(_one(self._ask(_KEY_COUNT, (project_id,)))[0])
+
+    def summarize(self, project_id: int, key: str, *, holders: int) -> LockSummary | None:
+        """The key's row as this transaction locked it (whole), summarized."""
+        row = self.load_lock(project_id, key)
+        if row is None:
+            return None
+        waiting = self.waiting_count(project_id, key)
+        return LockSummary.of(row, self.now_us(), waiting, holders=holders)
 
     def claim_request(self, project_id: int, request_id: str) -> StoredOutcome | None:
         if self._first_key is not None and self._first_key[0] == project_id:
@@ -865,6 +961,7 @@ class PostgresStorage(KeyAdmin):
         conninfo, url_pool_size = _conninfo(url, connect_timeout)
         self._conninfo = conninfo
         size = pool_size or url_pool_size or 10
+        self.connections = size
         self._offset = clock_offset_us or _offset_none
         self._pool_timeout = pool_timeout
         self._commits = Commits(statement_timeout)
@@ -971,6 +1068,35 @@ class PostgresStorage(KeyAdmin):
         """Delete up to `limit` outcomes whose retention has ended; return how many."""
         with _mapped_errors(), self._connection() as conn:
             return conn.execute(_PURGE, (self._offset(), limit)).rowcount
+
+    def purge_leases(self, limit: int) -> list[ExpiredLease]:
+        """Delete up to `limit` keys' expired leases, moving each key's version past them."""
+        with _mapped_errors(), self._connection() as conn, conn.transaction():
+            conn.execute(*self._limits)
+            now = _fetch(conn, _CLOCK, ())[0] + self._offset()
+            keys = conn.execute(_EXPIRED_KEYS, {"now": now, "limit": limit}).fetchall()
+            if not keys:
+                return []
+            projects, names = [p for p, _ in keys], [k for _, k in keys]
+            values = {"now": now, "projects": projects, "keys": names}
+            expired = conn.execute(_DELETE_EXPIRED, values).fetchall()
+            for statement, params in bump_versions(expired):
+                conn.execute(for_postgres(statement), params)
+            return ended_of(expired)
+
+    def purge_keys(self, idle_us: int, limit: int) -> int:
+        """Delete up to `limit` keys unused for `idle_us`, raising their projects' floors."""
+        with _mapped_errors(), self._connection() as conn, conn.transaction():
+            conn.execute(*self._limits)
+            now = _fetch(conn, _CLOCK, ())[0] + self._offset()
+            idle = conn.execute(_IDLE_KEYS, (now - idle_us, limit)).fetchall()
+            if not idle:
+                return 0
+            values = {"projects": [row[0] for row in idle], "keys": [row[1] for row in idle]}
+            deleted = conn.execute(_DELETE_IDLE, values).fetchall()
+            for statement, params in raise_floors(deleted):
+                conn.execute(for_postgres(statement), params)
+            return len(deleted)
 
     def purge_waiters(self, grace_us: int, limit: int) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""

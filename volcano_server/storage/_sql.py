@@ -6,33 +6,45 @@ them into psycopg's `%s` (none of them holds a literal `?`).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ._base import Lease, LockRow, StorageUnavailable
+from ._base import ExpiredLease, Lease, LockRow, StorageUnavailable
 
 __all__ = [
+    "EXPIRED_LEASES",
     "FIND_WAITER",
+    "HOLDERS_PAGE",
+    "IDLE_KEYS",
     "LEASES",
     "LEASE_COLUMNS",
+    "LEASE_COUNTS",
     "QUEUED",
+    "SOONEST_LEASES",
     "TOUCH_SERVER",
     "WAITING_COUNT",
+    "bump_versions",
+    "delete_expired",
+    "delete_idle",
+    "ended_of",
     "for_postgres",
     "leases_of",
     "listed_keys",
     "listed_params",
     "lock_writes",
+    "raise_floors",
     "unavailable_when",
 ]
 
-# Insert or update a key's row: (project_id, key, fencing_token, limit, version).
+# Insert or update a key's row: (project_id, key, fencing_token, limit, version, updated_at_us).
+# `updated_at_us` tells how long a key has gone unchanged (`purge_keys`).
 SAVE_LOCK = (
-    "INSERT INTO locks (project_id, key, fencing_token, limit_count, version)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
+    "INSERT INTO locks (project_id, key, fencing_token, limit_count, version, updated_at_us)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, key) DO UPDATE SET"
     " fencing_token = excluded.fencing_token, limit_count = excluded.limit_count,"
-    " version = excluded.version"
+    " version = excluded.version, updated_at_us = excluded.updated_at_us"
 )
 # Insert or update one lease of a key (`lease_params`).
 SAVE_LEASE = (
@@ -50,6 +62,25 @@ LEASE_COLUMNS = "fencing_token, owner_token, expires_at_us, ttl_seconds, label, 
 LEASES = (
     f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
     " FROM leases WHERE project_id = ? AND key = ? ORDER BY fencing_token"
+)
+# (now, now, now, project_id, key): a key's live leases counted, its stored expired ones counted,
+# and the highest live fencing token: what a summary needs of the leases it does not show.
+LEASE_COUNTS = (
+    "SELECT count(*) FILTER (WHERE expires_at_us > ?), count(*) FILTER (WHERE expires_at_us <= ?),"
+    " max(fencing_token) FILTER (WHERE expires_at_us > ?)"
+    " FROM leases WHERE project_id = ? AND key = ?"
+)
+# (project_id, key, now, limit): the key's live leases that end soonest, soonest first.
+SOONEST_LEASES = (
+    f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
+    " FROM leases WHERE project_id = ? AND key = ? AND expires_at_us > ?"
+    " ORDER BY expires_at_us, fencing_token LIMIT ?"
+)
+# (project_id, key, after, now, limit): a page of the key's live leases, by fencing token.
+HOLDERS_PAGE = (
+    f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
+    " FROM leases WHERE project_id = ? AND key = ? AND fencing_token > ? AND expires_at_us > ?"
+    " ORDER BY fencing_token LIMIT ?"
 )
 # (project_id, key): how many wait in the key's line.
 WAITING_COUNT = (
@@ -74,6 +105,72 @@ TOUCH_SERVER = (
     "INSERT INTO servers (server_id, alive_until_us) VALUES (?, ?)"
     " ON CONFLICT (server_id) DO UPDATE SET alive_until_us = excluded.alive_until_us"
 )
+
+
+# (now, limit): expired leases, as `purge_lease_writes` and `ended_of` take them.
+EXPIRED_LEASES = (
+    "SELECT project_id, key, fencing_token, expires_at_us, granted_at_us FROM leases"
+    " WHERE expires_at_us <= ? LIMIT ?"
+)
+# (unchanged since, limit): keys with no lease and nobody in line, unchanged since then, with
+# their version and last token (as `purge_key_writes` takes them).
+IDLE_KEYS = (
+    "SELECT l.project_id, l.key, l.version, l.fencing_token FROM locks l"
+    " WHERE l.updated_at_us < ? AND l.fencing_token > 0"
+    " AND NOT EXISTS (SELECT 1 FROM leases x WHERE x.project_id = l.project_id AND x.key = l.key)"
+    " AND NOT EXISTS (SELECT 1 FROM lock_waiters w"
+    " WHERE w.project_id = l.project_id AND w.key = l.key) LIMIT ?"
+)
+
+
+def delete_expired(expired: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that delete `EXPIRED_LEASES` rows (keep their keys' versions: `bump`)."""
+    return [(DELETE_LEASE, (project_id, key, token)) for project_id, key, token, *_ in expired]
+
+
+def bump_versions(expired: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that move each key's version past its expired leases deleted.
+
+    A key's version counts its stored leases that have expired (`LockRow.version_at`), so it
+    goes up by one for each deleted: the key's version at any moment stays the same.
+    """
+    counts = collections.Counter((project_id, key) for project_id, key, *_ in expired)
+    return [
+        ("UPDATE locks SET version = version + ? WHERE project_id = ? AND key = ?", (n, *ref))
+        for ref, n in counts.items()
+    ]
+
+
+def delete_idle(idle: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that delete `IDLE_KEYS` rows (their floors: `raise_floors`)."""
+    return [
+        ("DELETE FROM locks WHERE project_id = ? AND key = ?", (project_id, key))
+        for project_id, key, *_ in idle
+    ]
+
+
+def raise_floors(deleted: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that raise each project's floor past its keys deleted (`IDLE_KEYS` rows).
+
+    A key used again after its row is gone starts from its project's floor, above any fencing
+    token or version it had (`LockRow.purged`), so neither ever goes back or repeats.
+    """
+    floors: dict[int, int] = {}
+    for project_id, _, version, token in deleted:
+        floors[project_id] = max(floors.get(project_id, 0), version, token)
+    return [
+        ("UPDATE projects SET key_floor = ? WHERE id = ? AND key_floor < ?", (floor, p, floor))
+        for p, floor in floors.items()
+    ]
+
+
+def ended_of(expired: Sequence[Sequence[Any]]) -> list[ExpiredLease]:
+    """The leases `EXPIRED_LEASES` found, as the metrics count them."""
+    return [
+        ExpiredLease(project_id, key, expires - granted)
+        for project_id, key, _, expires, granted in expired
+        if granted is not None
+    ]
 
 
 def listed_keys(*, bounded: bool) -> str:
@@ -123,18 +220,24 @@ def for_postgres(statement: str) -> str:
     return statement.replace("?", "%s")
 
 
-def lock_writes(row: LockRow, loaded: LockRow | None) -> list[tuple[str, tuple[object, ...]]]:
-    """The statements that make storage hold `row`, `loaded` being what it held.
+def lock_writes(
+    row: LockRow, loaded: LockRow | None, now: int
+) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that make storage hold `row`, `loaded` being what it held, at `now`.
 
-    The key's row only when its token, limit or version changed; a lease deleted when it is
-    gone from `row` (released, force-released, or expired and dropped); written when new or
-    changed.
+    The key's row only when its token, limit or version changed (or it is not stored yet); a
+    lease deleted when it is gone from `row` (released, force-released, or expired and
+    dropped); written when new or changed.
     """
     writes: list[tuple[str, tuple[object, ...]]] = []
     ref = (row.project_id, row.key)
     fields = (row.fencing_token, row.limit, row.version)
-    if loaded is None or (loaded.fencing_token, loaded.limit, loaded.version) != fields:
-        writes.append((SAVE_LOCK, (*ref, *fields)))
+    if (
+        loaded is None
+        or not loaded.stored
+        or (loaded.fencing_token, loaded.limit, loaded.version) != fields
+    ):
+        writes.append((SAVE_LOCK, (*ref, *fields, now)))
     before = {lease.fencing_token: lease for lease in (loaded.leases if loaded else ())}
     after = {lease.fencing_token: lease for lease in row.leases}
     writes += [(DELETE_LEASE, (*ref, token)) for token in before if token not in after]

@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import sqlite3
@@ -43,9 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from ._base import (
+    ExpiredLease,
     KeyRecord,
+    Lease,
     Listener,
     LockRow,
+    LockSummary,
     StorageUnavailable,
     StoredOutcome,
     Synchronous,
@@ -55,21 +59,33 @@ from ._base import (
 )
 from ._keys import KeyAdmin, Sql
 from ._sql import (
+    EXPIRED_LEASES,
     FIND_WAITER,
+    HOLDERS_PAGE,
+    IDLE_KEYS,
     LEASE_COLUMNS,
+    LEASE_COUNTS,
     LEASES,
     QUEUED,
+    SOONEST_LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
+    bump_versions,
+    delete_expired,
+    delete_idle,
+    ended_of,
     leases_of,
     listed_keys,
     listed_params,
     lock_writes,
+    raise_floors,
     unavailable_when,
 )
 from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
+
+log = logging.getLogger("volcano_server")
 
 # Schema changes, by the version they bring the database to; each runs once, in order, so a
 # database of any earlier version is upgraded in place.
@@ -183,6 +199,13 @@ ALTER TABLE locks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
 UPDATE locks SET version = fencing_token;
 ALTER TABLE lock_waiters ADD COLUMN label TEXT;
 """,
+    # Issue 33: storage bounded. Expired leases and keys unused for long are purged; a key's
+    # row remembers when it last changed, and a project the highest version any purged key of
+    # it had, where a key used again after its row was purged starts.
+    7: """
+ALTER TABLE projects ADD COLUMN key_floor INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE locks ADD COLUMN updated_at_us INTEGER NOT NULL DEFAULT 0;
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -230,9 +253,23 @@ class _Tx:
             (project_id, key),
         ).fetchone()
         if row is None:
-            return None
+            floor = self.key_floor(project_id)
+            return LockRow.purged(project_id, key, floor) if floor else None
         leases = leases_of(self._conn.execute(LEASES, (project_id, key)))
         return LockRow(project_id, key, row[0], row[1], leases, row[2])
+
+    def key_floor(self, project_id: int) -> int:
+        """The highest version a purged key of the project had (0: none was purged)."""
+        found = self._conn.execute(
+            "SELECT key_floor FROM projects WHERE id = ?", (project_id,)
+        ).fetchone()
+        return int(found[0]) if found is not None else 0
+
+    def key_count(self, project_id: int) -> int:
+        (count,) = self._conn.execute(
+            "SELECT count(*) FROM locks WHERE project_id = ?", (project_id,)
+        ).fetchone()
+        return int(count)
 
     def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
         # BEGIN IMMEDIATE has locked every row already; the clock was read after it.
@@ -260,21 +297,46 @@ class _Tx:
         (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()
         return int(count)
 
+    def summarize(self, project_id: int, key: str, *, holders: int) -> LockSummary | None:
+        # Four local reads, none of which grows with the leases past `holders`.
+        fields = self._conn.execute(
+            "SELECT fencing_token, limit_count, version FROM locks"
+            " WHERE project_id = ? AND key = ?",
+            (project_id, key),
+        ).fetchone()
+        if fields is None:
+            floor = self.key_floor(project_id)
+            return LockSummary.purged(project_id, key, floor) if floor else None
+        now = self._now
+        live, expired, highest = self._conn.execute(
+            LEASE_COUNTS, (now, now, now, project_id, key)
+        ).fetchone()
+        soonest = leases_of(self._conn.execute(SOONEST_LEASES, (project_id, key, now, holders)))
+        token, limit, version = fields
+        waiting = self.waiting_count(project_id, key)
+        return LockSummary(
+            project_id, key, token, limit, version + expired, soonest, live, highest, waiting
+        )
+
     def list_locks(
-        self, project_id: int, *, prefix: str, after: str, limit: int
-    ) -> list[tuple[LockRow, int]]:
+        self, project_id: int, *, prefix: str, after: str, limit: int, holders: int
+    ) -> list[LockSummary]:
         params = listed_params(project_id, self._now, prefix=prefix, after=after, limit=limit)
         keys = [key for (key,) in self._conn.execute(listed_keys(bounded=bool(prefix)), params)]
         listed = []
-        for key in keys:  # a local read each: no round trip to save
-            row = self.load_lock(project_id, key)
-            if row is not None:
-                listed.append((row, self.waiting_count(project_id, key)))
+        for key in keys:  # local reads: no round trip to save
+            summary = self.summarize(project_id, key, holders=holders)
+            if summary is not None:
+                listed.append(summary)
         return listed
+
+    def list_holders(self, project_id: int, key: str, *, after: int, limit: int) -> list[Lease]:
+        params = (project_id, key, after, self._now, limit)
+        return list(leases_of(self._conn.execute(HOLDERS_PAGE, params)))
 
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:
         self.durable = True
-        for statement, params in lock_writes(row, loaded):
+        for statement, params in lock_writes(row, loaded, self._now):
             self._conn.execute(statement, params)
 
     def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
@@ -282,7 +344,7 @@ class _Tx:
         self.durable = True
         grouped: dict[str, list[tuple[object, ...]]] = {}
         for row, loaded in changes:
-            for statement, params in lock_writes(row, loaded):
+            for statement, params in lock_writes(row, loaded, self._now):
                 grouped.setdefault(statement, []).append(params)
         for statement, rows in grouped.items():
             self._conn.executemany(statement, rows)
@@ -409,11 +471,15 @@ class SQLiteStorage(KeyAdmin):
         self.url_for_display = f"sqlite:///{self._path}"
         self.runs_inline = True
         self.pushes_handoffs = False
+        # Storage work in threads at once (`_admission`): SQLite has one writer, and Python
+        # threads beyond two only take the GIL from each other and from the event loop.
+        self.connections = min(readers, 2)
         self._write_lock = threading.Lock()
         self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
         self._all: list[sqlite3.Connection] = []
         self._closed = False
         with _mapped_errors():
+            _create_private(self._path)
             self._writer = self._connect()
             self._writer_now = self._connect(busy_ms=0)  # may_block=False: fail rather than wait
             self._migrate()
@@ -531,6 +597,22 @@ class SQLiteStorage(KeyAdmin):
             )
             return cursor.rowcount
 
+    def purge_leases(self, limit: int) -> list[ExpiredLease]:
+        """Delete up to `limit` expired leases, moving their keys' versions past them."""
+        with self.write() as tx:
+            expired = tx.execute(EXPIRED_LEASES, (tx.now_us(), limit)).fetchall()
+            for statement, params in delete_expired(expired) + bump_versions(expired):
+                tx.execute(statement, params)
+            return ended_of(expired)
+
+    def purge_keys(self, idle_us: int, limit: int) -> int:
+        """Delete up to `limit` keys unused for `idle_us`, raising their projects' floors."""
+        with self.write() as tx:
+            idle = tx.execute(IDLE_KEYS, (tx.now_us() - idle_us, limit)).fetchall()
+            for statement, params in delete_idle(idle) + raise_floors(idle):
+                tx.execute(statement, params)
+            return len(idle)
+
     def purge_waiters(self, grace_us: int, limit: int) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with self.write() as tx:
@@ -585,6 +667,28 @@ def _open_wal(path: str) -> int:
     finally:
         os.close(directory)
     return wal
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, whatever the umask.
+
+    SQLite creates the WAL and shared-memory files with the database file's own permissions, so
+    all three hold every tenant's owner tokens and labels for the owner's eyes only. A file that
+    exists keeps the mode its owner gave it; one that others can read is warned about.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o007:
+            log.warning(
+                "the database %s can be read by every local user (mode %04o): it holds owner"
+                " tokens; chmod 600 it (and its -wal and -shm files)",
+                path,
+                mode,
+            )
+    except OSError:
+        pass  # sqlite3.connect says why, in its own words
 
 
 def _begin_immediate(conn: sqlite3.Connection, *, nonblocking: bool) -> None:

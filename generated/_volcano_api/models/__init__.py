@@ -6,6 +6,7 @@ from .error_detail import ErrorDetail
 from .force_release_result import ForceReleaseResult
 from .health import Health
 from .health_status import HealthStatus
+from .holder_list import HolderList
 from .lease_check import LeaseCheck
 from .lease_refused import LeaseRefused
 from .lease_renewal import LeaseRenewal
@@ -26,6 +27,7 @@ __all__ = (
     "ForceReleaseResult",
     "Health",
     "HealthStatus",
+    "HolderList",
     "LeaseCheck",
     "LeaseRefused",
     "LeaseRenewal",

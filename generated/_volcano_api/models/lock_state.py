@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..types import UNSET, Unset
+
 if TYPE_CHECKING:
     from ..models.lock_holder import LockHolder
 
@@ -28,10 +30,14 @@ class LockState:
             the last one issued for the key, else null.
         limit (int): The key's limit while it has a live lease or a waiter; else 1 (the next acquire
             sets it).
-        holders (list[LockHolder]): The live leases, soonest expiry first.
+        holders (list[LockHolder]): The live leases, soonest expiry first: all of them, or the 20 that end soonest when
+            there are more (`holder_count` says how many; `GET /v1/locks/{key}/holders` lists
+            them all).
         waiters (int): How many callers wait in the key's queue.
         version (int): A key's version: 0 for a key never acquired, then greater after each change of its
             holders (grant, release, expiry, force release, label change). It never goes back.
+        holder_count (int | Unset): How many live leases the key has, shown in `holders` or not. (Absent from servers
+            older than this field: count `holders` then.)
     """
 
     key: str
@@ -42,6 +48,7 @@ class LockState:
     holders: list[LockHolder]
     waiters: int
     version: int
+    holder_count: int | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +76,8 @@ class LockState:
 
         version = self.version
 
+        holder_count = self.holder_count
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -83,6 +92,8 @@ class LockState:
                 "version": version,
             }
         )
+        if holder_count is not UNSET:
+            field_dict["holder_count"] = holder_count
 
         return field_dict
 
@@ -130,6 +141,8 @@ class LockState:
 
         version = d.pop("version")
 
+        holder_count = d.pop("holder_count", UNSET)
+
         lock_state = cls(
             key=key,
             held=held,
@@ -139,6 +152,7 @@ class LockState:
             holders=holders,
             waiters=waiters,
             version=version,
+            holder_count=holder_count,
         )
 
         lock_state.additional_properties = d

@@ -35,7 +35,7 @@ class TestGet:
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [
             "key", "daily-report", "held", "no", "expires_at", "-", "fencing_token", "-",
-            "limit", "1", "waiters", "0", "version", "0", "holders", "0",
+            "limit", "1", "waiters", "0", "version", "0", "holder_count", "0", "holders", "0",
         ]  # fmt: skip
         assert result.stderr == ""
 
@@ -59,6 +59,7 @@ class TestGet:
             "waiters": 0,
             "version": 1,
             "holders": [holder],
+            "holder_count": 1,
         }
         assert timestamp(state["expires_at"]) == lease.expires_at
 
@@ -72,9 +73,10 @@ class TestGet:
         lines = result.stdout.splitlines()
         assert re.fullmatch(r"limit\s+3", lines[4])
         assert re.fullmatch(r"version\s+2", lines[6])
-        assert re.fullmatch(r"holders\s+2", lines[7])
-        assert lines[8].split() == ["fencing_token", "expires_at", "label"]
-        rows = [line.split() for line in lines[9:]]
+        assert re.fullmatch(r"holder_count\s+2", lines[7])
+        assert re.fullmatch(r"holders\s+2", lines[8])
+        assert lines[9].split() == ["fencing_token", "expires_at", "label"]
+        rows = [line.split() for line in lines[10:]]
         assert rows == [
             [str(lease.fencing_token), lease.expires_at.isoformat().replace("+00:00", "Z"), "-"]
             for lease in (soon, later)

@@ -162,6 +162,7 @@ class TestRows:
             "fencing_token": None,
             "limit": 1,
             "holders": [],
+            "holder_count": 0,
             "waiters": 0,
             "version": 0,
         }

@@ -221,3 +221,38 @@ class TestList:
         with pytest.raises(volcano.InvalidArgumentError, match="page_size"):
             sdk.listed("", page_size=501)
         assert sdk.log.sent == []
+
+
+class TestHolders:
+    def test_every_holder_beyond_those_a_state_shows(
+        self, sdk: Sdk, server: Locks, key: str
+    ) -> None:
+        """A semaphore of 25 holders: its state shows the 20 ending soonest and counts 25;
+        holders() pages through all 25, in fencing token order, with their labels."""
+        tokens = []
+        for index in range(25):
+            body = {"owner_token": new_id(), "ttl_seconds": 30 + index, "limit": 25}
+            body["label"] = f"w{index}"
+            lease = server.http.post(f"/v1/locks/{key}/acquire", json=body)
+            assert lease.status_code == 200, lease.text
+            tokens.append(lease.json()["fencing_token"])
+        state = sdk.get(key)
+        assert (len(state.holders), state.holder_count) == (20, 25)
+        assert [h.label for h in state.holders] == [f"w{index}" for index in range(20)]
+        holders = sdk.holders(key, page_size=7)
+        assert [h.fencing_token for h in holders] == tokens
+        assert [h.label for h in holders] == [f"w{index}" for index in range(25)]
+        assert len([s for s in sdk.log.sent if s.operation == "get"]) == 5  # the state, 4 pages
+
+    def test_a_free_key_has_none(self, sdk: Sdk, key: str) -> None:
+        """A key never held: no holders, after one request."""
+        assert sdk.holders(key) == []
+        assert sdk.get(key).holder_count == 0
+
+    def test_bad_arguments_are_refused_before_sending(self, sdk: Sdk) -> None:
+        """A malformed key, or a page size outside 1..100: InvalidArgumentError."""
+        with pytest.raises(volcano.InvalidArgumentError, match="key"):
+            sdk.holders("a/b")
+        with pytest.raises(volcano.InvalidArgumentError, match="page_size"):
+            sdk.holders("k", page_size=101)
+        assert sdk.log.sent == []

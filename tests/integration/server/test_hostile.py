@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from tests.support.raw import Locks, Waiter, new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
 from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
+from volcano_server._logs import CONTINUATION
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +76,24 @@ def endless_head(port: int, megabytes: int, stop: threading.Event) -> None:
             if stop.is_set():
                 return
             sock.sendall(chunk)
+
+
+@contextlib.contextmanager
+def keyed(port: int, project: Project) -> Iterator[socket.socket]:
+    """A kept-alive connection that has sent one request with valid keys: its seat is its own."""
+    with connect(port) as sock:
+        sock.sendall(request_bytes("GET", "/v1/locks/k", [*project.headers().items()]))
+        assert read_reply(sock, until=b"}", timeout=5).status == 200
+        yield sock
+
+
+@contextlib.contextmanager
+def keyless(port: int) -> Iterator[socket.socket]:
+    """A kept-alive connection that has asked for /healthz once, without keys, and idles."""
+    with connect(port) as sock:
+        sock.sendall(request_bytes("GET", "/healthz"))
+        assert read_reply(sock, until=b"}", timeout=5).status == 200
+        yield sock
 
 
 def lock_calls_answer(server: ServerProcess, project: Project, times: int = 5) -> None:
@@ -310,14 +330,14 @@ class TestSlowClients:
 
 class TestConnectionCap:
     def test_past_the_cap_new_connections_get_503_and_admitted_ones_are_served(
-        self, database: str
+        self, database: str, project: Project
     ) -> None:
-        """With 20 connections open, the 21st gets 503 (within a second, though it sends
-        nothing: it had a spare seat's second to ask for a health probe); the 20 are still
-        served."""
+        """With 20 connections open that have shown keys, the 21st gets 503 (within a second,
+        though it sends nothing: it had a spare seat's second to ask for a health probe); the 20
+        are still served."""
         with ServerProcess(database, "--max-connections", "20") as server:
             with contextlib.ExitStack() as held:
-                admitted = [held.enter_context(connect(server.port)) for _ in range(20)]
+                admitted = [held.enter_context(keyed(server.port, project)) for _ in range(20)]
                 with connect(server.port) as extra:
                     refused = read_reply(extra)
                 admitted[0].sendall(request_bytes("GET", "/healthz"))
@@ -338,15 +358,16 @@ class TestConnectionCap:
         assert "at most 20 connections" in server.log
 
     def test_over_the_cap_health_probes_are_answered(self, database: str, project: Project) -> None:
-        """With the 20 connections of the cap open, GET /healthz and /readyz on new connections
-        are answered 200 and closed, so a supervisor sees a full server as alive; any other
-        request over the cap gets 503."""
+        """With the 20 connections of the cap open (each has shown keys), GET /healthz on a new
+        connection is answered 200 and closed, so a supervisor sees a full server as alive, and
+        /readyz 503: the API has no seat for a new connection (before: 200); any other request
+        over the cap gets 503."""
         with (
             ServerProcess(database, "--max-connections", "20") as server,
             contextlib.ExitStack() as held,
         ):
             for _ in range(20):
-                held.enter_context(connect(server.port))
+                held.enter_context(keyed(server.port, project))
             probes = []
             for path in ("/healthz", "/readyz"):
                 with connect(server.port) as sock:
@@ -355,34 +376,87 @@ class TestConnectionCap:
             with connect(server.port) as sock:
                 sock.sendall(request_bytes("GET", "/v1/locks/k", [*project.headers().items()]))
                 refused = read_reply(sock)
-        assert [probe.status for probe in probes] == [200, 200]
+        assert [probe.status for probe in probes] == [200, 503]
+        assert "no seat for a new connection" in probes[1].json()["error"]["message"]
         assert all(probe.headers["connection"] == "close" and probe.closed for probe in probes)
         assert refused.status == 503
         assert refused.json()["error"]["code"] == "unavailable"
 
     def test_the_private_listener_answers_probes_whatever_the_public_port_holds(
-        self, database: str
+        self, database: str, project: Project
     ) -> None:
-        """With every public seat taken (the cap of 20 and its 16 spare seats, held by silent
-        connections), GET /healthz and /readyz on the private listener (--metrics-port) are
-        answered 200: it has seats of its own."""
+        """With every public seat taken (the cap of 20 held by connections with keys, and its
+        16 spare seats by silent ones), the private listener (--metrics-port) answers: /healthz
+        200 (the process is alive), /readyz 503 (the API cannot take a connection: before, 200,
+        and a balancer kept sending clients to a closed door)."""
         options = ("--max-connections", "20", "--header-timeout", "30", "--metrics-port", "0")
         with ServerProcess(database, *options) as server, contextlib.ExitStack() as held:
             match = re.search(r"metrics on (http://\S+)/metrics", server.log)
             assert match is not None, server.log
-            for _ in range(36):
+            for _ in range(20):
+                held.enter_context(keyed(server.port, project))
+            for _ in range(16):
                 held.enter_context(connect(server.port))
             with connect(server.port) as sock:
                 public = read_reply(sock)
             private = [httpx.get(match.group(1) + path, timeout=5) for path in PROBE_PATHS]
         assert public.status == 503  # over every public seat: refused at once
-        assert [probe.status_code for probe in private] == [200, 200]
+        assert [probe.status_code for probe in private] == [200, 503]
         assert private[0].json() == {"status": "ok"}
+        assert private[1].json()["error"]["code"] == "unavailable"
 
-    def test_burst_past_every_seat_gets_503_never_silence(self, database: str) -> None:
-        """With open files limited to 600 and the cap of 100 held, a burst of 600 connections
-        that keep their sockets open each get a 503 answer; none is closed without one (libuv
-        closes pending connections unanswered once descriptors run out)."""
+    def test_connections_without_keys_give_their_seats_to_newcomers(
+        self, database: str, project: Project
+    ) -> None:
+        """B2 of issue 33: every seat held by kept-alive connections that asked /healthz without
+        keys. A client with keys, on new connections, is served (before: 503 until the idle
+        ones timed out); the connections reaped were the keyless ones, each closed between its
+        requests; /readyz answers 200 throughout, as the API does take new connections."""
+        options = ("--max-connections", "20", "--metrics-port", "0", "--keepalive-timeout", "60")
+        with ServerProcess(database, *options) as server, contextlib.ExitStack() as held:
+            match = re.search(r"metrics on (http://\S+)/metrics", server.log)
+            assert match is not None, server.log
+            idle = [held.enter_context(keyless(server.port)) for _ in range(20)]
+            time.sleep(1.2)  # a connection is idle once it has waited a second for its client
+            assert httpx.get(match.group(1) + "/readyz", timeout=5).status_code == 200
+            for _ in range(5):  # each kept open: the next one needs a seat of its own
+                sock = held.enter_context(connect(server.port))
+                headers = [*project.headers().items(), ("Content-Type", "application/json")]
+                body = json.dumps({"owner_token": new_id(), "ttl_seconds": 30}).encode()
+                key = f"b2-{uuid.uuid4().hex[:8]}"
+                sock.sendall(request_bytes("POST", f"/v1/locks/{key}/acquire", headers, body))
+                assert read_reply(sock, until=b"}", timeout=5).status == 200
+
+            def closed() -> int:
+                readable, _, _ = select.select(idle, [], [], 0)
+                return sum(sock.recv(1, socket.MSG_PEEK) == b"" for sock in readable)
+
+            wait_for(lambda: closed() == 5, "five keyless connections closed")
+            metrics = httpx.get(match.group(1) + "/metrics", timeout=5).text
+        assert "volcano_reaped_connections_total 5.0" in metrics
+
+    def test_one_address_holds_at_most_its_share(self, database: str, project: Project) -> None:
+        """--max-connections-per-address 3: a fourth connection from 127.0.0.1 gets 503 naming
+        the cap, while the three are served."""
+        options = ("--max-connections-per-address", "3")
+        with ServerProcess(database, *options) as server, contextlib.ExitStack() as held:
+            three = [held.enter_context(keyed(server.port, project)) for _ in range(3)]
+            with connect(server.port) as sock:
+                sock.sendall(request_bytes("GET", "/healthz"))
+                crowded = read_reply(sock)
+            three[0].sendall(request_bytes("GET", "/healthz"))
+            served = read_reply(three[0], until=b"}", timeout=5)
+        assert crowded.status == 503
+        assert "3 connections open, the most one address may" in crowded.json()["error"]["message"]
+        assert served.status == 200
+
+    def test_burst_past_every_seat_gets_503_never_silence(
+        self, database: str, project: Project
+    ) -> None:
+        """With open files limited to 600, the cap (lowered to fit them) held by clients with keys
+        and the rest of 100 connections silent, a burst of 600 connections that keep their
+        sockets open each get a 503 answer; none is closed without one (libuv closes pending
+        connections unanswered once descriptors run out)."""
         if shutil.which("prlimit") is None:
             pytest.skip("needs prlimit (util-linux) to lower the server's open-files limit")
         limit = ["prlimit", "--nofile=600:600", "--"]
@@ -391,7 +465,10 @@ class TestConnectionCap:
             ServerProcess(database, *options, prefix=limit) as server,
             contextlib.ExitStack() as held,
         ):
-            for _ in range(100):
+            cap = int(re.findall(r"at most (\d+) connections", server.log)[-1])
+            for _ in range(cap):
+                held.enter_context(keyed(server.port, project))
+            for _ in range(100 - cap):
                 held.enter_context(connect(server.port))
             outcomes = burst(server.port, 600, request_bytes("GET", "/v1/locks/k"))
         assert outcomes == {"503": 600}
@@ -498,3 +575,55 @@ class TestAccessLog:
         assert access["logger"] == "volcano_server.access"
         assert project.anon_key not in server.log
         assert project.service_key not in server.log
+
+
+class TestBodiesThatAreNotUnicode:
+    """B3/B4 of issue 33: a JSON escape of a lone surrogate (`\\ud800`) parses in Python, but no
+    UTF-8 text can hold it."""
+
+    @pytest.mark.parametrize(
+        "path", ["/v1/locks/k/acquire", "/v1/locks/k/renew", "/v1/leases/renew"]
+    )
+    @pytest.mark.parametrize(
+        "body", [b'{"\\ud800": 1}', b'{"owner_token": "\\udfff"}', b'{"leases": [{"\\ud800": 1}]}']
+    )
+    def test_a_lone_surrogate_gets_the_contracts_400(
+        self, server: ServerProcess, project: Project, path: str, body: bytes
+    ) -> None:
+        """Anywhere in the body, field names included: 400 invalid_request in the API's JSON
+        shape (before: a plain-text 500 from inside the error handler)."""
+        headers = [*project.headers().items(), ("Content-Type", "application/json")]
+        with connect(server.port) as sock:
+            sock.sendall(request_bytes("POST", path, headers, body))
+            reply = read_reply(sock, until=b"}}")
+        assert reply.status == 400, reply.raw
+        error = reply.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert "surrogate" in error["message"]
+        assert error["request_id"] == reply.headers["x-request-id"]
+
+    def test_no_line_of_the_log_is_forged_and_every_answer_is_logged(
+        self, server: ServerProcess, project: Project
+    ) -> None:
+        """A surrogate followed by a newline and a log line's start reaches no log line
+        unescaped; each of the answers is one access line (before: none was, and the traceback
+        printed a forged line of its own)."""
+        forged = b'{"\\ud800\\n2026-01-01 00:00:00,000 INFO volcano_server.access: forged": 1}'
+        headers = [*project.headers().items(), ("Content-Type", "application/json")]
+        markers = [new_id() for _ in range(5)]
+        for marker in markers:
+            with connect(server.port) as sock:
+                sock.sendall(
+                    request_bytes(
+                        "POST", "/v1/locks/k/acquire", [*headers, ("X-Request-Id", marker)], forged
+                    )
+                )
+                assert read_reply(sock, until=b"}}").status == 400
+        wait_for(lambda: all(marker in server.log for marker in markers), "the access lines")
+        for marker in markers:
+            (line,) = [line for line in server.log.splitlines() if marker in line]
+            assert " 400 " in line
+        for line in server.log.splitlines():
+            assert LOG_LINE.match(line) or line.startswith(CONTINUATION), repr(line)
+            assert line.isascii(), repr(line)
+            assert line.isprintable(), repr(line)

@@ -137,3 +137,83 @@ class TestListParameters:
         """Listing is GET only: another method is 405 with Allow."""
         response = api.post("/v1/locks", json={})
         assert (response.status_code, response.headers["Allow"]) == (405, "GET")
+
+
+def crowd(locks: Locks, key: str, count: int, *, label: str = "x" * 200) -> list[int]:
+    """`count` holders of the semaphore `key` (limit 1,000), each with `label`; their tokens."""
+    tokens = []
+    for _ in range(count):
+        body = {"owner_token": new_id(), "ttl_seconds": 60, "limit": 1000, "label": label}
+        lease = locks.http.post(f"/v1/locks/{key}/acquire", json=body)
+        assert lease.status_code == 200, lease.text
+        tokens.append(lease.json()["fencing_token"])
+    return tokens
+
+
+class TestBounds:
+    """Issue 33: no answer grows with what a project stored."""
+
+    def test_a_state_shows_twenty_holders_and_counts_them_all(self, locks: Locks, key: str) -> None:
+        """A key of 60 holders: get, a watch and a list page each show the 20 ending soonest,
+        soonest first, and `holder_count` 60; every owner token stays out."""
+        crowd(locks, key, 60)
+        state = locks.state(key)
+        assert (len(state["holders"]), state["holder_count"]) == (20, 60)
+        expiries = [holder["expires_at"] for holder in state["holders"]]
+        assert expiries == sorted(expiries)
+        assert state["expires_at"] == expiries[0]
+        watched = locks.http.get(
+            f"/v1/locks/{key}", params={"after_version": 0, "wait_seconds": 5}
+        ).json()
+        assert (len(watched["holders"]), watched["holder_count"]) == (20, 60)
+        (listed,) = page(locks.http, prefix=key)["locks"]
+        assert listed == state
+
+    def test_holders_page_through_every_live_lease(self, locks: Locks, key: str) -> None:
+        """GET /v1/locks/{key}/holders: every live lease by fencing token, pages following
+        `next`; a released one is gone; never an owner token."""
+        tokens = crowd(locks, key, 45, label="h")
+        owner = new_id()
+        body = {"owner_token": owner, "ttl_seconds": 60, "limit": 1000}
+        ended = locks.http.post(f"/v1/locks/{key}/acquire", json=body).json()["fencing_token"]
+        released = {"owner_token": owner, "fencing_token": ended}
+        assert locks.http.post(f"/v1/locks/{key}/release", json=released).status_code == 204
+        seen: list[int] = []
+        after = 0
+        while True:
+            answer = locks.http.get(
+                f"/v1/locks/{key}/holders", params={"after": after, "limit": 20}
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert "owner_token" not in answer.text
+            seen += [holder["fencing_token"] for holder in body["holders"]]
+            if body["next"] is None:
+                break
+            after = body["next"]
+        assert seen == tokens
+
+    def test_a_page_of_fat_keys_stops_at_64_kib(self, locks: Locks, key: str) -> None:
+        """Fourteen keys of 20 holders with 200-character labels (about 5.5 KB of state each):
+        a page asked for 500 keys holds no more than 64 KiB of them and names a `next`;
+        following it lists all fourteen exactly once."""
+        names = [f"{key}-{index:02d}" for index in range(14)]
+        for name in names:
+            crowd(locks, name, 20)
+        answer = locks.http.get("/v1/locks", params={"prefix": key, "limit": 500})
+        first = answer.json()
+        assert 1 <= len(first["locks"]) < 14
+        assert len(answer.content) <= 65_536 + 200
+        assert first["next"] == first["locks"][-1]["key"]
+        assert [name for one in every_page(locks.http, key, 500) for name in one] == names
+
+    @pytest.mark.parametrize(
+        ("query", "named"), [("limit=0", "limit"), ("limit=101", "limit"), ("after=-1", "after")]
+    )
+    def test_a_bad_holders_parameter_is_named(
+        self, api: httpx.Client, query: str, named: str
+    ) -> None:
+        """A page size outside 1..100, or a negative `after`: 422 naming it."""
+        response = api.get(f"/v1/locks/k/holders?{query}")
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["message"].startswith(f"{named}:")

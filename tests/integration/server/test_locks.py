@@ -182,6 +182,7 @@ class TestRelease:
             "fencing_token": lease["fencing_token"],
             "limit": 1,
             "holders": [],
+            "holder_count": 0,
             "waiters": 0,
             "version": 2,
         }
@@ -241,6 +242,7 @@ class TestGet:
             "fencing_token": None,
             "limit": 1,
             "holders": [],
+            "holder_count": 0,
             "waiters": 0,
             "version": 0,
         }
@@ -263,6 +265,7 @@ class TestGet:
                     "label": None,
                 }
             ],
+            "holder_count": 1,
             "waiters": 0,
             "version": 1,
         }
@@ -279,6 +282,7 @@ class TestGet:
             "fencing_token": 1,
             "limit": 1,
             "holders": [],
+            "holder_count": 0,
             "waiters": 0,
             "version": 2,
         }

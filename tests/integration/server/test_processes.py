@@ -324,6 +324,58 @@ class TestDaemon:
         assert f"listening on {url} (pid {daemon.pid})" in result.stderr
 
 
+class TestPrivateFiles:
+    @pytest.mark.parametrize("umask", [0o000, 0o022])
+    def test_the_database_its_wal_and_the_log_are_the_owners_alone(
+        self, tmp_path: Path, umask: int
+    ) -> None:
+        """Whatever the umask, the quick start's database, its -wal and -shm files and the log
+        file are created 0600: they hold every tenant's owner tokens and labels (before: 0644,
+        readable by any local user). The keys file was 0600 already."""
+        keys = tmp_path / "volcano.env"
+        db = f"sqlite:///{tmp_path / 'volcano.db'}"
+        created = subprocess.run(
+            [sys.executable, "-m", "volcano_server", "keys", "create", "--project", "p", "--db", db,
+             "--output", str(keys)],
+            capture_output=True, text=True, timeout=60, check=False,
+            umask=umask,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        env = dict(line.split("=", 1) for line in keys.read_text().splitlines())
+        daemon = Daemon(tmp_path / "volcano-server.pid")
+        try:
+            started = subprocess.run(
+                [sys.executable, "-m", "volcano_server", "serve", "--daemon", "--port", "0",
+                 "--db", db, "--log-file", "volcano-server.log", "--pid-file",
+                 "volcano-server.pid"],
+                capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+                umask=umask,
+            )  # fmt: skip
+            assert started.returncode == 0, started.stderr
+            [url] = re.findall(r"listening on (http://\S+)", started.stderr)
+            headers = {"apikey": env["VOLCANO_ANON_KEY"]}
+            headers["Authorization"] = f"Bearer {env['VOLCANO_SERVICE_KEY']}"
+            body = {"owner_token": new_id(), "ttl_seconds": 30}
+            answer = httpx.post(f"{url}/v1/locks/k/acquire", json=body, headers=headers)
+            assert answer.status_code == 200  # a commit: the WAL and its index exist now
+            files = ["volcano.db", "volcano.db-wal", "volcano.db-shm", "volcano-server.log"]
+            modes = {name: (tmp_path / name).stat().st_mode & 0o777 for name in files}
+            assert modes == dict.fromkeys(files, 0o600)
+            assert keys.stat().st_mode & 0o777 == 0o600
+        finally:
+            daemon.stop()
+
+    def test_a_database_others_can_read_is_warned_about(self, tmp_path: Path) -> None:
+        """An existing database file keeps its mode (an operator's choice), but one that every
+        local user can read is named in a warning at start."""
+        path = tmp_path / "open.db"
+        path.touch(mode=0o644)
+        path.chmod(0o644)
+        with ServerProcess(f"sqlite:///{path}") as server:
+            assert "can be read by every local user (mode 0644)" in server.log
+        assert path.stat().st_mode & 0o777 == 0o644
+
+
 class TestSecrets:
     def test_logs_never_contain_keys_or_owner_tokens(
         self, database_url: str, tmp_path: Path

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from volcano_server._rules import (
+    HOLDERS_INLINE,
     Decision,
     Reach,
     decide_acquire,
@@ -20,7 +21,7 @@ from volcano_server._rules import (
     versioned,
 )
 from volcano_server._wire import parse_rfc3339_us, rfc3339_us
-from volcano_server.storage import Lease, LockRow, Waiter
+from volcano_server.storage import Lease, LockRow, LockSummary, Waiter
 
 NOW = 1_780_000_000_000_000
 SECOND = 1_000_000
@@ -38,6 +39,10 @@ def held(owner: str = A, fence: int = 7, left_us: int = 10 * SECOND) -> LockRow:
 
 def semaphore(*leases: Lease, limit: int = 3) -> LockRow:
     return LockRow(1, "k", max(x.fencing_token for x in leases), limit, leases)
+
+
+def summary(row: LockRow, waiting: int = 0) -> LockSummary:
+    return LockSummary.of(row, NOW, waiting, holders=HOLDERS_INLINE)
 
 
 def acquire(row: LockRow | None, ttl: float = 1, owner: str = A, limit: int = 1) -> Decision:
@@ -291,7 +296,7 @@ class TestForceReleaseAndState:
 
     def test_state_never_has_owner(self) -> None:
         """get reports held, expiry and token, never the owner token."""
-        state = lock_state(held(A), NOW, "k", 2)
+        state = lock_state(summary(held(A), waiting=2), "k")
         assert state == {
             "key": "k",
             "held": True,
@@ -301,6 +306,7 @@ class TestForceReleaseAndState:
             "holders": [
                 {"fencing_token": 7, "expires_at": rfc3339_us(NOW + 10_000_000), "label": None}
             ],
+            "holder_count": 1,
             "waiters": 2,
             "version": 0,
         }
@@ -309,17 +315,32 @@ class TestForceReleaseAndState:
     def test_state_of_a_semaphore(self) -> None:
         """Holders soonest expiry first; expires_at the soonest; fencing_token the highest."""
         row = semaphore(lease(A, 3, 9 * SECOND), lease(B, 4, 2 * SECOND), lease(C, 2, -1))
-        state = lock_state(row, NOW, "k", 0)
+        state = lock_state(summary(row), "k")
         assert [h["fencing_token"] for h in state["holders"]] == [4, 3]
+        assert state["holder_count"] == 2
         assert (state["expires_at"], state["fencing_token"], state["limit"]) == (
             rfc3339_us(NOW + 2 * SECOND),
             4,
             3,
         )
 
+    def test_a_key_never_acquired(self) -> None:
+        """No row: not held, no token, version 0, nobody holding or waiting."""
+        state = lock_state(None, "k")
+        assert (state["held"], state["fencing_token"], state["version"]) == (False, None, 0)
+        assert (state["holders"], state["holder_count"], state["waiters"]) == ([], 0, 0)
+
+    def test_a_crowded_semaphore_shows_the_holders_ending_soonest(self) -> None:
+        """Of 50 holders the state shows the 20 ending soonest, soonest first, and counts all
+        50: its size does not grow with the key's holders."""
+        leases = [lease(str(n), n + 1, (60 - n) * SECOND) for n in range(50)]
+        state = lock_state(summary(semaphore(*leases)), "k")
+        assert [h["fencing_token"] for h in state["holders"]] == list(range(50, 30, -1))
+        assert (state["holder_count"], state["fencing_token"]) == (50, 50)
+
     def test_a_free_key_reports_limit_one(self) -> None:
         """A key with no live lease and nobody waiting has no limit of its own (1)."""
-        state = lock_state(semaphore(lease(A, 3, -1)), NOW, "k", 0)
+        state = lock_state(summary(semaphore(lease(A, 3, -1))), "k")
         assert (state["held"], state["limit"], state["holders"], state["fencing_token"]) == (
             False,
             1,
@@ -454,6 +475,6 @@ class TestVersions:
 
     def test_state_reports_the_version_at_now(self) -> None:
         """get's version counts expired leases; a key never acquired is 0."""
-        assert lock_state(None, NOW, "k", 0)["version"] == 0
+        assert lock_state(None, "k")["version"] == 0
         row = attrs.evolve(held(A, left_us=-1), version=3)
-        assert lock_state(row, NOW, "k", 0)["version"] == 4
+        assert lock_state(summary(row), "k")["version"] == 4

@@ -54,6 +54,69 @@ class TestSeats:
             Seats(0, backlog=16)
 
 
+class Connection:
+    """A connection as the seats see it: idle or busy, and whether it was reaped."""
+
+    def __init__(self, *, idle: bool = True) -> None:
+        self.is_idle = idle
+        self.reaped = False
+
+    def idle(self) -> bool:
+        return self.is_idle
+
+    def reap(self) -> None:
+        self.reaped = True
+
+
+class TestKeylessGiveWay:
+    def test_a_newcomer_takes_the_seat_of_the_idle_keyless_seated_longest(self) -> None:
+        """With every serving seat taken, a newcomer asking for more than a probe gets a
+        serving seat: the keyless idle connection seated longest is reaped; keyed and busy ones
+        are passed over. Without asking to reap (a probe), it gets none."""
+        seats = Seats(3, backlog=0)
+        keyed, busy, idle = Connection(), Connection(idle=False), Connection()
+        for connection in (keyed, busy, idle):
+            assert seats.arrive() is Arrival.SEATED
+            assert seats.take(connection)
+        seats.keyed(keyed)
+        newcomer = Connection()
+        assert seats.arrive() is Arrival.SEATED
+        assert not seats.take(newcomer)
+        assert seats.take(newcomer, reap=True)
+        assert (keyed.reaped, busy.reaped, idle.reaped) == (False, False, True)
+        assert (seats.taken, seats.reaped) == (3, 1)
+        seats.leave(serving=False, connection=idle)  # it closes holding no seat
+        assert seats.taken == 3
+
+    def test_with_none_to_reap_a_newcomer_gets_a_spare_seat(self) -> None:
+        """Every seat held by keyed or busy connections: no reaping; the API is not accepting,
+        which /readyz reports."""
+        seats = Seats(2, backlog=0)
+        keyed, busy = Connection(), Connection(idle=False)
+        for connection in (keyed, busy):
+            seats.arrive()
+            seats.take(connection)
+        seats.keyed(keyed)
+        assert seats.accepting()  # the busy keyless one may become idle
+        seats.keyed(busy)
+        assert not seats.accepting()
+        seats.arrive()
+        assert not seats.take(Connection(), reap=True)
+        assert seats.reaped == 0
+
+    def test_an_address_past_its_share_is_crowded(self) -> None:
+        """With a cap of 2 per address, a third connection from one address is CROWDED; other
+        addresses are seated; one leaving makes room again."""
+        seats = Seats(10, backlog=10, per_address=2)
+        assert seats.arrive("10.0.0.1") is Arrival.SEATED
+        assert seats.arrive("10.0.0.1") is Arrival.SEATED
+        assert seats.arrive("10.0.0.1") is Arrival.CROWDED
+        assert seats.arrive("10.0.0.2") is Arrival.SEATED
+        seats.leave(serving=False, address="10.0.0.1")
+        seats.leave(serving=False, address="10.0.0.1")
+        assert seats.arrive("10.0.0.1") is Arrival.SEATED
+
+
 class TestFilesBudget:
     def test_budget_holds_every_kind_of_connection(self) -> None:
         """Serving and spare seats, a full accept queue, the private listener's seats and queue

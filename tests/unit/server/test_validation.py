@@ -258,6 +258,7 @@ class TestCompilerRefusesWhatItCannotEnforce:
             "forceReleaseLock",
             "checkLease",
             "listLocks",
+            "listHolders",
             "getHealth",
         }
         assert all("x-request-id" in op.headers for op in SPEC.operations if op.authenticated)
@@ -338,4 +339,5 @@ class TestQueryParameters:
         assert declared == {
             "getLock": ["after_version", "wait_seconds"],
             "listLocks": ["after", "limit", "prefix"],
+            "listHolders": ["after", "limit"],
         }

@@ -29,7 +29,7 @@ class Reads:
     def __init__(self) -> None:
         self.pending: list[asyncio.Future[KeyView]] = []
 
-    async def __call__(self, work: Callable[[bool], Any]) -> KeyView:
+    async def __call__(self, work: Callable[[bool], Any], **_how: Any) -> KeyView:
         future: asyncio.Future[KeyView] = asyncio.get_running_loop().create_future()
         self.pending.append(future)
         return await future
@@ -104,6 +104,61 @@ class TestWatches:
         assert len(reads.pending) == 2
         view = reads.answer(1, 2)
         assert await asyncio.gather(*tasks) == [view.answer] * 50
+
+    async def test_polling_again_after_a_change_costs_no_read(self) -> None:
+        """Issue 33 (B1'): 50 watchers answered by a read of version 2 poll again with 2: they
+        wait without a read of their own, and the next change's one read answers them all
+        (before: each new poll read the key, a thousand reads per change of a crowded key)."""
+        reads = Reads()
+        watches = room(reads)
+        first = [watch(watches, 1)[0] for _ in range(50)]
+        await turns()
+        view = reads.answer(0, 2)
+        assert await asyncio.gather(*first) == [view.answer] * 50
+        again = [watch(watches, 2)[0] for _ in range(50)]
+        await turns()
+        assert len(reads.pending) == 1  # no read for the 50 new polls
+        watches.changed((1, "k"))
+        await turns()
+        view = reads.answer(1, 3)
+        assert await asyncio.gather(*again) == [view.answer] * 50
+
+    async def test_a_poll_behind_the_last_read_is_answered_from_it(self) -> None:
+        """A watcher that knows an older version than the last read found is answered with
+        that read at once (it is newer than anything the watcher saw); one that knows a newer
+        version than the last read is read for."""
+        reads = Reads()
+        watches = room(reads)
+        keeper, _ = watch(watches, 5)
+        await turns()
+        reads.answer(0, 5)  # the version the keeper knows: it waits on
+        await turns()
+        behind, _ = watch(watches, 3)
+        await turns()
+        assert behind.done()
+        assert len(reads.pending) == 1
+        ahead, _ = watch(watches, 7)
+        await turns()
+        assert len(reads.pending) == 2
+        view = reads.answer(1, 7)
+        await turns()
+        assert not ahead.done()  # 7 is what it knows: no change yet
+        assert not keeper.done() or keeper.result() == view.answer
+
+    async def test_a_change_while_nobody_watches_makes_the_next_watcher_read(self) -> None:
+        """With no watcher, a change is read by nobody, so the last read goes stale: the next
+        watcher reads the key again, whatever version it knows."""
+        reads = Reads()
+        watches = room(reads)
+        task, _ = watch(watches, 1)
+        await turns()
+        reads.answer(0, 2)
+        await task
+        watches.changed((1, "k"))
+        await turns()
+        watch(watches, 2)
+        await turns()
+        assert len(reads.pending) == 2
 
     async def test_a_watcher_that_leaves_is_answered_none(self) -> None:
         """A client gone before a change: None, and it is no longer counted."""

@@ -133,9 +133,10 @@ def sync_detailed(
     """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first, with their labels), how many wait in line, and its `version`. It
-    never reveals an owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`:
+    the 20 that end soonest, soonest first, with their labels; `holder_count`: how many
+    there are; `GET /v1/locks/{key}/holders` pages through them all), how many wait in
+    line, and its `version`. It never reveals an owner token.
 
     With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
     open until the key's version differs from `after_version` (a grant, a release, an
@@ -190,9 +191,10 @@ def sync(
     """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first, with their labels), how many wait in line, and its `version`. It
-    never reveals an owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`:
+    the 20 that end soonest, soonest first, with their labels; `holder_count`: how many
+    there are; `GET /v1/locks/{key}/holders` pages through them all), how many wait in
+    line, and its `version`. It never reveals an owner token.
 
     With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
     open until the key's version differs from `after_version` (a grant, a release, an
@@ -242,9 +244,10 @@ async def asyncio_detailed(
     """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first, with their labels), how many wait in line, and its `version`. It
-    never reveals an owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`:
+    the 20 that end soonest, soonest first, with their labels; `holder_count`: how many
+    there are; `GET /v1/locks/{key}/holders` pages through them all), how many wait in
+    line, and its `version`. It never reveals an owner token.
 
     With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
     open until the key's version differs from `after_version` (a grant, a release, an
@@ -297,9 +300,10 @@ async def asyncio(
     """Inspect a key without acquiring it, or watch it change.
 
      Reports whether the key is held, until when, and its fencing token: the live lease's
-    when held, else the last one issued, else null; its limit, its live leases (`holders`,
-    soonest expiry first, with their labels), how many wait in line, and its `version`. It
-    never reveals an owner token.
+    when held, else the last one issued, else null; its limit, its live leases (`holders`:
+    the 20 that end soonest, soonest first, with their labels; `holder_count`: how many
+    there are; `GET /v1/locks/{key}/holders` pages through them all), how many wait in
+    line, and its `version`. It never reveals an owner token.
 
     With `after_version` and `wait_seconds` above 0 it is a long poll: the request stays
     open until the key's version differs from `after_version` (a grant, a release, an

@@ -133,7 +133,8 @@ def sync_detailed(
 
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
-    of them after the key `after`, among those starting with `prefix`. `next` is the
+    of them after the key `after`, among those starting with `prefix`, and, past the
+    first, no more than 64 KiB (65,536 bytes) of states in one page. `next` is the
     `after` of the following page, or null when this page is the last; a page may hold
     fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
     until `next` is null, not until a page comes back short. Pages are read
@@ -186,7 +187,8 @@ def sync(
 
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
-    of them after the key `after`, among those starting with `prefix`. `next` is the
+    of them after the key `after`, among those starting with `prefix`, and, past the
+    first, no more than 64 KiB (65,536 bytes) of states in one page. `next` is the
     `after` of the following page, or null when this page is the last; a page may hold
     fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
     until `next` is null, not until a page comes back short. Pages are read
@@ -234,7 +236,8 @@ async def asyncio_detailed(
 
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
-    of them after the key `after`, among those starting with `prefix`. `next` is the
+    of them after the key `after`, among those starting with `prefix`, and, past the
+    first, no more than 64 KiB (65,536 bytes) of states in one page. `next` is the
     `after` of the following page, or null when this page is the last; a page may hold
     fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
     until `next` is null, not until a page comes back short. Pages are read
@@ -285,7 +288,8 @@ async def asyncio(
 
      The project's keys that have a live lease or a caller waiting in line, in key order
     (byte order), each with its state as `GET /v1/locks/{key}` reports it; at most `limit`
-    of them after the key `after`, among those starting with `prefix`. `next` is the
+    of them after the key `after`, among those starting with `prefix`, and, past the
+    first, no more than 64 KiB (65,536 bytes) of states in one page. `next` is the
     `after` of the following page, or null when this page is the last; a page may hold
     fewer than `limit` keys, or none, and still name a `next` (past its last key): go on
     until `next` is null, not until a page comes back short. Pages are read

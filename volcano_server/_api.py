@@ -32,6 +32,7 @@ from . import _batch
 from ._accesslog import AccessLog, RequestRecord
 from ._auth import Authenticator, Principal
 from ._errors import ApiError
+from ._group_service import GROUP_BODIES, GROUP_OPERATIONS, GroupService
 from ._headers import check_content_encoding, credentials
 from ._metrics import Metrics
 from ._offload import Runner
@@ -94,7 +95,7 @@ _OPERATIONS: dict[str, _Run] = {
     "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
-HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
+HANDLED_OPERATIONS = frozenset({*_OPERATIONS, *GROUP_OPERATIONS, "getHealth"})
 # Operations whose bodies may be larger than the rest: up to 500 entries of a batch.
 _BATCHES = frozenset({"renewLeases"})
 
@@ -126,8 +127,10 @@ class Api:
         authenticator: Authenticator,
         request_id: Validator,
         *,
+        groups: GroupService,
         max_body_bytes: int,
         max_batch_body_bytes: int,
+        max_group_body_bytes: int,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -136,10 +139,12 @@ class Api:
         tracing: Tracing | None = None,
     ) -> None:
         self._service = service
+        self._groups = groups
         self._auth = authenticator
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._max_batch_body = max_batch_body_bytes
+        self._max_group_body = max_group_body_bytes
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -195,9 +200,7 @@ class Api:
                 answer = _HEALTH
             else:
                 principal = await self._admit(headers, malformed)
-                limit = (
-                    self._max_batch_body if operation.operation_id in _BATCHES else self._max_body
-                )
+                limit = self._body_limit(operation.operation_id)
                 body = (
                     await self._read_body(headers, receive, limit)
                     if operation.body is not None
@@ -240,6 +243,12 @@ class Api:
                 replayed=answer.replayed,
             )
         )
+
+    def _body_limit(self, operation_id: str) -> int:
+        """How large the operation's body may be: a batch's and a group body's are larger."""
+        if operation_id in GROUP_BODIES:
+            return self._max_group_body
+        return self._max_batch_body if operation_id in _BATCHES else self._max_body
 
     async def not_allowed(
         self, allow: tuple[str, ...], scope: Scope, receive: Receive, send: Send
@@ -358,10 +367,14 @@ class Api:
         next fsync.
         """
         service = self._service
-        run = _OPERATIONS[operation.operation_id]
-        answer = await run(
-            service, caller, params, body, lambda: asyncio.ensure_future(_disconnected(receive))
-        )
+        gone = lambda: asyncio.ensure_future(_disconnected(receive))  # noqa: E731
+        run = _OPERATIONS.get(operation.operation_id)
+        if run is not None:
+            answer = await run(service, caller, params, body, gone)
+        else:
+            answer = await GROUP_OPERATIONS[operation.operation_id](
+                self._groups, caller, params, body, gone
+            )
         if answer is None:
             raise _ClientGone
         back = asyncio.get_running_loop().time()

@@ -45,6 +45,9 @@ from ._exceptions import (
     ClientClosedError,
     ConflictError,
     Error,
+    GroupExistsError,
+    GroupNotEmptyError,
+    GroupNotFoundError,
     GuardStateError,
     InternalServerError,
     InvalidArgumentError,
@@ -52,6 +55,8 @@ from ._exceptions import (
     LimitMismatchError,
     LockHeldError,
     LockLostError,
+    MemberExistsError,
+    MemberNotFoundError,
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
@@ -62,7 +67,11 @@ from ._exceptions import (
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
+from ._group_models import GroupMember, GroupState, MemberRemoval, Membership
+from ._group_watch import AsyncGroupWatch, GroupWatch
+from ._groups import AsyncGroups, Groups
 from ._guard import AsyncLockGuard, LockGuard
+from ._membership import AsyncMembershipGuard, MembershipGuard
 from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 from ._ownership import GuardState
 from ._version import __version__
@@ -78,11 +87,14 @@ __all__ = [
     "AsyncCampaign",
     "AsyncClient",
     "AsyncElections",
+    "AsyncGroupWatch",
+    "AsyncGroups",
     "AsyncLeaderObserver",
     "AsyncLeadership",
     "AsyncLockGuard",
     "AsyncLockWatch",
     "AsyncLocks",
+    "AsyncMembershipGuard",
     "AuthenticationError",
     "BadRequestError",
     "Campaign",
@@ -92,6 +104,13 @@ __all__ = [
     "Elections",
     "Error",
     "ForceReleaseResult",
+    "GroupExistsError",
+    "GroupMember",
+    "GroupNotEmptyError",
+    "GroupNotFoundError",
+    "GroupState",
+    "GroupWatch",
+    "Groups",
     "GuardState",
     "GuardStateError",
     "InternalServerError",
@@ -109,6 +128,11 @@ __all__ = [
     "LockState",
     "LockWatch",
     "Locks",
+    "MemberExistsError",
+    "MemberNotFoundError",
+    "MemberRemoval",
+    "Membership",
+    "MembershipGuard",
     "MethodNotAllowedError",
     "NotFoundError",
     "PayloadTooLargeError",

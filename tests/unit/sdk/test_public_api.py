@@ -53,6 +53,17 @@ INTERNAL = {
     "Work",
     "WaitChain",
     "WatchCursor",
+    # Groups (issue 37), and what watches of keys and of groups share.
+    "AsyncWatch",
+    "GroupCursor",
+    "GroupPage",
+    "Joining",
+    "MemberPage",
+    "MembershipPlan",
+    "OwnershipShell",
+    "VersionCursor",
+    "Versioned",
+    "Watch",
 }
 
 PUBLIC_CLASSES = [
@@ -76,6 +87,16 @@ PUBLIC_CLASSES = [
     volcano.AsyncLeadership,
     volcano.LeaderObserver,
     volcano.AsyncLeaderObserver,
+    volcano.Groups,
+    volcano.AsyncGroups,
+    volcano.Membership,
+    volcano.GroupState,
+    volcano.GroupMember,
+    volcano.MemberRemoval,
+    volcano.MembershipGuard,
+    volcano.AsyncMembershipGuard,
+    volcano.GroupWatch,
+    volcano.AsyncGroupWatch,
 ]
 
 FORBIDDEN_IN_SIGNATURES = [

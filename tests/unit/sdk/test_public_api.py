@@ -16,11 +16,12 @@ import pytest
 import volcano
 
 PACKAGE = Path(volcano.__file__).parent
-# The library's modules, the seam's included (the CLI and volcano.testing have rules of their own).
+# The library's modules, the seam's included (the CLI, volcano.testing and the tooz driver,
+# volcano.tooz, have rules of their own).
 MODULES = [
     importlib.import_module(info.name)
     for info in pkgutil.walk_packages(volcano.__path__, prefix="volcano.")
-    if not info.name.startswith(("volcano._cli", "volcano.testing"))
+    if not info.name.startswith(("volcano._cli", "volcano.testing", "volcano.tooz"))
 ]
 
 # Classes with public names that are implementation, not API: users never build or hold them.

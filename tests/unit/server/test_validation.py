@@ -259,7 +259,7 @@ class TestCompilerRefusesWhatItCannotEnforce:
         )
         assert validator({"a": 1}, "c") == {"a": 1}
         for bad in ({}, {"a": 1, "b": 2}):
-            with pytest.raises(ValidationFailure, match="^c: must have exactly 1 of its fields"):
+            with pytest.raises(ValidationFailure, match=r"^c: must have exactly 1 of its fields"):
                 validator(bad, "c")
 
     def test_annotations_beside_a_ref_are_allowed(self) -> None:

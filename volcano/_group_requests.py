@@ -1,7 +1,7 @@
 """Validated requests for every group operation, shared by Client and AsyncClient.
 
 Arguments are checked here, before anything is sent (as `_requests` does for locks): names,
-capabilities (bytes, or a JSON value; at most 65,536 bytes either way), ttls, tokens and request
+capabilities (bytes, or a JSON value; at most 65,538 bytes either way), ttls, tokens and request
 ids. An owner token or request id left out becomes a fresh UUID; one supplied is kept exactly as
 spelled.
 """
@@ -55,7 +55,7 @@ __all__ = [
 
 GROUP_MAX_LENGTH = 240
 MEMBER_MAX_LENGTH = 200
-CAPABILITIES_MAX_BYTES = 65_536
+CAPABILITIES_MAX_BYTES = 65_538
 ELECTION_PREFIX = "groups:"
 """A group's leader is elected on the key `groups:` + the group's name."""
 
@@ -79,7 +79,7 @@ def checked_capabilities(value: object) -> Any:
     """Return capabilities as they will be sent: None, bytes, or a JSON value.
 
     bytes, bytearray and memoryview are bytes; anything else must be a JSON value (dicts with
-    str keys, lists, tuples, str, int, float, bool, None inside). Either way at most 65,536
+    str keys, lists, tuples, str, int, float, bool, None inside). Either way at most 65,538
     bytes (JSON written compactly in UTF-8).
     """
     if value is None:

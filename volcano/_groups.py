@@ -136,7 +136,7 @@ class Groups(_GroupsBase):
             member: The member's name: 1 to 200 characters, made as a key is.
             ttl: The membership's time to live: seconds (0.1 to 86400) or a `timedelta`.
             capabilities: What the member announces to anyone who reads the group: `bytes`,
-                or a JSON value (dict, list, str, number, bool); at most 65,536 bytes (JSON
+                or a JSON value (dict, list, str, number, bool); at most 65,538 bytes (JSON
                 written compactly in UTF-8). Never a secret. None (the default): none.
             token: The owner token (a UUID); a fresh one by default. Keep it private.
             request_id: The request id (a UUID); a fresh one by default.
@@ -232,9 +232,10 @@ class Groups(_GroupsBase):
         """Watch `group`: its state now, then one `GroupState` per change of its membership.
 
         ```python
-        with client.groups.watch("workers") as states:
+        client.groups.create("pool")
+        with client.groups.watch("pool") as states:
             print("members:", next(states).members)
-            with client.groups.membership("workers", "worker-9", ttl=10):
+            with client.groups.membership("pool", "worker-9", ttl=10):
                 print("members:", next(states).members)  # as soon as it joined
         ```
 
@@ -259,7 +260,8 @@ class Groups(_GroupsBase):
         """A guard that is a member of `group` for a `with` block, renewed in the background.
 
         ```python
-        with client.groups.membership("workers", "worker-7", ttl=10) as held:
+        client.groups.create("crew")
+        with client.groups.membership("crew", "worker-7", ttl=10) as held:
             held.update({"load": 0.4})  # announce new capabilities
             held.check()  # raises LockLostError once the membership is lost
         ```

@@ -105,7 +105,7 @@ class ServerConfig:
     max_body_bytes: int = 16_384
     # A batch renewal carries up to 500 entries (`POST /v1/leases/renew`).
     max_batch_body_bytes: int = 262_144
-    # A group's join or change of capabilities (up to 64 KiB of capabilities, however they are
+    # A group's join or change of capabilities (up to 65,538 bytes of capabilities, however they are
     # escaped), or a batch renewal of up to 500 memberships (`POST /v1/members/renew`).
     max_group_body_bytes: int = 524_288
     # Requests per second per project (per server process); None disables the limit.

@@ -51,8 +51,12 @@ __all__ = [
     "stored_capabilities",
 ]
 
-MAX_CAPABILITY_BYTES = 65_536
-"""The most bytes a member's capabilities may hold (JSON written compactly, or raw bytes)."""
+MAX_CAPABILITY_BYTES = 65_538
+"""The most bytes a member's capabilities may hold (JSON written compactly, or raw bytes).
+
+64 KiB, rounded up to what the spec's 87,384 characters of base64 hold (21,846 groups of three
+bytes): every base64 string the schema takes is then a size taken here.
+"""
 _MAX_FENCING_TOKEN = 2**53 - 1
 
 

@@ -23,8 +23,8 @@ class CapabilitiesRequest:
             implementation holds it exactly.
         capabilities (CapabilitiesType0 | None): A member's public capabilities, as JSON or as bytes: exactly one of
             `json` (any JSON
-            value, at most 65,536 bytes once written compactly in UTF-8) or `base64` (bytes, at
-            most 65,536 of them, in standard base64 with padding). Null: none. Anyone holding
+            value, at most 65,538 bytes once written compactly in UTF-8) or `base64` (bytes, at
+            most 65,538 of them, in standard base64 with padding). Null: none. Anyone holding
             the project's keys can read them: never put a secret in them.
     """
 

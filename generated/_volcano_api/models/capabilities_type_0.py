@@ -13,13 +13,13 @@ T = TypeVar("T", bound="CapabilitiesType0")
 @_attrs_define
 class CapabilitiesType0:
     """A member's public capabilities, as JSON or as bytes: exactly one of `json` (any JSON
-    value, at most 65,536 bytes once written compactly in UTF-8) or `base64` (bytes, at
-    most 65,536 of them, in standard base64 with padding). Null: none. Anyone holding
+    value, at most 65,538 bytes once written compactly in UTF-8) or `base64` (bytes, at
+    most 65,538 of them, in standard base64 with padding). Null: none. Anyone holding
     the project's keys can read them: never put a secret in them.
 
         Attributes:
             json (Any | Unset): Any JSON value; answered as given (written compactly).
-            base64 (str | Unset): Bytes in standard base64 (RFC 4648, with padding).
+            base64 (str | Unset): Bytes in standard base64 (RFC 4648, with padding), at most 65,538 of them.
     """
 
     json: Any | Unset = UNSET

@@ -24,8 +24,8 @@ class JoinRequest:
         ttl_seconds (float): The lease's time to live in seconds, from 0.1 to 86400.
         capabilities (CapabilitiesType0 | None | Unset): A member's public capabilities, as JSON or as bytes: exactly
             one of `json` (any JSON
-            value, at most 65,536 bytes once written compactly in UTF-8) or `base64` (bytes, at
-            most 65,536 of them, in standard base64 with padding). Null: none. Anyone holding
+            value, at most 65,538 bytes once written compactly in UTF-8) or `base64` (bytes, at
+            most 65,538 of them, in standard base64 with padding). Null: none. Anyone holding
             the project's keys can read them: never put a secret in them.
     """
 

@@ -188,12 +188,12 @@ class TestArguments:
             (lambda c: c.groups.join("g", "m", ttl=1, capabilities=object()), "bytes or a JSON"),
             (lambda c: c.groups.join("g", "m", ttl=1, capabilities=float("nan")), "JSON value"),
             (
-                lambda c: c.groups.join("g", "m", ttl=1, capabilities=b"x" * 65_537),
-                "at most 65536 bytes; these are 65537 bytes of bytes",
+                lambda c: c.groups.join("g", "m", ttl=1, capabilities=b"x" * 65_539),
+                "at most 65538 bytes; these are 65539 bytes of bytes",
             ),
             (
-                lambda c: c.groups.join("g", "m", ttl=1, capabilities="é" * 32_768),
-                "these are 65538 bytes of JSON",  # 2 bytes each, and two quotes
+                lambda c: c.groups.join("g", "m", ttl=1, capabilities="é" * 32_769),
+                "these are 65540 bytes of JSON",  # 2 bytes each, and two quotes
             ),
             (lambda c: c.groups.renew("not a membership"), "must be a volcano.Membership"),
             (lambda c: c.groups.members("g", page_size=501), "page_size"),
@@ -208,9 +208,9 @@ class TestArguments:
         assert api.requests == []
 
     def test_the_bound_is_exact(self, client: volcano.Client, api: FakeApi) -> None:
-        """65,536 bytes of capabilities are sent, in either form."""
-        client.groups.join("g", "b", ttl=1, capabilities=b"x" * 65_536)
-        client.groups.join("g", "j", ttl=1, capabilities="x" * 65_534)
+        """65,538 bytes of capabilities are sent, in either form."""
+        client.groups.join("g", "b", ttl=1, capabilities=b"x" * 65_538)
+        client.groups.join("g", "j", ttl=1, capabilities="x" * 65_536)
         assert len(api.requests) == 2
 
 

@@ -295,7 +295,7 @@ class TestCapabilities:
         assert shown_capabilities(stored) == {"base64": "AP8="}
 
     def test_the_bound_is_exact(self) -> None:
-        """65,536 bytes are taken, in either form; one more is 422 naming the field."""
+        """65,538 bytes are taken, in either form; one more is 422 naming the field."""
         most = b"x" * MAX_CAPABILITY_BYTES
         assert stored_capabilities({"base64": base64.b64encode(most).decode()}) is not None
         assert stored_capabilities({"json": "x" * (MAX_CAPABILITY_BYTES - 2)}) is not None
@@ -303,7 +303,7 @@ class TestCapabilities:
             ({"base64": base64.b64encode(most + b"x").decode()}, "base64"),
             ({"json": "x" * (MAX_CAPABILITY_BYTES - 1)}, "json"),
         ):
-            with pytest.raises(ApiError, match=f"capabilities.{field}: holds 65537 bytes"):
+            with pytest.raises(ApiError, match=f"capabilities.{field}: holds 65539 bytes"):
                 stored_capabilities(too_many)
 
     def test_none_is_none(self) -> None:

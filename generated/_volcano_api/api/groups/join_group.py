@@ -153,7 +153,7 @@ def sync_detailed(
     membership (same fencing token) with its expiry moved to now + `ttl_seconds` and its
     capabilities replaced, so a retry after a lost answer recovers it. A group that does
     not exist is `404 group_not_found` (tooz's `GroupNotCreated`). The body may be up to
-    524,288 bytes (capabilities up to 65,536 bytes, however they are escaped).
+    524,288 bytes (capabilities up to 65,538 bytes, however they are escaped).
 
     Args:
         group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
@@ -210,7 +210,7 @@ def sync(
     membership (same fencing token) with its expiry moved to now + `ttl_seconds` and its
     capabilities replaced, so a retry after a lost answer recovers it. A group that does
     not exist is `404 group_not_found` (tooz's `GroupNotCreated`). The body may be up to
-    524,288 bytes (capabilities up to 65,536 bytes, however they are escaped).
+    524,288 bytes (capabilities up to 65,538 bytes, however they are escaped).
 
     Args:
         group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
@@ -262,7 +262,7 @@ async def asyncio_detailed(
     membership (same fencing token) with its expiry moved to now + `ttl_seconds` and its
     capabilities replaced, so a retry after a lost answer recovers it. A group that does
     not exist is `404 group_not_found` (tooz's `GroupNotCreated`). The body may be up to
-    524,288 bytes (capabilities up to 65,536 bytes, however they are escaped).
+    524,288 bytes (capabilities up to 65,538 bytes, however they are escaped).
 
     Args:
         group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
@@ -317,7 +317,7 @@ async def asyncio(
     membership (same fencing token) with its expiry moved to now + `ttl_seconds` and its
     capabilities replaced, so a retry after a lost answer recovers it. A group that does
     not exist is `404 group_not_found` (tooz's `GroupNotCreated`). The body may be up to
-    524,288 bytes (capabilities up to 65,536 bytes, however they are escaped).
+    524,288 bytes (capabilities up to 65,538 bytes, however they are escaped).
 
     Args:
         group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,

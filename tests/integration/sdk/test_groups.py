@@ -130,6 +130,23 @@ class TestMembershipGuard:
                 sdk.read(held.check)
         assert isinstance(lost[0], volcano.LeaseNotHeldError)
 
+    def test_renewals_cut_off_end_it_at_its_deadline(
+        self, sdk: Sdk, wire: Wire, group: str
+    ) -> None:
+        """Renewals that never reach the server (refused connections): the membership goes at
+        risk, then is lost at its deadline by the client's own clock, told to on_at_risk and
+        on_lost; the server lets the member expire, and exit sends no leave."""
+        told: list[volcano.Error] = []
+        with sdk.membership(group, "m", ttl=1, on_at_risk=told.append, on_lost=told.append) as held:
+            wire.refuse = {"renew"}
+            assert sdk.wait_lost(held, PATIENCE)
+        assert [type(error) for error in told] == [
+            volcano.APIConnectionError,
+            volcano.LockLostError,
+        ]
+        assert wire.of("leave") == []
+        wait_for(lambda: sdk.groups("get", group).members == 0, "the member expired")
+
     def test_update_announces_new_capabilities(self, sdk: Sdk, group: str) -> None:
         """A held membership announces new capabilities; its expiry stays its own."""
         with sdk.membership(group, "m", ttl=30, capabilities={"v": 1}) as held:

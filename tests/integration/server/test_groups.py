@@ -269,8 +269,8 @@ class TestCapabilities:
     def test_escaped_capabilities_fit_the_group_body_limit(
         self, groups: Groups, group: str
     ) -> None:
-        """The most JSON capabilities hold, sent with every character escaped (six times as long) fits a join's
-        body, and is stored at its compact size."""
+        """The most JSON capabilities hold, sent with every character escaped (six times as
+        long), fits a join's body, and is stored at its compact size."""
         count = CAPABILITY_MAX - 2  # "a" is one byte stored, six sent as \u0061; and two quotes
         body = (
             f'{{"owner_token":"{new_id()}","ttl_seconds":30,"capabilities":{{"json":"'

@@ -129,6 +129,19 @@ class TestBatches:
             clock.advance(10)
         assert renewals(api) == ["/v1/groups/g/members/a/renew"]
 
+    def test_a_transient_failure_is_retried_and_the_memberships_stay_held(
+        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    ) -> None:
+        """A 503 for the batch: the memberships are retried after their backoff, together
+        again, and renewed; neither guard was lost."""
+        with memberships(client, "a", "b") as held:
+            api.then(error(503, "unavailable"))
+            clock.advance(10)
+            assert renewals(api) == [MEMBERS_BATCH]
+            clock.advance(1)
+            assert renewals(api) == [MEMBERS_BATCH, MEMBERS_BATCH]
+            assert [guard.state for guard in held] == [volcano.GuardState.HELD] * 2
+
     def test_a_membership_refused_in_a_batch_loses_only_its_guard(
         self, client: volcano.Client, api: FakeApi, clock: FakeClock
     ) -> None:

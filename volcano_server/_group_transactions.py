@@ -126,9 +126,8 @@ class GroupTransactions:
             now = tx.now_us()
             rows = tx.list_groups(caller.project_id, prefix=prefix, after=after, limit=limit + 1)
             page = rows[:limit]
-            states = [
-                group_state(row, tx.group_counts(caller.project_id, row.name, now)) for row in page
-            ]
+            counts = tx.counts_of(caller.project_id, [row.name for row in page], now)
+            states = [group_state(row, counts[row.name]) for row in page]
         following = page[-1].name if len(rows) > limit else None
         return Answer(200, dumps({"groups": states, "next": following}))
 

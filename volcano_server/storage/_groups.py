@@ -212,6 +212,21 @@ _COUNTS = (
     " min(CASE WHEN expires_at_us > ? THEN expires_at_us END)"
     " FROM group_members WHERE project_id = ? AND group_name = ?"
 )
+
+
+def _counts_of(groups: int) -> str:
+    """`_COUNTS` of `groups` groups, by group: (now, now, now, project_id, *names)."""
+    marks = ", ".join("?" * groups)
+    return (
+        "SELECT group_name,"  # noqa: S608 - constants and marks
+        " coalesce(sum(CASE WHEN expires_at_us > ? THEN 1 ELSE 0 END), 0),"
+        " coalesce(sum(CASE WHEN expires_at_us <= ? THEN 1 ELSE 0 END), 0),"
+        " min(CASE WHEN expires_at_us > ? THEN expires_at_us END)"
+        f" FROM group_members WHERE project_id = ? AND group_name IN ({marks})"
+        " GROUP BY group_name"
+    )
+
+
 MEMBER_COLUMNS = (
     "member, owner_token, fencing_token, expires_at_us, ttl_seconds, capabilities_kind,"
     " capabilities, granted_at_us"
@@ -322,14 +337,7 @@ class GroupStatements:
         found = dict.fromkeys(names, GroupCounts())
         if not names:
             return found
-        marks = ", ".join("?" * len(names))
-        rows = self._rows(
-            _COUNTS.replace("SELECT ", "SELECT group_name, ", 1).replace(
-                "group_name = ?", f"group_name IN ({marks})"
-            )
-            + " GROUP BY group_name",
-            (now_us, now_us, now_us, project_id, *names),
-        )
+        rows = self._rows(_counts_of(len(names)), (now_us, now_us, now_us, project_id, *names))
         for name, live, expired, soonest in rows:
             found[name] = GroupCounts(
                 int(live), int(expired), None if soonest is None else int(soonest)

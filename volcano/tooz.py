@@ -151,7 +151,11 @@ class VolcanoLock(locking.Lock):
         if not self._mine.acquire(waits, -1 if limit is None or not waits else limit):
             return False
         left = None if end is None else end - time.monotonic()
-        guard = self._driver.hold_lock(self._key, wait=_wait(waits, left))
+        try:
+            guard = self._driver.hold_lock(self._key, wait=_wait(waits, left))
+        except BaseException:
+            self._mine.release()  # not held: the next acquire of this object may try
+            raise
         if guard is None:
             self._mine.release()
             return False

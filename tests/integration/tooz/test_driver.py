@@ -140,6 +140,32 @@ class TestHeartbeat:
             coordinator.update_capabilities(group, {"x": 1}).get()
 
 
+class TestServerGone:
+    def test_calls_fail_with_a_connection_error_and_locks_stay_usable(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The server stops under a started coordinator: a lock's acquire is a
+        ToozConnectionError each time (the lock object is not left half-taken), and so is a
+        group call's result."""
+        db = f"sqlite:///{tmp_path / 'gone.db'}"
+        project = create_project(db, "gone")
+        monkeypatch.setenv("VOLCANO_ANON_KEY", project.anon_key)
+        monkeypatch.setenv("VOLCANO_SERVICE_KEY", project.service_key)
+        served = ServerProcess(db).start()
+        made = coordination.get_coordinator(served.url.replace("http://", "volcano://"), b"m")
+        made.start()
+        try:
+            lock = made.get_lock(b"gone-lock")
+            served.terminate()
+            for _ in range(2):
+                with pytest.raises(coordination.ToozConnectionError):
+                    lock.acquire(blocking=False)
+            with pytest.raises(coordination.ToozConnectionError):
+                made.create_group(b"gone-group").get()
+        finally:
+            made.stop()
+
+
 class TestLocks:
     def test_a_held_lock_is_renewed_past_its_ttl(
         self, coordinator: coordination.CoordinationDriver, server: LiveServer

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
@@ -50,8 +50,6 @@ from .storage._groups import GroupCounts, GroupRow, Member, watch_key
 
 __all__ = ["MEMBERS_BUDGET", "SWEEP", "GroupTransactions", "MemberRenewal"]
 
-T = TypeVar("T")
-
 SWEEP = 8
 """How many expired members of its group a join, leave or removal deletes along the way."""
 MEMBERS_BUDGET = 262_144
@@ -70,7 +68,7 @@ class MemberRenewal:
 
 
 # What one group operation decides, given the transaction, the group's row and the clock.
-_Decide = Callable[[Any, GroupRow | None, int], GroupDecision]
+_Decide = Callable[[WriteTx, GroupRow | None, int], GroupDecision]
 
 
 class GroupTransactions:

@@ -12,7 +12,10 @@ After the original lock operations, each exercises the later ones through its ge
 limit-2 key with labelled holders (a third refused with lock_held, another limit refused with
 limit_mismatch carrying the key's limit), the fence check, a long-poll watch answered by a change
 made from a second thread, a listing with limit=1 followed to its end, and a batch renewal with
-one entry refused.
+one entry refused. Then groups, every group operation: members joined with JSON and with bytes
+capabilities, member_exists, members paged, a group's watch answered by a leave, a membership
+renewed and its capabilities changed, a batch renewal of memberships with one refused (and
+replayed), group_not_empty, a removal, the deletion, and groups listed a page at a time.
 scripts/interop.sh generates both clients, then runs this once per client.
 """
 
@@ -43,6 +46,7 @@ class Answer:
 
 
 Renewal = dict[str, Any]  # one entry of a batch renewal: key, owner_token, fencing_token, ...
+Capabilities = dict[str, Any] | None  # {"json": value} or {"base64": text}; None: none
 
 
 class LockClient(Protocol):
@@ -89,6 +93,52 @@ class LockClient(Protocol):
 
     def parse_lease(self, text: str) -> dict[str, Any]:
         """A LockLease body parsed by the generated models."""
+
+    def create_group(self, group: str) -> Answer:
+        """PUT /v1/groups/{group}."""
+
+    def get_group(
+        self, group: str, after_version: int | None = None, wait_seconds: float | None = None
+    ) -> Answer:
+        """GET /v1/groups/{group}, a long poll with after_version and wait_seconds."""
+
+    def list_groups(self, prefix: str, after: str | None, limit: int) -> Answer:
+        """GET /v1/groups?prefix=&after=&limit=."""
+
+    def delete_group(self, group: str) -> Answer:
+        """DELETE /v1/groups/{group}."""
+
+    def join(
+        self, group: str, member: str, token: str, ttl: float, capabilities: Capabilities
+    ) -> Answer:
+        """POST /v1/groups/{group}/members/{member}/join."""
+
+    def renew_membership(
+        self, group: str, member: str, token: str, fencing_token: int, ttl: float
+    ) -> Answer:
+        """POST /v1/groups/{group}/members/{member}/renew."""
+
+    def update_capabilities(
+        self, group: str, member: str, token: str, fencing_token: int, capabilities: Capabilities
+    ) -> Answer:
+        """POST /v1/groups/{group}/members/{member}/capabilities."""
+
+    def leave(self, group: str, member: str, token: str, fencing_token: int) -> Answer:
+        """POST /v1/groups/{group}/members/{member}/leave."""
+
+    def get_member(self, group: str, member: str) -> Answer:
+        """GET /v1/groups/{group}/members/{member}."""
+
+    def list_members(self, group: str, after: str | None, limit: int) -> Answer:
+        """GET /v1/groups/{group}/members?after=&limit=."""
+
+    def remove_member(self, group: str, member: str) -> Answer:
+        """DELETE /v1/groups/{group}/members/{member}."""
+
+    def renew_memberships(
+        self, memberships: list[Renewal], request_id: str | None = None
+    ) -> Answer:
+        """POST /v1/members/renew; `variants` names the class each result was decoded into."""
 
 
 def run(client: LockClient, name: str) -> None:
@@ -151,6 +201,7 @@ def run(client: LockClient, name: str) -> None:
     parsed = client.parse_lease(json.dumps(added, default=str))
     _expect(parsed["owner_token"] == token, "parse", Answer(200, {}, parsed))
     run_later_operations(client, key, step)
+    run_groups(client, key, step)
     print(f"  {name}: scenario passed on {key}", flush=True)
 
 
@@ -383,6 +434,150 @@ class _Later:
         _expect(_pick(empty, "locks", "next") == ([], None), "empty listing", empty)
 
 
+def run_groups(client: LockClient, key: str, step: Callable[[str], None]) -> None:
+    """Every group operation, through the generated client; raise on any surprise."""
+    group = f"{key}-group"
+    member_bytes = "AAH/"  # bytes 00 01 ff in base64
+
+    step("groups: create; again is group_exists")
+    created = client.create_group(group)
+    _expect(created.status == 201, "create group", created)
+    seen = _pick(created, "group", "version", "fencing_token", "members")
+    _expect(seen == (group, 1, None, 0), "created", created)
+    again = client.create_group(group)
+    _expect(_code(again) == (409, "group_exists"), "create again", again)
+
+    step("join with JSON and with bytes capabilities; another owner is member_exists")
+    m1 = client.join(group, "m1", str(uuid.uuid4()), 30, {"json": {"port": 8080}})
+    m2 = client.join(group, "m2", str(uuid.uuid4()), 30, {"base64": member_bytes})
+    for answer in (m1, m2):
+        _expect(answer.status == 200 and answer.body is not None, "join", answer)
+    one, two = m1.body or {}, m2.body or {}
+    _expect(two["fencing_token"] > one["fencing_token"], "tokens", m2)
+    taken = client.join(group, "m1", str(uuid.uuid4()), 30, None)
+    _expect(_code(taken) == (409, "member_exists"), "member_exists", taken)
+    _expect(int(taken.headers["retry-after"]) >= 1, "member_exists", taken)
+
+    step("members a page at a time, with their capabilities; one member alone")
+    members: list[dict[str, Any]] = []
+    after: str | None = None
+    for _ in range(5):
+        page = client.list_members(group, after, 1)
+        body = page.body or {}
+        _expect(page.status == 200 and len(body["members"]) <= 1, "members page", page)
+        members += body["members"]
+        if body["next"] is None:
+            break
+        after = body["next"]
+    shown = [(m["member"], _given(m["capabilities"])) for m in members]
+    expected = [("m1", {"json": {"port": 8080}}), ("m2", {"base64": member_bytes})]
+    _expect(shown == expected, f"members {shown}", Answer(200, {}, None))
+    alone = client.get_member(group, "m2")
+    seen = ((alone.body or {}).get("member"), _given((alone.body or {}).get("capabilities")))
+    _expect(seen == ("m2", {"base64": member_bytes}), "m2", alone)
+
+    _group_changes(client, group, step, one, two)
+
+
+def _group_changes(
+    client: LockClient,
+    group: str,
+    step: Callable[[str], None],
+    one: dict[str, Any],
+    two: dict[str, Any],
+) -> None:
+    """The second half of run_groups, on the members it joined (`one` holds m1, `two` m2)."""
+    step("watch: a group's long poll answers when a member leaves")
+    version = (client.get_group(group).body or {})["version"]
+    with ThreadPoolExecutor(1) as pool:
+        watching = pool.submit(client.get_group, group, version, 30)
+        time.sleep(0.25)  # the poll open first, usually: either order is answered the same
+        left = client.leave(group, "m2", two["owner_token"], two["fencing_token"])
+        _expect(left.status == 204, "leave", left)
+        changed = watching.result(timeout=60)
+    body = changed.body or {}
+    _expect(changed.status == 200 and body["version"] > version, "group watch", changed)
+    _expect(body["members"] == 1, "group watch members", changed)
+
+    step("renew a membership, change its capabilities")
+    renewed = client.renew_membership(group, "m1", one["owner_token"], one["fencing_token"], 60)
+    _expect(
+        _pick(renewed, "fencing_token", "ttl_seconds") == (one["fencing_token"], 60),
+        "renew",
+        renewed,
+    )
+    updated = client.update_capabilities(
+        group, "m1", one["owner_token"], one["fencing_token"], {"json": {"port": 9090}}
+    )
+    _expect(updated.status == 200, "capabilities", updated)
+    read = client.get_member(group, "m1")
+    _expect(_given((read.body or {}).get("capabilities")) == {"json": {"port": 9090}}, "caps", read)
+
+    step("renew memberships at once: one refused (it left); replayed by request id")
+    fields = ("group", "member", "owner_token", "fencing_token")
+    entries = [{**{f: m[f] for f in fields}, "ttl_seconds": 45} for m in (one, two)]
+    request_id = str(uuid.uuid4()).upper()
+    batch = client.renew_memberships(entries, request_id)
+    results = (batch.body or {}).get("results", [])
+    _expect(batch.status == 200 and len(results) == 2, "membership batch", batch)
+    _expect(batch.variants == ("MembershipRenewed", "MembershipRefused"), "variants", batch)
+    _expect(results[0]["membership"]["ttl_seconds"] == 45, "renewed", batch)
+    _expect(
+        (results[1]["status"], results[1]["error"]["code"]) == (409, "lease_not_held"),
+        "refused",
+        batch,
+    )
+    replay = client.renew_memberships(entries, request_id)
+    _expect(replay.headers.get("idempotent-replayed") == "true", "batch replay", replay)
+    _expect((replay.body, replay.variants) == (batch.body, batch.variants), "batch replay", replay)
+
+    step("group_not_empty; a member removed without its token; deleted; group_not_found")
+    not_empty = client.delete_group(group)
+    _expect(_code(not_empty) == (409, "group_not_empty"), "not empty", not_empty)
+    removal = client.remove_member(group, "m1")
+    seen = _pick(removal, "removed", "fencing_token")
+    _expect(seen == (True, one["fencing_token"]), "remove", removal)
+    deleted = client.delete_group(group)
+    _expect(deleted.status == 204, "delete group", deleted)
+    gone = client.get_group(group)
+    _expect(_code(gone) == (404, "group_not_found"), "deleted group", gone)
+
+    _group_listing(client, group, step)
+
+
+def _group_listing(client: LockClient, group: str, step: Callable[[str], None]) -> None:
+    """Groups listed a page at a time (the end of run_groups)."""
+    step("groups listed a page at a time, then deleted")
+    prefix = f"{group}-list-"
+    for suffix in "ba":
+        made = client.create_group(f"{prefix}{suffix}")
+        _expect(made.status == 201, "create", made)
+    names: list[str] = []
+    after = None
+    for _ in range(5):
+        page = client.list_groups(prefix, after, 1)
+        body = page.body or {}
+        _expect(page.status == 200, "groups page", page)
+        names += [state["group"] for state in body["groups"]]
+        if body["next"] is None:
+            break
+        after = body["next"]
+    _expect(names == [f"{prefix}a", f"{prefix}b"], f"groups {names}", Answer(200, {}, None))
+    for name in names:
+        _expect(client.delete_group(name).status == 204, "delete", Answer(200, {}, None))
+
+
+def _given(capabilities: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Capabilities as given: openapi-generator's to_dict() also shows the other form as null."""
+    if capabilities is None:
+        return None
+    return {form: value for form, value in capabilities.items() if value is not None}
+
+
+def _code(answer: Answer) -> tuple[int, str | None]:
+    return answer.status, ((answer.body or {}).get("error") or {}).get("code")
+
+
 def _holders(state: dict[str, Any]) -> list[tuple[int, str | None]]:
     """A LockState's holders as sorted (fencing token, label) pairs."""
     return sorted((holder["fencing_token"], holder["label"]) for holder in state["holders"])
@@ -429,20 +624,25 @@ class DatamodelClient:
         query: Mapping[str, Any] | None = None,
     ) -> Answer:
         # The models carry no operations: paths and query parameters are written here by hand.
+        # By alias (capabilities' `json` is the field `json_`, BaseModel having a json()), and
+        # only the fields set (Capabilities takes exactly one of its two).
+        dump = {"mode": "json", "by_alias": True, "exclude_unset": True}
         response = self.http.request(
             method,
             path,
             params={name: value for name, value in (query or {}).items() if value is not None},
-            json=None if body is None else body.model_dump(mode="json"),
+            json=None if body is None else body.model_dump(**dump),
             headers={"X-Request-Id": request_id} if request_id else {},
         )
         parsed, variants = None, ()
         if response.content:
             reader = model if response.is_success else self.models.Error
             decoded = reader.model_validate_json(response.content)
-            parsed = decoded.model_dump(mode="json")
-            if isinstance(decoded, self.models.RenewLeasesResult):
-                # Each result is a LeaseRenewalResult, a RootModel of LeaseRenewed | LeaseRefused.
+            parsed = decoded.model_dump(**dump)
+            if isinstance(
+                decoded, self.models.RenewLeasesResult | self.models.RenewMembershipsResult
+            ):
+                # Each result is a RootModel of the renewed | the refused.
                 variants = tuple(type(result.root).__name__ for result in decoded.results)
         headers = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, headers, parsed, variants)
@@ -514,6 +714,86 @@ class DatamodelClient:
         )
         return result
 
+    def _capabilities(self, capabilities: Capabilities) -> Any:
+        return None if capabilities is None else self.models.Capabilities(**capabilities)
+
+    def create_group(self, group: str) -> Answer:
+        return self._send("PUT", f"/v1/groups/{group}", self.models.GroupState)
+
+    def get_group(
+        self, group: str, after_version: int | None = None, wait_seconds: float | None = None
+    ) -> Answer:
+        query = {"after_version": after_version, "wait_seconds": wait_seconds}
+        return self._send("GET", f"/v1/groups/{group}", self.models.GroupState, query=query)
+
+    def list_groups(self, prefix: str, after: str | None, limit: int) -> Answer:
+        query = {"prefix": prefix, "after": after, "limit": limit}
+        return self._send("GET", "/v1/groups", self.models.GroupList, query=query)
+
+    def delete_group(self, group: str) -> Answer:
+        return self._send("DELETE", f"/v1/groups/{group}", None)
+
+    def join(
+        self, group: str, member: str, token: str, ttl: float, capabilities: Capabilities
+    ) -> Answer:
+        fields: dict[str, Any] = {"owner_token": token, "ttl_seconds": ttl}
+        if capabilities is not None:
+            fields["capabilities"] = self._capabilities(capabilities)
+        body = self.models.JoinRequest(**fields)
+        path = f"/v1/groups/{group}/members/{member}/join"
+        return self._send("POST", path, self.models.Membership, body)
+
+    def renew_membership(
+        self, group: str, member: str, token: str, fencing_token: int, ttl: float
+    ) -> Answer:
+        body = self.models.RenewMembershipRequest(
+            owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl
+        )
+        path = f"/v1/groups/{group}/members/{member}/renew"
+        return self._send("POST", path, self.models.Membership, body)
+
+    def update_capabilities(
+        self, group: str, member: str, token: str, fencing_token: int, capabilities: Capabilities
+    ) -> Answer:
+        body = self.models.CapabilitiesRequest(
+            owner_token=token,
+            fencing_token=fencing_token,
+            capabilities=self._capabilities(capabilities),
+        )
+        path = f"/v1/groups/{group}/members/{member}/capabilities"
+        return self._send("POST", path, self.models.Membership, body)
+
+    def leave(self, group: str, member: str, token: str, fencing_token: int) -> Answer:
+        body = self.models.LeaveRequest(owner_token=token, fencing_token=fencing_token)
+        return self._send("POST", f"/v1/groups/{group}/members/{member}/leave", None, body)
+
+    def get_member(self, group: str, member: str) -> Answer:
+        path = f"/v1/groups/{group}/members/{member}"
+        return self._send("GET", path, self.models.GroupMember)
+
+    def list_members(self, group: str, after: str | None, limit: int) -> Answer:
+        query = {"after": after, "limit": limit}
+        path = f"/v1/groups/{group}/members"
+        return self._send("GET", path, self.models.MemberList, query=query)
+
+    def remove_member(self, group: str, member: str) -> Answer:
+        path = f"/v1/groups/{group}/members/{member}"
+        return self._send("DELETE", path, self.models.MemberRemoval)
+
+    def renew_memberships(
+        self, memberships: list[Renewal], request_id: str | None = None
+    ) -> Answer:
+        body = self.models.RenewMembershipsRequest(
+            memberships=[self.models.MembershipRenewal(**entry) for entry in memberships]
+        )
+        return self._send(
+            "POST",
+            "/v1/members/renew",
+            self.models.RenewMembershipsResult,
+            body,
+            request_id=request_id,
+        )
+
 
 class OpenApiGeneratorClient:
     """The Python client openapi-generator wrote, configured with its own auth settings."""
@@ -526,7 +806,9 @@ class OpenApiGeneratorClient:
         config = volcano_og.Configuration(
             host=base_url, api_key={"anonKey": anon_key}, access_token=service_key
         )
-        self.locks = volcano_og.LocksApi(volcano_og.ApiClient(config))
+        api = volcano_og.ApiClient(config)
+        self.locks = volcano_og.LocksApi(api)
+        self.groups = volcano_og.GroupsApi(api)
 
     def _call(self, operation: Callable[..., Any], **arguments: Any) -> Answer:
         try:
@@ -535,8 +817,8 @@ class OpenApiGeneratorClient:
             body = exc.data.to_dict() if exc.data is not None else None
             return Answer(exc.status, _lower(exc.headers or {}), body)
         data, variants = response.data, ()
-        if isinstance(data, self.og.RenewLeasesResult):
-            # Each result is a LeaseRenewalResult wrapper holding the oneOf it matched.
+        if isinstance(data, self.og.RenewLeasesResult | self.og.RenewMembershipsResult):
+            # Each result is a wrapper holding the oneOf it matched.
             variants = tuple(type(result.actual_instance).__name__ for result in data.results)
         body = data.to_dict() if data is not None else None
         return Answer(response.status_code, _lower(response.headers or {}), body, variants)
@@ -615,6 +897,106 @@ class OpenApiGeneratorClient:
     def parse_lease(self, text: str) -> dict[str, Any]:
         result: dict[str, Any] = self.og.LockLease.from_json(text).to_dict()
         return result
+
+    def _capabilities(self, capabilities: Capabilities) -> Any:
+        # By field name, so that only the one given is set: from_dict sets both, and to_dict
+        # then sends the nullable `json` as null beside `base64`.
+        if capabilities is None:
+            return None
+        if "base64" in capabilities:
+            return self.og.Capabilities(var_base64=capabilities["base64"])
+        return self.og.Capabilities(var_json=capabilities["json"])
+
+    def create_group(self, group: str) -> Answer:
+        return self._call(self.groups.create_group_with_http_info, group=group)
+
+    def get_group(
+        self, group: str, after_version: int | None = None, wait_seconds: float | None = None
+    ) -> Answer:
+        return self._call(
+            self.groups.get_group_with_http_info,
+            group=group,
+            after_version=after_version,
+            wait_seconds=wait_seconds,
+        )
+
+    def list_groups(self, prefix: str, after: str | None, limit: int) -> Answer:
+        return self._call(
+            self.groups.list_groups_with_http_info, prefix=prefix, after=after, limit=limit
+        )
+
+    def delete_group(self, group: str) -> Answer:
+        return self._call(self.groups.delete_group_with_http_info, group=group)
+
+    def join(
+        self, group: str, member: str, token: str, ttl: float, capabilities: Capabilities
+    ) -> Answer:
+        fields: dict[str, Any] = {"owner_token": token, "ttl_seconds": ttl}
+        if capabilities is not None:
+            fields["capabilities"] = self._capabilities(capabilities)
+        return self._call(
+            self.groups.join_group_with_http_info,
+            group=group,
+            member=member,
+            join_request=self.og.JoinRequest(**fields),
+        )
+
+    def renew_membership(
+        self, group: str, member: str, token: str, fencing_token: int, ttl: float
+    ) -> Answer:
+        body = self.og.RenewMembershipRequest(
+            owner_token=token, fencing_token=fencing_token, ttl_seconds=ttl
+        )
+        return self._call(
+            self.groups.renew_membership_with_http_info,
+            group=group,
+            member=member,
+            renew_membership_request=body,
+        )
+
+    def update_capabilities(
+        self, group: str, member: str, token: str, fencing_token: int, capabilities: Capabilities
+    ) -> Answer:
+        body = self.og.CapabilitiesRequest(
+            owner_token=token,
+            fencing_token=fencing_token,
+            capabilities=self._capabilities(capabilities),
+        )
+        return self._call(
+            self.groups.update_capabilities_with_http_info,
+            group=group,
+            member=member,
+            capabilities_request=body,
+        )
+
+    def leave(self, group: str, member: str, token: str, fencing_token: int) -> Answer:
+        body = self.og.LeaveRequest(owner_token=token, fencing_token=fencing_token)
+        return self._call(
+            self.groups.leave_group_with_http_info, group=group, member=member, leave_request=body
+        )
+
+    def get_member(self, group: str, member: str) -> Answer:
+        return self._call(self.groups.get_member_with_http_info, group=group, member=member)
+
+    def list_members(self, group: str, after: str | None, limit: int) -> Answer:
+        return self._call(
+            self.groups.list_members_with_http_info, group=group, after=after, limit=limit
+        )
+
+    def remove_member(self, group: str, member: str) -> Answer:
+        return self._call(self.groups.remove_member_with_http_info, group=group, member=member)
+
+    def renew_memberships(
+        self, memberships: list[Renewal], request_id: str | None = None
+    ) -> Answer:
+        body = self.og.RenewMembershipsRequest(
+            memberships=[self.og.MembershipRenewal(**entry) for entry in memberships]
+        )
+        return self._call(
+            self.groups.renew_memberships_with_http_info,
+            renew_memberships_request=body,
+            x_request_id=request_id,
+        )
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:

@@ -358,4 +358,157 @@ for (const [k, count, token] of held) {
 const empty = await client.GET("/v1/locks", { params: { query: { prefix: key } } });
 assert.equal(empty.response.status, 200);
 assert.deepEqual([empty.data?.locks, empty.data?.next], [[], null]);
+// Groups: every group operation, through the generated types.
+step("groups: create; again is group_exists");
+const group = `${key}-group`;
+const groupPath = { group };
+const created = await client.PUT("/v1/groups/{group}", { params: { path: groupPath } });
+assert.equal(created.response.status, 201);
+assert.deepEqual(created.data, { group, version: 1, fencing_token: null, members: 0 });
+const createdAgain = await client.PUT("/v1/groups/{group}", { params: { path: groupPath } });
+assert.equal(createdAgain.response.status, 409);
+assert.equal(createdAgain.error?.error.code, "group_exists");
+
+step("join with JSON and with bytes capabilities; another owner is member_exists");
+type Capabilities = components["schemas"]["Capabilities"];
+const join = (member: string, capabilities?: Capabilities) =>
+  client.POST("/v1/groups/{group}/members/{member}/join", {
+    params: { path: { group, member } },
+    body: { owner_token: randomUUID(), ttl_seconds: 30, ...(capabilities ? { capabilities } : {}) },
+  });
+const memberBytes = Buffer.from([0, 1, 255]).toString("base64");
+const joined1 = await join("m1", { json: { port: 8080 } });
+const joined2 = await join("m2", { base64: memberBytes });
+assert.equal(joined1.response.status, 200);
+assert.equal(joined2.response.status, 200);
+assert.ok(joined1.data && joined2.data);
+const [one, two] = [joined1.data, joined2.data];
+assert.ok(two.fencing_token > one.fencing_token);
+const memberTaken = await join("m1");
+assert.equal(memberTaken.response.status, 409);
+assert.equal(memberTaken.error?.error.code, "member_exists");
+assert.ok(Number(memberTaken.response.headers.get("Retry-After")) >= 1);
+
+step("members a page at a time, with their capabilities; one member alone");
+const members: components["schemas"]["GroupMember"][] = [];
+let afterMember: string | undefined;
+for (let pages = 0; ; pages += 1) {
+  assert.ok(pages < 5, "members listing did not end");
+  const page = await client.GET("/v1/groups/{group}/members", {
+    params: { path: groupPath, query: { after: afterMember, limit: 1 } },
+  });
+  assert.equal(page.response.status, 200);
+  assert.ok(page.data);
+  members.push(...page.data.members);
+  if (page.data.next === null) break;
+  afterMember = page.data.next;
+}
+assert.deepEqual(
+  members.map((m) => [m.member, m.capabilities]),
+  [["m1", { json: { port: 8080 } }], ["m2", { base64: memberBytes }]],
+);
+const alone = await client.GET("/v1/groups/{group}/members/{member}", {
+  params: { path: { group, member: "m2" } },
+});
+assert.deepEqual(alone.data?.capabilities, { base64: memberBytes });
+
+step("watch: a group's long poll answers when a member leaves");
+const groupVersion = (await client.GET("/v1/groups/{group}", { params: { path: groupPath } })).data?.version;
+assert.ok(groupVersion !== undefined);
+const groupWatch = client.GET("/v1/groups/{group}", {
+  params: { path: groupPath, query: { after_version: groupVersion, wait_seconds: 30 } },
+});
+await new Promise((resolve) => setTimeout(resolve, 250)); // the poll open first, usually
+const left = await client.POST("/v1/groups/{group}/members/{member}/leave", {
+  params: { path: { group, member: "m2" } },
+  body: { owner_token: two.owner_token, fencing_token: two.fencing_token },
+});
+assert.equal(left.response.status, 204);
+const watched = await groupWatch;
+assert.equal(watched.response.status, 200);
+assert.ok(watched.data && watched.data.version > groupVersion);
+assert.equal(watched.data.members, 1);
+
+step("renew a membership, change its capabilities");
+const m1Path = { path: { group, member: "m1" } };
+const renewedMembership = await client.POST("/v1/groups/{group}/members/{member}/renew", {
+  params: m1Path,
+  body: { owner_token: one.owner_token, fencing_token: one.fencing_token, ttl_seconds: 60 },
+});
+assert.deepEqual(
+  [renewedMembership.data?.fencing_token, renewedMembership.data?.ttl_seconds],
+  [one.fencing_token, 60],
+);
+const updated = await client.POST("/v1/groups/{group}/members/{member}/capabilities", {
+  params: m1Path,
+  body: { owner_token: one.owner_token, fencing_token: one.fencing_token, capabilities: { json: { port: 9090 } } },
+});
+assert.equal(updated.response.status, 200);
+const readBack = await client.GET("/v1/groups/{group}/members/{member}", { params: m1Path });
+assert.deepEqual(readBack.data?.capabilities, { json: { port: 9090 } });
+
+step("renew memberships at once: one refused (it left); replayed by request id");
+const membershipsRequestId = randomUUID().toUpperCase();
+const renewMemberships = () => client.POST("/v1/members/renew", {
+  params: { header: { "X-Request-Id": membershipsRequestId } },
+  body: {
+    memberships: [one, two].map((m) => ({
+      group: m.group, member: m.member, owner_token: m.owner_token, fencing_token: m.fencing_token, ttl_seconds: 45,
+    })),
+  },
+});
+const membershipBatch = await renewMemberships();
+assert.equal(membershipBatch.response.status, 200);
+assert.ok(membershipBatch.data);
+// As with LeaseRenewalResult: a oneOf without a discriminator, told apart by a type guard.
+type MembershipRenewed = components["schemas"]["MembershipRenewed"];
+const isMembershipRenewed = (
+  r: components["schemas"]["MembershipRenewalResult"],
+): r is MembershipRenewed => "membership" in r;
+assert.deepEqual(
+  membershipBatch.data.results.map((r) =>
+    isMembershipRenewed(r) ? `renewed ${r.membership.ttl_seconds}` : `${r.status} ${r.error.code}`,
+  ),
+  ["renewed 45", "409 lease_not_held"],
+);
+const membershipReplay = await renewMemberships();
+assert.equal(membershipReplay.response.headers.get("Idempotent-Replayed"), "true");
+assert.deepEqual(membershipReplay.data, membershipBatch.data);
+
+step("group_not_empty; a member removed without its token; deleted; group_not_found");
+const notEmpty = await client.DELETE("/v1/groups/{group}", { params: { path: groupPath } });
+assert.equal(notEmpty.response.status, 409);
+assert.equal(notEmpty.error?.error.code, "group_not_empty");
+const removal = await client.DELETE("/v1/groups/{group}/members/{member}", { params: m1Path });
+assert.deepEqual([removal.data?.removed, removal.data?.fencing_token], [true, one.fencing_token]);
+const deletedGroup = await client.DELETE("/v1/groups/{group}", { params: { path: groupPath } });
+assert.equal(deletedGroup.response.status, 204);
+const goneGroup = await client.GET("/v1/groups/{group}", { params: { path: groupPath } });
+assert.equal(goneGroup.response.status, 404);
+assert.equal(goneGroup.error?.error.code, "group_not_found");
+
+step("groups listed a page at a time, then deleted");
+const groupPrefix = `${group}-list-`;
+for (const suffix of ["b", "a"]) {
+  const made = await client.PUT("/v1/groups/{group}", { params: { path: { group: `${groupPrefix}${suffix}` } } });
+  assert.equal(made.response.status, 201);
+}
+const groupNames: string[] = [];
+let afterGroup: string | undefined;
+for (let pages = 0; ; pages += 1) {
+  assert.ok(pages < 5, "groups listing did not end");
+  const page = await client.GET("/v1/groups", {
+    params: { query: { prefix: groupPrefix, after: afterGroup, limit: 1 } },
+  });
+  assert.equal(page.response.status, 200);
+  assert.ok(page.data);
+  groupNames.push(...page.data.groups.map((g) => g.group));
+  if (page.data.next === null) break;
+  afterGroup = page.data.next;
+}
+assert.deepEqual(groupNames, [`${groupPrefix}a`, `${groupPrefix}b`]);
+for (const name of groupNames) {
+  const gone = await client.DELETE("/v1/groups/{group}", { params: { path: { group: name } } });
+  assert.equal(gone.response.status, 204);
+}
 console.log(`  ts: scenario passed on ${key}`);

@@ -13,8 +13,8 @@ minor version may send) must be accepted.
 `summary` counts the exchanges of each client (named by the `interop-CLIENT-` prefix of a lock
 key: in the path, else in the query, as a listing's `prefix`, else in the request body, as a
 batch renewal's entries) and the operations each exercised, and fails when an exchange broke the
-spec, a client left out one of the spec's `locks` operations, or an exchange belongs to no client
-named.
+spec, a client left out one of the spec's `locks` or `groups` operations, or an exchange belongs
+to no client named.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def serve(spec: str, upstream: str, log: str) -> None:
 def summary(spec: str, log: str, clients: list[str]) -> int:
     """Print the exchanges per client; 1 when any broke the spec or did not add up."""
     table = operations(spec)
-    wanted = {name for name, (_, _, tag) in table.items() if tag == "locks"}
+    wanted = {name for name, (_, _, tag) in table.items() if tag in ("locks", "groups")}
     entries = [json.loads(line) for line in Path(log).read_text().splitlines()]
     seen: Counter[str] = Counter()
     invalid: Counter[str] = Counter()

@@ -47,6 +47,9 @@ from ._exceptions import (
     ClientClosedError,
     ConflictError,
     Error,
+    GroupExistsError,
+    GroupNotEmptyError,
+    GroupNotFoundError,
     GuardStateError,
     InternalServerError,
     InvalidArgumentError,
@@ -54,6 +57,8 @@ from ._exceptions import (
     LimitMismatchError,
     LockHeldError,
     LockLostError,
+    MemberExistsError,
+    MemberNotFoundError,
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
@@ -65,7 +70,11 @@ from ._exceptions import (
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
+from ._group_models import GroupMember, GroupState, MemberRemoval, Membership
+from ._group_watch import AsyncGroupWatch, GroupWatch
+from ._groups import AsyncGroups, Groups
 from ._guard import AsyncLockGuard, LockGuard
+from ._membership import AsyncMembershipGuard, MembershipGuard
 from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 from ._ownership import GuardState
 from ._version import __version__
@@ -81,11 +90,14 @@ __all__ = [
     "AsyncCampaign",
     "AsyncClient",
     "AsyncElections",
+    "AsyncGroupWatch",
+    "AsyncGroups",
     "AsyncLeaderObserver",
     "AsyncLeadership",
     "AsyncLockGuard",
     "AsyncLockWatch",
     "AsyncLocks",
+    "AsyncMembershipGuard",
     "AuthenticationError",
     "BadRequestError",
     "Campaign",
@@ -95,6 +107,13 @@ __all__ = [
     "Elections",
     "Error",
     "ForceReleaseResult",
+    "GroupExistsError",
+    "GroupMember",
+    "GroupNotEmptyError",
+    "GroupNotFoundError",
+    "GroupState",
+    "GroupWatch",
+    "Groups",
     "GuardState",
     "GuardStateError",
     "InternalServerError",
@@ -112,6 +131,11 @@ __all__ = [
     "LockState",
     "LockWatch",
     "Locks",
+    "MemberExistsError",
+    "MemberNotFoundError",
+    "MemberRemoval",
+    "Membership",
+    "MembershipGuard",
     "MethodNotAllowedError",
     "NotFoundError",
     "PayloadTooLargeError",

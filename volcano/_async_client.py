@@ -15,6 +15,7 @@ from ._async_engine import AsyncEngine
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import AsyncElections
+from ._groups import AsyncGroups
 from ._guard import AsyncLockGuard
 
 if TYPE_CHECKING:
@@ -71,11 +72,17 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
             clock=_clock,
         )
         self._elections = AsyncElections(self._engine)
+        self._groups = AsyncGroups(self._engine)
 
     @property
     def elections(self) -> AsyncElections:
         """Leader elections on locks: campaign, leader, observe."""
         return self._elections
+
+    @property
+    def groups(self) -> AsyncGroups:
+        """Groups of members with capabilities: create, join, members, watch, campaign..."""
+        return self._groups
 
     async def __aenter__(self) -> AsyncClient:
         self._engine.check_open()

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _seam, _tracing
-from ._engine import EngineBase
+from ._engine import EngineBase, renewals
 from ._exceptions import ClientClosedError, Error, LockHeldError, LockLostError
 from ._ownership import deliver
 from ._retry import retry_once_async
@@ -95,7 +95,7 @@ class AsyncEngine(EngineBase):
         """Release `lease` once, not retried."""
         await self.send(_seam.release(lease, request_id=new_uuid()))
 
-    def hold(self, ownership: Ownership) -> None:
+    def hold(self, ownership: Ownership[Any]) -> None:
         """Renew `ownership`'s lease in the background from now on; once closed, it is lost."""
         reason = self._schedule.stopped
         if reason is not None:
@@ -107,7 +107,7 @@ class AsyncEngine(EngineBase):
             self._task = asyncio.get_running_loop().create_task(self._run(), name="volcano-renewer")
         self._changed.set()
 
-    def let_go(self, ownership: Ownership) -> None:
+    def let_go(self, ownership: Ownership[Any]) -> None:
         """Renew it no more; a renewal of it under way is let go of (its answer ignored)."""
         self._schedule.remove(ownership, let_go=True)
 
@@ -173,11 +173,11 @@ class AsyncEngine(EngineBase):
             self.finish(batch, fared)
             self._changed.set()
 
-    async def _answer(self, batch: Batch) -> Answer[list[_seam.Renewed]] | Error:
-        call = _seam.renewals(batch.leases, request_id=batch.request_id)
+    async def _answer(self, batch: Batch) -> Answer[Sequence[object]] | Error:
+        call = renewals(batch)
         traces = [renewal.trace for _, renewal in batch.entries]
         try:
-            with _tracing.renewals(traces, [lease.key for lease in batch.leases]):
+            with _tracing.renewals(traces, batch.subjects):
                 return await self.send(call, request_timeout=batch.timeout)
         except Error as error:
             return error

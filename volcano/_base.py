@@ -67,7 +67,8 @@ class BaseClient(Generic[HttpT, EngineT, LocksT]):
     def locks(self) -> LocksT:
         """The lock operations (`Locks`; `AsyncLocks` on an `AsyncClient`).
 
-        Operations: acquire, renew, release, get, force_release, check, watch, list, with_lock.
+        Operations: acquire, renew, release, get, force_release, check, watch, list, holders,
+        with_lock.
         """
         return self._locks
 

@@ -11,6 +11,7 @@ from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
 from ._elections import Elections
 from ._engine import Engine
+from ._groups import Groups
 from ._guard import LockGuard
 
 if TYPE_CHECKING:
@@ -67,11 +68,17 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
             clock=_clock,
         )
         self._elections = Elections(self._engine)
+        self._groups = Groups(self._engine)
 
     @property
     def elections(self) -> Elections:
         """Leader elections on locks: campaign, leader, observe."""
         return self._elections
+
+    @property
+    def groups(self) -> Groups:
+        """Groups of members with capabilities: create, join, members, watch, campaign..."""
+        return self._groups
 
     def __enter__(self) -> Client:
         self._engine.check_open()

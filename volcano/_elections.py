@@ -118,7 +118,7 @@ class _LeadershipBase:
 
     _plan: GuardPlan
     _label: str | None
-    _ownership: Ownership
+    _ownership: Ownership[LockLease]
     _clock: Clock
 
     @property

@@ -21,10 +21,11 @@ import functools
 import logging
 import queue
 import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _seam, _tracing
 from ._exceptions import APIStatusError, ClientClosedError, Error, LockHeldError, LockLostError
+from ._group_models import Membership
 from ._ownership import deliver
 from ._retry import retry_once
 from ._schedule import MAX_IN_FLIGHT, BatchesUnsupported, Outcome, Schedule
@@ -76,7 +77,7 @@ class EngineBase:
             raise ClientClosedError(f"this volcano.{self._name} is closed")
 
     @staticmethod
-    def outcomes(batch: Batch, answer: Answer[list[_seam.Renewed]] | Error) -> list[Outcome]:
+    def outcomes(batch: Batch, answer: Answer[Sequence[object]] | Error) -> list[Outcome]:
         """Each lease's outcome, in order, from the answer to `batch` (or its whole error).
 
         A renewed lease dates from the request's first send; a refusal is that lease's alone.
@@ -174,7 +175,7 @@ class Engine(EngineBase):
         """Release `lease` once, not retried."""
         self.send(_seam.release(lease, request_id=new_uuid()))
 
-    def hold(self, ownership: Ownership) -> None:
+    def hold(self, ownership: Ownership[Any]) -> None:
         """Renew `ownership`'s lease in the background from now on; once closed, it is lost."""
         with self._changed:
             reason = self._schedule.stopped
@@ -186,7 +187,7 @@ class Engine(EngineBase):
         if reason is not None:
             deliver(ownership.stop(reason))
 
-    def let_go(self, ownership: Ownership) -> None:
+    def let_go(self, ownership: Ownership[Any]) -> None:
         """Renew it no more, once a renewal of it that is under way has ended."""
         with self._changed:
             self._schedule.remove(ownership)
@@ -268,14 +269,21 @@ class Engine(EngineBase):
         except Exception as exc:  # noqa: BLE001 - BatchesUnsupported, or a bug: see finish()
             return exc
 
-    def _answer(self, batch: Batch) -> Answer[list[_seam.Renewed]] | Error:
-        call = _seam.renewals(batch.leases, request_id=batch.request_id)
+    def _answer(self, batch: Batch) -> Answer[Sequence[object]] | Error:
+        call = renewals(batch)
         traces = [renewal.trace for _, renewal in batch.entries]
         try:
-            with _tracing.renewals(traces, [lease.key for lease in batch.leases]):
+            with _tracing.renewals(traces, batch.subjects):
                 return self.send(call, request_timeout=batch.timeout)
         except Error as error:
             return error
+
+
+def renewals(batch: Batch) -> Call[Sequence[object]]:
+    """The request that renews `batch`'s leases: keys' leases, or group memberships."""
+    if isinstance(batch.leases[0], Membership):
+        return _seam.groups.membership_renewals(batch.leases, request_id=batch.request_id)
+    return _seam.renewals(batch.leases, request_id=batch.request_id)
 
 
 def _daemon(target: Callable[[], None], name: str) -> threading.Thread:

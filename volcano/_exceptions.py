@@ -12,14 +12,19 @@ Error
     ├── BadRequestError                 400
     ├── AuthenticationError             401
     ├── PermissionDeniedError           403
-    ├── NotFoundError                   404
+    ├── NotFoundError                   404  (any other code)
+    │   ├── GroupNotFoundError          404 group_not_found
+    │   └── MemberNotFoundError         404 member_not_found
     ├── MethodNotAllowedError           405
     ├── ConflictError                   409  (any other code)
     │   ├── LockHeldError               409 lock_held
     │   ├── LeaseNotHeldError           409 lease_not_held
     │   ├── LimitMismatchError          409 limit_mismatch
     │   ├── QuotaExceededError          409 quota_exceeded
-    │   └── RequestIdReusedError        409 request_id_reused
+    │   ├── RequestIdReusedError        409 request_id_reused
+    │   ├── GroupExistsError            409 group_exists
+    │   ├── GroupNotEmptyError          409 group_not_empty
+    │   └── MemberExistsError           409 member_exists
     ├── PayloadTooLargeError            413
     ├── UnprocessableEntityError        422
     ├── RateLimitError                  429
@@ -177,7 +182,15 @@ class PermissionDeniedError(APIStatusError):
 
 
 class NotFoundError(APIStatusError):
-    """404: no such route on this server."""
+    """404: no such route on this server (or no such group or member: the subclasses)."""
+
+
+class GroupNotFoundError(NotFoundError):
+    """404 group_not_found: the group was never created, or was deleted (tooz's GroupNotCreated)."""
+
+
+class MemberNotFoundError(NotFoundError):
+    """404 member_not_found: the member has not joined, or left, was removed or expired."""
 
 
 class MethodNotAllowedError(APIStatusError):
@@ -232,6 +245,21 @@ class RequestIdReusedError(ConflictError):
     """409 request_id_reused: this request id was already used for a different request."""
 
 
+class GroupExistsError(ConflictError):
+    """409 group_exists: the group exists already (tooz's GroupAlreadyExist)."""
+
+
+class GroupNotEmptyError(ConflictError):
+    """409 group_not_empty: the group has live members; they leave before it can be deleted."""
+
+
+class MemberExistsError(ConflictError):
+    """409 member_exists: another owner token holds this member of the group.
+
+    `retry_after` says how long until that membership expires, unless it is renewed.
+    """
+
+
 class PayloadTooLargeError(APIStatusError):
     """413: the request body is larger than the server accepts."""
 
@@ -276,6 +304,14 @@ _CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
     "limit_mismatch": LimitMismatchError,
     "quota_exceeded": QuotaExceededError,
     "request_id_reused": RequestIdReusedError,
+    "group_exists": GroupExistsError,
+    "group_not_empty": GroupNotEmptyError,
+    "member_exists": MemberExistsError,
+}
+
+_NOT_FOUND_BY_CODE: dict[str, type[NotFoundError]] = {
+    "group_not_found": GroupNotFoundError,
+    "member_not_found": MemberNotFoundError,
 }
 
 
@@ -318,6 +354,8 @@ def parse_retry_after(value: str | None) -> float | None:
 def _status_class(status_code: int, code: str | None) -> type[APIStatusError]:
     if status_code == 409 and code in _CONFLICT_BY_CODE:
         return _CONFLICT_BY_CODE[code]
+    if status_code == 404 and code in _NOT_FOUND_BY_CODE:
+        return _NOT_FOUND_BY_CODE[code]
     if status_code in _BY_STATUS:
         return _BY_STATUS[status_code]
     if 500 <= status_code <= 599:

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
 
 from ._exceptions import GuardStateError, LockLostError
-from ._ownership import RENEW_AFTER_FRACTION, GuardState, Ownership, deliver
+from ._ownership import RENEW_AFTER_FRACTION, GuardState, LeaseT, Ownership, deliver
 from ._tracing import GuardTrace
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
     from types import TracebackType
 
     from ._async_engine import AsyncEngine
@@ -47,19 +48,39 @@ if TYPE_CHECKING:
 _FINAL = (GuardState.LOST, GuardState.RELEASED, GuardState.FAILED)
 
 
-class _GuardBase:
-    """What both guards share: the state machine, and reading it."""
+class OwnershipShell(Generic[LeaseT]):
+    """What every guard shares, whatever it holds: its state machine, and reading it.
 
-    def __init__(self, plan: GuardPlan, *, clock: Clock, timeout: float) -> None:
-        self._plan = plan
+    A lock guard holds a key's lease; a membership guard (`_membership`) a group membership.
+
+    Args:
+        key: What it holds, as logs and messages name it.
+        timeout: The client's request timeout.
+        margin: The at-risk margin (None: a third of the ttl).
+        on_lost: Called once when ownership is lost.
+        on_at_risk: Called each time the lease becomes at risk.
+        clock: The client's clock.
+    """
+
+    _ENTER_HINT = "use it as `with client.locks.with_lock(...) as guard:`"
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        timeout: float,
+        margin: float | None,
+        on_lost: Callable[[Error], object] | None,
+        on_at_risk: Callable[[Error], object] | None,
+        clock: Clock,
+    ) -> None:
         self._clock = clock
-        self._trace: GuardTrace | None = None  # its span, from entering on (when tracing)
-        self._ownership = Ownership(
-            plan.acquisition.key,
+        self._ownership: Ownership[LeaseT] = Ownership(
+            key,
             timeout=timeout,
-            margin=plan.at_risk_margin,
-            on_lost=plan.on_lost,
-            on_at_risk=plan.on_at_risk,
+            margin=margin,
+            on_lost=on_lost,
+            on_at_risk=on_at_risk,
             wake=self._wake,
         )
 
@@ -69,7 +90,7 @@ class _GuardBase:
     @property
     def key(self) -> str:
         """The lock's key."""
-        return self._plan.acquisition.key
+        return self._ownership.key
 
     @property
     def state(self) -> GuardState:
@@ -82,7 +103,7 @@ class _GuardBase:
         return self._ownership.state(self._clock.monotonic())
 
     @property
-    def lease(self) -> LockLease:
+    def lease(self) -> LeaseT:
         """The latest lease: the one acquired, or the latest renewal of it.
 
         Raises:
@@ -91,8 +112,7 @@ class _GuardBase:
         lease = self._ownership.lease()
         if lease is None:
             raise GuardStateError(
-                f"the guard on {self.key!r} has not been entered; "
-                "use it as `with client.locks.with_lock(...) as guard:`"
+                f"the guard on {self.key!r} has not been entered; {self._ENTER_HINT}"
             )
         return lease
 
@@ -142,20 +162,6 @@ class _GuardBase:
         """Wake everything waiting for the guard's state to change."""
         raise NotImplementedError
 
-    def _start_trace(self) -> GuardTrace | None:
-        """The guard's span, from entering to the end of its release (None: not tracing)."""
-        acquisition = self._plan.acquisition
-        return GuardTrace.start(acquisition.key, acquisition.ttl, acquisition.wait)
-
-    def _traced(self) -> contextlib.AbstractContextManager[None]:
-        """The guard's own requests (acquisition, release) as children of its span."""
-        return self._trace.current() if self._trace is not None else contextlib.nullcontext()
-
-    def _end_trace(self, failure: BaseException | None) -> None:
-        if self._trace is not None:
-            lease = self._ownership.lease()
-            self._trace.end(lease.fencing_token if lease is not None else None, failure)
-
     def _poll_lost(self, end: float | None) -> tuple[bool | None, float | None]:
         """(lost, None) once the answer is known; else (None, seconds to wait and ask again).
 
@@ -182,7 +188,7 @@ class _GuardBase:
         """The block ended: the renewal loop is to let the guard go."""
         deliver(self._ownership.begin_exit(self._clock.monotonic()))
 
-    def _to_release(self) -> LockLease | None:
+    def _to_release(self) -> LeaseT | None:
         """Once renewal has stopped: the lease to release, or None when ownership is lost."""
         notices, lease = self._ownership.to_release(self._clock.monotonic())
         deliver(notices)
@@ -191,6 +197,36 @@ class _GuardBase:
     def _released(self, error: Exception | None) -> None:
         """The release was answered (`error` None), or failed with `error`."""
         deliver(self._ownership.release_ended(error, self._clock.monotonic()))
+
+
+class _GuardBase(OwnershipShell["LockLease"]):
+    """What both lock guards share: their plan, their span, and dating a replayed lease."""
+
+    def __init__(self, plan: GuardPlan, *, clock: Clock, timeout: float) -> None:
+        self._plan = plan
+        self._trace: GuardTrace | None = None  # its span, from entering on (when tracing)
+        super().__init__(
+            plan.acquisition.key,
+            timeout=timeout,
+            margin=plan.at_risk_margin,
+            on_lost=plan.on_lost,
+            on_at_risk=plan.on_at_risk,
+            clock=clock,
+        )
+
+    def _start_trace(self) -> GuardTrace | None:
+        """The guard's span, from entering to the end of its release (None: not tracing)."""
+        acquisition = self._plan.acquisition
+        return GuardTrace.start(acquisition.key, acquisition.ttl, acquisition.wait)
+
+    def _traced(self) -> contextlib.AbstractContextManager[None]:
+        """The guard's own requests (acquisition, release) as children of its span."""
+        return self._trace.current() if self._trace is not None else contextlib.nullcontext()
+
+    def _end_trace(self, failure: BaseException | None) -> None:
+        if self._trace is not None:
+            lease = self._ownership.lease()
+            self._trace.end(lease.fencing_token if lease is not None else None, failure)
 
     def _dates_replay(self, answer: Answer[LockLease]) -> bool:
         """Whether an acquisition's answer must be renewed before the guard can date it.

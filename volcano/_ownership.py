@@ -47,7 +47,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
@@ -59,12 +59,16 @@ from ._exceptions import (
     GuardStateError,
     LockLostError,
 )
+from ._group_models import Membership
+from ._models import LockLease
 from ._validate import new_uuid
 
 if TYPE_CHECKING:
-    from ._models import LockLease
     from ._seam import Answer
     from ._tracing import GuardTrace
+
+LeaseT = TypeVar("LeaseT", LockLease, Membership)
+"""What an ownership holds: a lease on a key, or a membership of a group (renewed alike)."""
 
 logger = logging.getLogger("volcano")
 
@@ -174,21 +178,21 @@ def backoff(failures: int, ttl: float) -> float:
 
 
 @attrs.frozen
-class Renewal:
+class Renewal(Generic[LeaseT]):
     """One renewal attempt to make: of which lease, how long it may take, and its request.
 
     The request (`request_id`) carries it alone, or in a batch with others; its span links to
     the guard's (`trace`).
     """
 
-    lease: LockLease
+    lease: LeaseT
     timeout: float
     request_id: str
     trace: GuardTrace | None = None
 
 
 @attrs.frozen
-class Timeline:
+class Timeline(Generic[LeaseT]):
     """A lease and its times, and the failed attempts since it was adopted.
 
     Renew from `renew_at`, at risk from `at_risk_at`, lost at `deadline`.
@@ -197,7 +201,7 @@ class Timeline:
     lease (`Answer.sent_at`): the server's expiry is at least that late.
     """
 
-    lease: LockLease | None = None
+    lease: LeaseT | None = None
     deadline: float = math.inf
     at_risk_at: float = math.inf
     renew_at: float = math.inf
@@ -205,7 +209,7 @@ class Timeline:
     last_error: Error | None = None
 
     @classmethod
-    def of(cls, answer: Answer[LockLease], margin: float | None) -> Timeline:
+    def of(cls, answer: Answer[LeaseT], margin: float | None) -> Timeline[LeaseT]:
         """The timeline of the lease in `answer` (`margin` None: a third of the ttl)."""
         ttl = answer.value.ttl_seconds
         deadline = answer.sent_at + ttl
@@ -216,7 +220,7 @@ class Timeline:
             renew_at=answer.sent_at + ttl * RENEW_AFTER_FRACTION,
         )
 
-    def failed(self, error: Error, now: float) -> Timeline:
+    def failed(self, error: Error, now: float) -> Timeline[LeaseT]:
         """After a transient failure at `now`: the next attempt after a backoff, by the deadline."""
         failures = self.failures + 1
         ttl = self.lease.ttl_seconds if self.lease is not None else 0.0
@@ -247,8 +251,11 @@ def deliver(notices: list[Notice]) -> None:
         notice.deliver()
 
 
-class Ownership:
+class Ownership(Generic[LeaseT]):
     """One guard's state machine: its lease, its timeline, and its moves.
+
+    Its lease is a key's (`LockLease`) or a group membership (`Membership`): both are renewed
+    alike, and batched with leases of their own kind (`Schedule`).
 
     Thread-safe: the renewal loop, the thread leaving the block and readers share it. It tells
     the loop when it needs it and which renewal to make, and takes in outcomes; it never sends.
@@ -280,8 +287,8 @@ class Ownership:
         self._wake = wake
         self._lock = threading.Lock()
         self._state = GuardState.NEW
-        self._timeline = Timeline()
-        self._in_flight: tuple[Renewal, float] | None = None  # (renewal, when it began)
+        self._timeline: Timeline[LeaseT] = Timeline()
+        self._in_flight: tuple[Renewal[LeaseT], float] | None = None  # (renewal, its start)
         self._reason: Error | None = None
         self._expired: LockLostError | None = None  # the DEADLINE reason, made once
         self._trace: GuardTrace | None = None  # the guard's span, which renewals link to
@@ -296,7 +303,7 @@ class Ownership:
         with self._lock:
             return self._judge(now)
 
-    def lease(self) -> LockLease | None:
+    def lease(self) -> LeaseT | None:
         """The latest lease, or None before one was acquired."""
         with self._lock:
             return self._timeline.lease
@@ -348,7 +355,7 @@ class Ownership:
                 "call with_lock() again for a new lease"
             )
 
-    def acquired(self, answer: Answer[LockLease], trace: GuardTrace | None = None) -> None:
+    def acquired(self, answer: Answer[LeaseT], trace: GuardTrace | None = None) -> None:
         """The acquisition (and the renewal that dates a replay) succeeded, in `trace`."""
         self._trace = trace  # before the renewal loop sees the guard
         self._move(Event.ACQUIRED, timeline=Timeline.of(answer, self._margin))
@@ -375,7 +382,7 @@ class Ownership:
 
     def begin_renewal(
         self, now: float, *, early: float = 0.0, request_id: str | None = None
-    ) -> Renewal | None:
+    ) -> Renewal[LeaseT] | None:
         """The renewal to start at `now`, or None when none is due or it is too late.
 
         `early` as for `due`; `request_id`: the request that will carry it (a fresh one by
@@ -400,7 +407,7 @@ class Ownership:
             self._in_flight = (renewal, now)
             return renewal
 
-    def renewed(self, answer: Answer[LockLease], now: float) -> list[Notice]:
+    def renewed(self, answer: Answer[LeaseT], now: float) -> list[Notice]:
         """A renewal succeeded; an answer that arrives after the deadline changes nothing."""
         notices = self._catch_up(now)
         timeline = Timeline.of(answer, self._margin)
@@ -416,7 +423,7 @@ class Ownership:
         moved = self._move(Event.RENEWAL_FAILED, reason=error, timeline=timeline, now=now)
         return notices + (moved or [])
 
-    def relabelled(self, answer: Answer[LockLease], now: float) -> list[Notice]:
+    def relabelled(self, answer: Answer[LeaseT], now: float) -> list[Notice]:
         """A renewal the holder sent itself (a new label: `proclaim`) succeeded: adopt it.
 
         The renewal loop's own attempt, if one is under way, stays under way and is judged
@@ -449,7 +456,7 @@ class Ownership:
             raise GuardStateError(f"the guard on {self.key!r} is {state.value}, not entered")
         return notices + moved
 
-    def to_release(self, now: float) -> tuple[list[Notice], LockLease | None]:
+    def to_release(self, now: float) -> tuple[list[Notice], LeaseT | None]:
         """Once renewal has stopped: the lease to release, or None when ownership is lost.
 
         The last time the deadline counts: past it, the guard is LOST and sends nothing.
@@ -488,7 +495,7 @@ class Ownership:
         event: Event,
         *,
         reason: BaseException | None = None,
-        timeline: Timeline | None = None,
+        timeline: Timeline[LeaseT] | None = None,
         now: float | None = None,
         keep_in_flight: bool = False,
     ) -> list[Notice] | None:

@@ -9,11 +9,13 @@ callbacks outside their lock.
 Each step gathers the renewals that are due, and those due within `EARLY` seconds (at most a
 twentieth of their ttl: `Ownership.due`), into batches of up to `BATCH_SIZE` leases: one request
 each, so a client's guards cost a request per batch, not per guard (a batch of one is a plain
-renew). Up to `MAX_IN_FLIGHT` requests are under way at once, so a slow or failed one holds up
-only the leases it carries (which share its fate: a request that never answers is given up when
-its most pressed lease runs out), never the next batch; past that, due leases wait in the order
-they fell due. Each lease's outcome is judged by its own guard: a refusal inside a batch loses that
-guard only, a transient failure retries that lease after its own backoff. A guard whose renewal
+renew). A batch holds leases of one kind: keys' leases (`POST /v1/leases/renew`) or group
+memberships (`POST /v1/members/renew`). Up to `MAX_IN_FLIGHT` requests are under way at
+once, so a slow or failed one holds up only the leases it carries (which share its fate: a
+request that never answers is given up when its most pressed lease runs out), never the next
+batch; past that, due leases wait in the order they fell due. Each lease's outcome is judged
+by its own guard: a refusal inside a batch loses that guard only, a transient failure retries
+that lease after its own backoff. A guard whose renewal
 is under way is still woken for its at-risk point and deadline, so those moves (and their
 callbacks) happen on time however long the answer takes.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -35,9 +37,10 @@ from ._validate import new_uuid
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ._models import LockLease
     from ._ownership import Notice, Ownership, Renewal
     from ._seam import Answer
+
+    Guard = Ownership[Any]
 
 MAX_IN_FLIGHT = 8
 """How many renewal requests of one client may be under way at once."""
@@ -58,12 +61,17 @@ class Batch:
     """Renewals that go out in one request, under its request id."""
 
     request_id: str
-    entries: tuple[tuple[Ownership, Renewal], ...]
+    entries: tuple[tuple[Guard, Renewal[Any]], ...]
 
     @property
-    def leases(self) -> tuple[LockLease, ...]:
-        """The leases to renew, in order."""
+    def leases(self) -> tuple[Any, ...]:
+        """The leases to renew, in order: all of one kind (keys' leases, or memberships)."""
         return tuple(renewal.lease for _, renewal in self.entries)
+
+    @property
+    def subjects(self) -> list[str]:
+        """What each lease is on, as logs name it (a key; a member of a group)."""
+        return [guard.key for guard, _ in self.entries]
 
     @property
     def timeout(self) -> float:
@@ -94,7 +102,7 @@ class Batch:
 class Outcome:
     """How one lease's renewal ended: an answer, an error, or neither (it was not sent)."""
 
-    answer: Answer[LockLease] | None = None
+    answer: Answer[Any] | None = None
     error: Error | None = None
 
 
@@ -124,24 +132,24 @@ class Schedule:
         self._limit = limit
         self.batch_size = batch_size
         self._new_id = new_id
-        self._heap: list[tuple[float, int, Ownership]] = []
-        self._entry: dict[Ownership, int] = {}  # served guard -> its live heap entry
-        self._ready: dict[Ownership, None] = {}  # due for a renewal, waiting for a slot
-        self._in_flight: dict[Ownership, str] = {}  # guard -> the request carrying its renewal
+        self._heap: list[tuple[float, int, Guard]] = []
+        self._entry: dict[Guard, int] = {}  # served guard -> its live heap entry
+        self._ready: dict[Guard, None] = {}  # due for a renewal, waiting for a slot
+        self._in_flight: dict[Guard, str] = {}  # guard -> the request carrying its renewal
         self._batches: set[str] = set()  # requests under way
-        self._finished: list[tuple[Ownership, Outcome]] = []
-        self._let_go: set[Ownership] = set()  # removed while under way: outcome not taken in
+        self._finished: list[tuple[Guard, Outcome]] = []
+        self._let_go: set[Guard] = set()  # removed while under way: outcome not taken in
         self._sequence = itertools.count()
         self.stopped: Error | None = None
 
     def __len__(self) -> int:
         return len(self._entry)
 
-    def add(self, guard: Ownership) -> None:
+    def add(self, guard: Guard) -> None:
         """Serve `guard` from now on."""
         self._push(guard)
 
-    def remove(self, guard: Ownership, *, let_go: bool = False) -> bool:
+    def remove(self, guard: Guard, *, let_go: bool = False) -> bool:
         """Stop serving `guard`; return whether a renewal of it is still under way.
 
         `let_go`: that renewal's outcome is not taken in when it comes (it stays under way for
@@ -157,7 +165,7 @@ class Schedule:
             return False
         return busy
 
-    def busy(self, guard: Ownership) -> bool:
+    def busy(self, guard: Guard) -> bool:
         """Whether a renewal of `guard` is under way (its outcome not yet taken in)."""
         return guard in self._in_flight
 
@@ -183,7 +191,7 @@ class Schedule:
             work.notices += _take_in(guard, outcome, now)
             if guard in self._entry:
                 self._push(guard)
-        later: list[tuple[Ownership, bool]] = []
+        later: list[tuple[Guard, bool]] = []
         while self._heap and self._heap[0][0] <= now + EARLY:
             _, sequence, guard = heapq.heappop(self._heap)
             if self._entry.get(guard) != sequence:
@@ -231,8 +239,14 @@ class Schedule:
         return notices
 
     def _start(self, now: float) -> list[Batch]:
-        """One batch of the ready guards (none if none may renew any more)."""
-        chosen = list(itertools.islice(self._ready, self.batch_size))
+        """One batch of the ready guards (none if none may renew any more).
+
+        A batch holds leases of one kind, that of the guard first in line: keys' leases and
+        group memberships are renewed by requests of their own.
+        """
+        kind = type(next(iter(self._ready)).lease())
+        alike = (guard for guard in self._ready if type(guard.lease()) is kind)
+        chosen = list(itertools.islice(alike, self.batch_size))
         request_id = self._new_id()
         entries = []
         for guard in chosen:
@@ -247,7 +261,7 @@ class Schedule:
         self._batches.add(request_id)
         return [Batch(request_id, tuple(entries))]
 
-    def _push(self, guard: Ownership, *, renewal: bool = True) -> None:
+    def _push(self, guard: Guard, *, renewal: bool = True) -> None:
         wake = guard.next_wake(renewal=renewal)
         if wake is None:
             self._entry.pop(guard, None)
@@ -258,7 +272,7 @@ class Schedule:
         heapq.heappush(self._heap, (wake, sequence, guard))
 
 
-def _take_in(guard: Ownership, outcome: Outcome, now: float) -> list[Notice]:
+def _take_in(guard: Guard, outcome: Outcome, now: float) -> list[Notice]:
     if outcome.answer is not None:
         return guard.renewed(outcome.answer, now)
     if outcome.error is not None:

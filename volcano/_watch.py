@@ -11,12 +11,14 @@ it; other errors end the watch.
 
 `WatchCursor` holds every decision (what to ask next, what an answer means, how long to back
 off); `LockWatch` and `AsyncLockWatch` are the thin shells that send and wait. Listing
-(`pages`, `async_pages`) follows `next` from page to page.
+(`pages`, `async_pages`) follows `next` from page to page. A group is watched by version in the
+same way (`_group_watch`): the decisions (`VersionCursor`) and the shells (`Watch`,
+`AsyncWatch`) are generic in what is watched, and only the requests differ.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
 
 from . import _requests, _validate
 from ._exceptions import APIConnectionError, APIStatusError, Error
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
     from ._models import LockState
     from ._seam import Answer, Call, Page
 
-    SyncSend = Callable[..., Answer[LockState]]
-    AsyncSend = Callable[..., Awaitable[Answer[LockState]]]
+    SyncSend = Callable[..., Answer["S"]]
+    AsyncSend = Callable[..., Awaitable[Answer["S"]]]
 
 Item = TypeVar("Item")  # an item of a listing
 Cursor = TypeVar("Cursor")  # the cursor a listing's pages go on from
@@ -43,7 +45,10 @@ __all__ = [
     "BACKOFF_FIRST",
     "POLL_SECONDS",
     "AsyncLockWatch",
+    "AsyncWatch",
     "LockWatch",
+    "VersionCursor",
+    "Watch",
     "WatchCursor",
     "async_pages",
     "async_watch",
@@ -85,12 +90,26 @@ def backoff(failures: int, error: Error) -> float:
     return delay
 
 
-class WatchCursor:
-    """Where a watch of one key stands: the last version seen, and failures in a row.
+class Versioned(Protocol):
+    """What a watch reports: a state with a version that never goes back."""
+
+    @property
+    def version(self) -> int:
+        """The state's version."""
+        ...
+
+
+S = TypeVar("S", bound=Versioned)
+
+
+class VersionCursor(Generic[S]):
+    """Where a watch of one thing stands: the last version seen, and failures in a row.
+
+    Subclasses say how to read the thing now (`read`) and how to poll for a change (`poll`).
 
     Args:
-        key: The key watched (already checked).
-        after_version: Start after this version (None: with the key's state now).
+        key: The name of what is watched (already checked).
+        after_version: Start after this version (None: with its state now).
     """
 
     def __init__(self, key: str, after_version: int | None) -> None:
@@ -98,15 +117,21 @@ class WatchCursor:
         self.version = after_version
         self.failures = 0
 
-    def next_call(self) -> tuple[Call[LockState], float]:
+    def next_call(self) -> tuple[Call[S], float]:
         """The next request and how long it may wait for a change (0: none, answer now)."""
         if self.version is None:
-            return _requests.get(self.key, request_id=None), 0.0
-        return _requests.watch(self.key, after_version=self.version, wait=POLL_SECONDS), (
-            POLL_SECONDS
-        )
+            return self.read(), 0.0
+        return self.poll(self.version, POLL_SECONDS), POLL_SECONDS
 
-    def answered(self, state: LockState) -> LockState | None:
+    def read(self) -> Call[S]:
+        """The request for the state now."""
+        raise NotImplementedError
+
+    def poll(self, after_version: int, wait: float) -> Call[S]:
+        """The long poll answered once the version differs from `after_version`."""
+        raise NotImplementedError
+
+    def answered(self, state: S) -> S | None:
         """A poll's state: the state to report, or None when the version has not moved."""
         self.failures = 0
         if state.version == self.version:
@@ -122,17 +147,29 @@ class WatchCursor:
         return backoff(self.failures, error)
 
 
-class LockWatch:
-    """The states of one key, one per change: an iterator, and a context manager closing it.
+class WatchCursor(VersionCursor["LockState"]):
+    """Where a watch of one key stands (see `VersionCursor`)."""
 
-    Made by `Client.locks.watch`. Each `next()` blocks until the key changes (or returns its
-    state now, the first time). `close()` ends it: the next `next()` raises StopIteration; a
-    poll under way in another thread first ends with its answer (at most a poll's length,
-    50 s). Leaving a `for` loop over it early sends nothing more.
+    def read(self) -> Call[LockState]:
+        """A get of the key."""
+        return _requests.get(self.key, request_id=None)
+
+    def poll(self, after_version: int, wait: float) -> Call[LockState]:
+        """A long poll of the key."""
+        return _requests.watch(self.key, after_version=after_version, wait=wait)
+
+
+class Watch(Generic[S]):
+    """States one per change, from a cursor: an iterator, and a context manager closing it.
+
+    Each `next()` blocks until the thing changes (or returns its state now, the first time).
+    `close()` ends it: the next `next()` raises StopIteration; a poll under way in another
+    thread first ends with its answer (at most a poll's length, 50 s). Leaving a `for` loop
+    over it early sends nothing more.
     """
 
     def __init__(
-        self, cursor: WatchCursor, *, send: SyncSend, clock: Clock, timeout: float
+        self, cursor: VersionCursor[S], *, send: SyncSend[S], clock: Clock, timeout: float
     ) -> None:
         self._cursor = cursor
         self._send = send
@@ -142,17 +179,17 @@ class LockWatch:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"after version {self._cursor.version}"
-        return f"<LockWatch {self._cursor.key!r} {state}>"
+        return f"<{type(self).__name__} {self._cursor.key!r} {state}>"
 
     @property
     def version(self) -> int | None:
         """The version of the last state reported (None before the first)."""
         return self._cursor.version
 
-    def __iter__(self) -> LockWatch:
+    def __iter__(self) -> Self:
         return self
 
-    def __next__(self) -> LockState:
+    def __next__(self) -> S:
         while not self._closed:
             call, wait = self._cursor.next_call()
             try:
@@ -169,7 +206,7 @@ class LockWatch:
         """Stop watching; calling it again does nothing."""
         self._closed = True
 
-    def __enter__(self) -> LockWatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -181,36 +218,46 @@ class LockWatch:
         self.close()
 
 
-class AsyncLockWatch:
-    """The asyncio twin of `LockWatch`: an async iterator, and an async context manager.
+class LockWatch(Watch["LockState"]):
+    """The states of one key, one per change: an iterator, and a context manager closing it.
+
+    Made by `Client.locks.watch`. Each `next()` blocks until the key changes (or returns its
+    state now, the first time). `close()` ends it: the next `next()` raises StopIteration; a
+    poll under way in another thread first ends with its answer (at most a poll's length,
+    50 s). Leaving a `for` loop over it early sends nothing more.
+    """
+
+
+class AsyncWatch(Generic[S]):
+    """The asyncio twin of `Watch`: an async iterator, and an async context manager.
 
     `aclose()` ends it at once, from any task: a poll under way is cancelled (its connection
     closed) and the iteration ends. Cancelling the task that iterates cancels the poll too.
     """
 
     def __init__(
-        self, cursor: WatchCursor, *, send: AsyncSend, clock: Clock, timeout: float
+        self, cursor: VersionCursor[S], *, send: AsyncSend[S], clock: Clock, timeout: float
     ) -> None:
         self._cursor = cursor
         self._send = send
         self._clock = clock
         self._timeout = timeout
         self._closed = False
-        self._poll: asyncio.Future[Answer[LockState]] | None = None
+        self._poll: asyncio.Future[Answer[S]] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"after version {self._cursor.version}"
-        return f"<AsyncLockWatch {self._cursor.key!r} {state}>"
+        return f"<{type(self).__name__} {self._cursor.key!r} {state}>"
 
     @property
     def version(self) -> int | None:
         """The version of the last state reported (None before the first)."""
         return self._cursor.version
 
-    def __aiter__(self) -> AsyncLockWatch:
+    def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> LockState:
+    async def __anext__(self) -> S:
         while not self._closed:
             call, wait = self._cursor.next_call()
             try:
@@ -225,7 +272,7 @@ class AsyncLockWatch:
                 return state
         raise StopAsyncIteration
 
-    async def _polled(self, call: Call[LockState], wait: float) -> Answer[LockState] | None:
+    async def _polled(self, call: Call[S], wait: float) -> Answer[S] | None:
         """The poll's answer, or None when `aclose()` cancelled it."""
         import asyncio  # here, not at the top: sync-only users never import asyncio
 
@@ -248,7 +295,7 @@ class AsyncLockWatch:
         if self._poll is not None:
             self._poll.cancel()
 
-    async def __aenter__(self) -> AsyncLockWatch:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -258,6 +305,14 @@ class AsyncLockWatch:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class AsyncLockWatch(AsyncWatch["LockState"]):
+    """The asyncio twin of `LockWatch`: an async iterator, and an async context manager.
+
+    `aclose()` ends it at once, from any task: a poll under way is cancelled (its connection
+    closed) and the iteration ends. Cancelling the task that iterates cancels the poll too.
+    """
 
 
 def watch(engine: Engine, key: object, after_version: object) -> LockWatch:

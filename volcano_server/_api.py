@@ -36,6 +36,7 @@ from ._admission import KEY_LOOKUP, Admission, Job
 from ._auth import Authenticator, Principal
 from ._config import Quotas
 from ._errors import ApiError
+from ._group_service import GROUP_BODIES, GROUP_OPERATIONS, GroupService
 from ._headers import check_content_encoding, credentials
 from ._logs import Throttle
 from ._metrics import Metrics
@@ -104,7 +105,7 @@ _OPERATIONS: dict[str, _Run] = {
     "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
     "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
 }
-HANDLED_OPERATIONS = frozenset({*_OPERATIONS, "getHealth"})
+HANDLED_OPERATIONS = frozenset({*_OPERATIONS, *GROUP_OPERATIONS, "getHealth"})
 # Operations whose bodies may be larger than the rest: up to 500 entries of a batch.
 _BATCHES = frozenset({"renewLeases"})
 
@@ -136,10 +137,12 @@ class Api:
         authenticator: Authenticator,
         request_id: Validator,
         *,
+        groups: GroupService,
         max_body_bytes: int,
         max_batch_body_bytes: int,
         quotas: Quotas,
         admission: Admission,
+        max_group_body_bytes: int,
         rate_limiter: RateLimiter | None,
         shares: ProjectShares,
         metrics: Metrics,
@@ -148,12 +151,14 @@ class Api:
         tracing: Tracing | None = None,
     ) -> None:
         self._service = service
+        self._groups = groups
         self._auth = authenticator
         self._request_id = request_id
         self._max_body = max_body_bytes
         self._max_batch_body = max_batch_body_bytes
         self._quotas = quotas
         self._admission = admission
+        self._max_group_body = max_group_body_bytes
         self._limiter = rate_limiter
         self._shares = shares
         self._metrics = metrics
@@ -210,8 +215,8 @@ class Api:
                 answer = _HEALTH
             else:
                 principal = await self._admit(headers, malformed, scope)
-                batch = operation.operation_id in _BATCHES
-                limit = self._max_batch_body if batch else self._max_body
+                large = operation.operation_id in _BATCHES or operation.operation_id in GROUP_BODIES
+                limit = self._body_limit(operation.operation_id)
                 with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
                     body = (
                         await self._read_body(headers, receive, limit)
@@ -229,7 +234,7 @@ class Api:
                         scope.get("query_string", b""),
                     )
                     caller, params_checked, body_checked = await self._judged(
-                        request, principal, off_the_loop=batch
+                        request, principal, off_the_loop=large
                     )
                 with self._shares.hold(
                     caller.project_id, waiting=_waits(params_checked, body_checked)
@@ -257,6 +262,12 @@ class Api:
                 replayed=answer.replayed,
             )
         )
+
+    def _body_limit(self, operation_id: str) -> int:
+        """How large the operation's body may be: a batch's and a group body's are larger."""
+        if operation_id in GROUP_BODIES:
+            return self._max_group_body
+        return self._max_batch_body if operation_id in _BATCHES else self._max_body
 
     def _internal_error(self, operation_id: str, request_id: str, exc: Exception) -> None:
         """Log a fault whole, or, when the same kind repeats within a minute, count it only."""
@@ -405,10 +416,14 @@ class Api:
         next fsync.
         """
         service = self._service
-        run = _OPERATIONS[operation.operation_id]
-        answer = await run(
-            service, caller, params, body, lambda: asyncio.ensure_future(_disconnected(receive))
-        )
+        gone = lambda: asyncio.ensure_future(_disconnected(receive))  # noqa: E731
+        run = _OPERATIONS.get(operation.operation_id)
+        if run is not None:
+            answer = await run(service, caller, params, body, gone)
+        else:
+            answer = await GROUP_OPERATIONS[operation.operation_id](
+                self._groups, caller, params, body, gone
+            )
         if answer is None:
             raise _ClientGone
         back = asyncio.get_running_loop().time()

@@ -23,6 +23,9 @@ from ._api import HANDLED_OPERATIONS, Api
 from ._auth import Authenticator
 from ._config import ServerConfig
 from ._errors import ApiError
+from ._group_service import GroupService
+from ._group_transactions import GroupTransactions
+from ._group_watching import read_group, record_group
 from ._lockmetrics import End, Ended, KeyPrefixes
 from ._metrics import Metrics
 from ._offload import Offload, Runner, ThreadOffload
@@ -38,6 +41,7 @@ from ._tracing import Tracing
 from ._waiting import Waits
 from ._watching import Watches
 from .storage import Storage, StorageUnavailable, open_storage
+from .storage._groups import GROUP_WATCH_PREFIX
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -104,6 +108,13 @@ def create_app(
         server_id=server_id,
         max_wait_seconds=config.waiting.max_wait_seconds,
         heartbeat_lifetime_us=lifetime_us,
+        readers={GROUP_WATCH_PREFIX: (read_group, record_group)},
+    )
+    groups = GroupTransactions(
+        storage,
+        retention_seconds=config.retention_seconds,
+        server_id=server_id,
+        changed=watches.changed,
     )
     waits = Waits(
         storage,
@@ -124,10 +135,12 @@ def create_app(
         LockService(waits, watches, run),
         authenticator,
         spec.request_id,
+        groups=GroupService(storage, groups, watches, run),
         max_body_bytes=config.max_body_bytes,
         max_batch_body_bytes=config.max_batch_body_bytes,
         quotas=config.quotas,
         admission=admission,
+        max_group_body_bytes=config.max_group_body_bytes,
         rate_limiter=RateLimiter(config.rate_limit) if config.rate_limit else None,
         shares=ProjectShares(
             config.max_waiters_per_project,

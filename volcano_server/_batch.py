@@ -82,9 +82,17 @@ def still_true(told: Answer, now_us: int, request_id: str) -> Answer:
         if until is None or now_us < until:
             results.append((result, until))
             continue
+        # What names the entry (a key; or a group and a member) stays; its lease goes.
+        named = {name: value for name, value in result.items() if name not in _GRANTED}
+        subject = " in ".join(str(value) for value in reversed(named.values()))
         message = (
-            f"the lease on {result['key']} expired before the answer could be sent (the server"
+            f"the lease on {subject} expired before the answer could be sent (the server"
             " or its database stalled for longer than the ttl); acquire again"
         )
-        results.append(refused(result["key"], ApiError.lease_not_held(message), request_id))
+        error = ApiError.lease_not_held(message)
+        results.append(({**named, "status": error.status, "error": error.detail(request_id)}, None))
     return attrs.evolve(answer(results, replay=told.replayed), clock_us=told.clock_us)
+
+
+# The field of a result that tells of what was renewed: a key's lease, a group's membership.
+_GRANTED = frozenset({"lease", "membership"})

@@ -140,6 +140,9 @@ class ServerConfig:
     max_body_bytes: int = 16_384
     # A batch renewal carries up to 500 entries (`POST /v1/leases/renew`).
     max_batch_body_bytes: int = 262_144
+    # A group's join or change of capabilities (up to 65,538 bytes of capabilities, however they are
+    # escaped), or a batch renewal of up to 500 memberships (`POST /v1/members/renew`).
+    max_group_body_bytes: int = 524_288
     # Requests per second per project (per server process); None disables the limit.
     rate_limit: float | None = None
     # What one project may hold open at once in one process (more gets 429): waiting acquires,
@@ -217,10 +220,16 @@ class ServerConfig:
                 f"the batch body limit must be at least the body limit ({self.max_body_bytes}),"
                 f" got {self.max_batch_body_bytes}"
             )
-        if self.max_body_bytes_per_project < self.max_batch_body_bytes:
+        if self.max_group_body_bytes < self.max_body_bytes:
             raise ValueError(
-                f"the bodies one project may have in flight must hold at least one batch"
-                f" ({self.max_batch_body_bytes} bytes), got {self.max_body_bytes_per_project}"
+                f"the group body limit must be at least the body limit ({self.max_body_bytes}),"
+                f" got {self.max_group_body_bytes}"
+            )
+        largest = max(self.max_batch_body_bytes, self.max_group_body_bytes)
+        if self.max_body_bytes_per_project < largest:
+            raise ValueError(
+                f"the bodies one project may have in flight must hold at least the largest one"
+                f" ({largest} bytes), got {self.max_body_bytes_per_project}"
             )
 
     def _check_shares(self) -> None:

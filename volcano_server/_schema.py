@@ -7,7 +7,8 @@ OpenAPI 3.1): an integer is any number with a zero fractional part, booleans are
 and `pattern` must match the whole string here because every pattern in the spec is anchored
 with `^...$` (matched with `re.fullmatch`, so a trailing newline never slips through `$`).
 `format` is an annotation, as 2020-12 makes it by default: every rule the server enforces is
-written as a pattern or a bound beside it.
+written as a pattern or a bound beside it. A schema of annotations alone (no `type`) accepts any
+JSON value, as in JSON Schema: a group member's `capabilities.json`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ _KNOWN = _IGNORED | {
     "items",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
 }
 
 
@@ -69,6 +72,8 @@ def compile_schema(
     if unknown:
         raise SchemaError(f"unsupported schema keywords {sorted(unknown)}")
     kind = schema.get("type")
+    if kind is None and set(schema) <= _IGNORED:
+        return _any_value
     if isinstance(kind, list) and len(kind) == 2 and "null" in kind and kind != ["null"] * 2:
         (base,) = (k for k in kind if k != "null")
         return _or_null(compile_schema({**schema, "type": base}, resolve))
@@ -122,6 +127,8 @@ def _compile_object(
     if missing_props:
         raise SchemaError(f"required fields without properties: {missing_props}")
     allowed = ", ".join(fields)
+    min_properties = int(schema.get("minProperties", 0))
+    max_properties = schema.get("maxProperties")
     # Absent optional fields take their schema's default, itself checked against the schema now.
     defaults = {
         name: _checked_default(fields[name], default, name)
@@ -140,10 +147,28 @@ def _compile_object(
         for name in required:
             if name not in value:
                 raise ValidationFailure(_where(path, name), "is required")
+        if len(value) < min_properties or (
+            max_properties is not None and len(value) > max_properties
+        ):
+            raise ValidationFailure(path, _count_of_fields(min_properties, max_properties))
         checked = {name: fields[name](item, _where(path, name)) for name, item in value.items()}
         return {**defaults, **checked} if defaults else checked
 
     return validate_object
+
+
+def _count_of_fields(least: int, most: int | None) -> str:
+    """What a field count rule asks for, in words (`exactly one of its fields`, ...)."""
+    if least == most:
+        return f"must have exactly {least} of its fields"
+    if most is None:
+        return f"must have at least {least} of its fields"
+    return f"must have {least} to {most} of its fields"
+
+
+def _any_value(value: Any, path: str) -> Any:
+    """Any JSON value (a schema of annotations only)."""
+    return value
 
 
 def _compile_array(

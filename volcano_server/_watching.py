@@ -29,6 +29,10 @@ On PostgreSQL a key's first watcher records the watch (`Storage.watch`) in a tra
 locks the key's row, so every change is either committed before the read that follows or sees
 the record and announces itself. The record lingers `linger_seconds` after the last watcher
 leaves (a watcher polls again at once), then goes (`tidy`, each heartbeat).
+
+Other things watched by version share all of this under keys of their own, which no lock key
+can be (a group's: `/` and its name): `Watches` is given how to read and record them by the
+prefix of their keys (`readers`), and reads lock keys itself.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import functools
 import itertools
 import logging
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import attrs
@@ -53,7 +57,7 @@ from ._transactions import Caller
 from ._wire import Answer, dumps
 from .storage import LockSummary, Storage
 
-__all__ = ["KeyView", "Watches", "delivers"]
+__all__ = ["KeyView", "Read", "Record", "Watches", "delivers"]
 
 log = logging.getLogger("volcano_server")
 
@@ -114,6 +118,12 @@ def watch_key(
     return key_view(summary, now, key)
 
 
+Read = Callable[..., KeyView]
+"""How a watched key is read: `(storage, key_ref, *, may_block)` (`read_key`)."""
+Record = Callable[..., KeyView]
+"""How a watch is recorded and its key read: as `watch_key` is called."""
+
+
 class Watcher:
     """One watching request: what it last saw, and the state (or error) that answers it."""
 
@@ -150,7 +160,8 @@ class Watches:
     """Every watching request this server holds open, by key.
 
     Built with the storage, how storage work runs (`run`: an outage becomes 503), this
-    server's id (its watch records) and heartbeat lifetime, and the longest wait allowed.
+    server's id (its watch records) and heartbeat lifetime, the longest wait allowed, and how
+    to read the keys of other things watched (`readers`: by the prefix of their keys).
     """
 
     def __init__(
@@ -162,8 +173,10 @@ class Watches:
         max_wait_seconds: float,
         heartbeat_lifetime_us: int,
         linger_seconds: float = LINGER_SECONDS,
+        readers: Mapping[str, tuple[Read, Record]] | None = None,
     ) -> None:
         self._storage = storage
+        self._readers = dict(readers or {})
         self._run = run
         self._server_id = server_id
         self._max_wait = max_wait_seconds
@@ -309,13 +322,17 @@ class Watches:
         With the generation of the record it makes (None: it makes none).
         """
         storage, key_ref = self._storage, keyed.key_ref
+        read, record_watch = next(
+            (readers for prefix, readers in self._readers.items() if key_ref[1].startswith(prefix)),
+            (read_key, watch_key),
+        )
         if not self._records or keyed.generation is not None:
-            return None, lambda may_block: read_key(storage, key_ref, may_block=may_block)
+            return None, lambda may_block: read(storage, key_ref, may_block=may_block)
         generation = next(self._generations)
         server_id, lifetime_us = self._server_id, self._lifetime_us
 
         def record(may_block: bool) -> KeyView:
-            return watch_key(
+            return record_watch(
                 storage,
                 key_ref,
                 server_id=server_id,

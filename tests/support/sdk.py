@@ -299,14 +299,39 @@ class Sdk:
 
         return self._loop.run(collect())
 
+    def groups(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """`client.groups.<name>(...)`, awaited for the async client."""
+        found = getattr(self.client.groups, name)(*args, **kwargs)
+        return found if self._loop is None else self._loop.run(found)
+
+    def members(self, group: str, **kwargs: Any) -> list[volcano.GroupMember]:
+        """Every member `client.groups.members(group)` iterates over."""
+        return self._collected(self.client.groups.members(group, **kwargs))
+
+    def listed_groups(self, prefix: str = "", **kwargs: Any) -> list[volcano.GroupState]:
+        """Every group `client.groups.list(prefix)` iterates over."""
+        return self._collected(self.client.groups.list(prefix, **kwargs))
+
+    def membership(
+        self, group: str, member: str, **kwargs: Any
+    ) -> contextlib.AbstractContextManager[Any]:
+        """`with client.groups.membership(group, member, ...) as held:` for either client."""
+        return self.entered(self.client.groups.membership(group, member, **kwargs))
+
+    def watch_group(self, group: str, **kwargs: Any) -> Stream:
+        """`client.groups.watch(group)`, its states read one at a time."""
+        return Stream(self.client.groups.watch(group, **kwargs), self._loop)
+
     def holders(self, key: str, **kwargs: Any) -> list[volcano.LockHolder]:
         """Every holder `client.locks.holders(key)` iterates over."""
-        holders = self.client.locks.holders(key, **kwargs)
-        if self._loop is None:
-            return list(holders)
+        return self._collected(self.client.locks.holders(key, **kwargs))
 
-        async def collect() -> list[volcano.LockHolder]:
-            return [holder async for holder in holders]
+    def _collected(self, items: Any) -> list[Any]:
+        if self._loop is None:
+            return list(items)
+
+        async def collect() -> list[Any]:
+            return [item async for item in items]
 
         return self._loop.run(collect())
 
@@ -322,6 +347,12 @@ class Sdk:
     def observe(self, name: str) -> Stream:
         """`client.elections.observe(name)`, its leaders read one at a time."""
         return Stream(self.client.elections.observe(name), self._loop)
+
+    def update(self, held: Any, capabilities: Any) -> None:
+        """`held.update(capabilities)` of a membership guard, awaited for the async client."""
+        result = held.update(capabilities)
+        if self._loop is not None:
+            self._loop.run(result)
 
     def proclaim(self, leadership: Any, label: str | None) -> None:
         """`leadership.proclaim(label)`, awaited for the async client."""

@@ -245,6 +245,26 @@ class TestWithoutServerExtra:
         assert "Traceback" not in result.stdout
 
 
+class TestToozExtra:
+    def test_tooz_finds_the_driver_by_its_url(self, wheel: Path, tmp_path: Path) -> None:
+        """`pip install "volcano[tooz]"` alone registers the driver: tooz loads it for a
+        `volcano://` URL (no server running there: start() is a ToozConnectionError)."""
+        venv = Venv(tmp_path / "venv", f"volcano[tooz] @ {wheel.as_uri()}")
+        script = (
+            "import tooz.coordination as c\n"
+            "driver = c.get_coordinator('volcano://127.0.0.1:1', b'm')\n"
+            "print(type(driver).__module__, type(driver).__name__)\n"
+            "try:\n"
+            "    driver.start()\n"
+            "except c.ToozConnectionError:\n"
+            "    print('not connected')\n"
+        )
+        env = {**clean_env(), "VOLCANO_ANON_KEY": "vk_anon_x", "VOLCANO_SERVICE_KEY": "vk_s_x"}
+        result = venv.run("python", "-c", script, cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == ["volcano.tooz VolcanoDriver", "not connected"]
+
+
 class TestPytestPlugin:
     def test_fixtures_in_a_users_project(self, server_venv: Venv, tmp_path: Path) -> None:
         """A throwaway project's tests use every fixture, and the README's example, and pass."""

@@ -14,6 +14,7 @@ tests/unit/sdk/test_seam.py pins what it relies on in the generated code.
 
 from __future__ import annotations
 
+from . import _groups as groups
 from ._operations import (
     Call,
     acquire,
@@ -43,6 +44,7 @@ __all__ = [
     "check",
     "force_release",
     "get",
+    "groups",
     "holders_page",
     "list_page",
     "release",

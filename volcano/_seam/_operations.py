@@ -24,23 +24,28 @@ if TYPE_CHECKING:
     from ._reading import Page, Renewed
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)  # a frozen value: read only
 
 
 @attrs.frozen
 class Operation:
-    """One operation of the spec: the generated module that sends it, and its success status."""
+    """One operation of the spec: the generated module that sends it, and its success status.
+
+    `tag` is the spec's tag of the operation, the package the generator put its module in.
+    """
 
     name: str
     module: str
     success_status: int
+    tag: str = "locks"
 
     def generated(self) -> ModuleType:
         """The generated module of this operation (`sync_detailed`, `asyncio_detailed`)."""
-        return _module(self.module)
+        return _module(self.tag, self.module)
 
 
 @attrs.frozen
-class Call(Generic[T]):
+class Call(Generic[T_co]):
     """One lock request, ready to send: its operation, arguments, and how to read a success.
 
     `subject` names what it is about in logs: the lock's key (a batch: how many leases).
@@ -50,12 +55,12 @@ class Call(Generic[T]):
     subject: str
     request_id: str
     kwargs: Mapping[str, Any]
-    convert: Callable[[object], T]
+    convert: Callable[[object], T_co]
 
 
 @functools.cache
-def _module(name: str) -> ModuleType:
-    return importlib.import_module(f"_volcano_api.api.locks.{name}")
+def _module(tag: str, name: str) -> ModuleType:
+    return importlib.import_module(f"_volcano_api.api.{tag}.{name}")
 
 
 ACQUIRE = Operation("acquire", "acquire_lock", 200)

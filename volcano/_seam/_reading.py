@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)  # a frozen value: read only
 
 # What the generated parse raises on a body that is not what the spec promises (JSONDecodeError
 # and UnicodeDecodeError are ValueErrors), or on a status HTTPStatus does not know. Caught only
@@ -41,7 +42,7 @@ Renewed = LockLease | APIStatusError
 
 
 @attrs.frozen
-class Answer(Generic[T]):
+class Answer(Generic[T_co]):
     """A successful answer: the value, when its request was first sent, whether replayed.
 
     `sent_at` (the client's monotonic clock) is the only send time the SDK uses: the server made
@@ -49,7 +50,7 @@ class Answer(Generic[T]):
     `sent_at + ttl`.
     """
 
-    value: T
+    value: T_co
     sent_at: float
     replayed: bool
 

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
+from ._groups import GroupReads, GroupWrites
+
 if TYPE_CHECKING:
     from ._keys import KeyEvent, KeyInfo
 
@@ -324,8 +326,8 @@ class ReadTx(Protocol):
         ...
 
 
-class ReadOnlyTx(ReadTx, Protocol):
-    """What `Storage.read` gives: the reads, listing keys and a key's leases."""
+class ReadOnlyTx(ReadTx, GroupReads, Protocol):
+    """What `Storage.read` gives: the reads, listing keys and a key's leases, group reads."""
 
     def list_locks(
         self, project_id: int, *, prefix: str, after: str, limit: int, holders: int
@@ -342,8 +344,8 @@ class ReadOnlyTx(ReadTx, Protocol):
         ...
 
 
-class WriteTx(ReadTx, Protocol):
-    """A read-write transaction.
+class WriteTx(ReadTx, GroupWrites, Protocol):
+    """A read-write transaction (and the group work of one: `storage._groups`).
 
     `load_lock` also locks the key's row until commit, and `claim_request` serialises
     concurrent requests with the same request id. Once it has committed, `committed_us` is the

@@ -70,6 +70,7 @@ from ._base import (
     WouldBlock,
 )
 from ._keys import KeyAdmin, Sql
+from ._postgres_groups import PostgresGroupReads, PostgresGroups
 from ._replication import Commits, check_durability, host_count, writer_only
 from ._sql import (
     HOLDERS_PAGE,
@@ -316,6 +317,36 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP FUNCTION IF EXISTS volcano_open(bigint, text, text, integer)",
         _OPEN_FUNCTION,
     ),
+    # Issue 37: groups (kept once deleted, so their versions and fencing tokens never go back)
+    # and their members, each a lease on its group with public capabilities.
+    9: (
+        """CREATE TABLE groups (
+            project_id bigint NOT NULL,
+            name text COLLATE "C" NOT NULL,
+            fencing_token bigint NOT NULL,
+            version bigint NOT NULL,
+            live boolean NOT NULL,
+            PRIMARY KEY (project_id, name)
+        )""",
+        """CREATE TABLE group_members (
+            project_id bigint NOT NULL,
+            group_name text COLLATE "C" NOT NULL,
+            member text COLLATE "C" NOT NULL,
+            owner_token text COLLATE "C" NOT NULL,
+            fencing_token bigint NOT NULL,
+            expires_at_us bigint NOT NULL,
+            ttl_seconds double precision NOT NULL,
+            capabilities_kind text CHECK (capabilities_kind IN ('json', 'bytes')),
+            capabilities bytea,
+            capabilities_size integer NOT NULL,
+            granted_at_us bigint NOT NULL,
+            PRIMARY KEY (project_id, group_name, member)
+        )""",
+        (
+            "CREATE INDEX group_members_by_expiry"
+            " ON group_members (project_id, group_name, expires_at_us)"
+        ),
+    ),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -557,7 +588,7 @@ def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
     )
 
 
-class _ReadTx:
+class _ReadTx(PostgresGroupReads):
     """Reads outside any transaction: the clock, then the row.
 
     Each statement sees the latest committed state.
@@ -626,7 +657,7 @@ class _ReadTx:
         ]
 
 
-class _WriteTx:
+class _WriteTx(PostgresGroups):
     """One READ COMMITTED transaction, in two round trips for one key.
 
     Statements are bound here (`ClientCursor.mogrify`) and queued; the writes travel with the

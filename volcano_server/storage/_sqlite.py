@@ -81,6 +81,7 @@ from ._sql import (
     raise_floors,
     unavailable_when,
 )
+from ._sqlite_groups import SQLiteGroups
 from ._syncer import Syncer
 
 __all__ = ["SQLiteStorage"]
@@ -206,6 +207,33 @@ ALTER TABLE lock_waiters ADD COLUMN label TEXT;
 ALTER TABLE projects ADD COLUMN key_floor INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE locks ADD COLUMN updated_at_us INTEGER NOT NULL DEFAULT 0;
 """,
+    # Issue 37: groups (kept once deleted, so their versions and fencing tokens never go back)
+    # and their members, each a lease on its group with public capabilities.
+    8: """
+CREATE TABLE groups (
+    project_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    live INTEGER NOT NULL,
+    PRIMARY KEY (project_id, name)
+) WITHOUT ROWID;
+CREATE TABLE group_members (
+    project_id INTEGER NOT NULL,
+    group_name TEXT NOT NULL,
+    member TEXT NOT NULL,
+    owner_token TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    expires_at_us INTEGER NOT NULL,
+    ttl_seconds REAL NOT NULL,
+    capabilities_kind TEXT CHECK (capabilities_kind IN ('json', 'bytes')),
+    capabilities BLOB,
+    capabilities_size INTEGER NOT NULL,
+    granted_at_us INTEGER NOT NULL,
+    PRIMARY KEY (project_id, group_name, member)
+);
+CREATE INDEX group_members_by_expiry ON group_members (project_id, group_name, expires_at_us);
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -227,7 +255,7 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-class _Tx:
+class _Tx(SQLiteGroups):
     """A transaction on one connection (read-only or read-write, by how it was begun)."""
 
     def __init__(self, conn: sqlite3.Connection, clock: Callable[[], int]) -> None:

@@ -239,6 +239,29 @@ class TestCompilerRefusesWhatItCannotEnforce:
             with pytest.raises(ValidationFailure, match="label"):
                 validator(bad, "label")
 
+    def test_a_schema_of_annotations_takes_any_value(self) -> None:
+        """A schema without a type (annotations only) takes any JSON value, as JSON Schema's."""
+        validator = compile_schema({"description": "anything"}, lambda ref: {})
+        for value in (None, 1, "x", [1, {"a": None}], {"b": [True]}):
+            assert validator(value, "json") == value
+
+    def test_field_counts_are_enforced(self) -> None:
+        """minProperties and maxProperties bound how many fields an object has."""
+        validator = compile_schema(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "minProperties": 1,
+                "maxProperties": 1,
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            },
+            lambda ref: {},
+        )
+        assert validator({"a": 1}, "c") == {"a": 1}
+        for bad in ({}, {"a": 1, "b": 2}):
+            with pytest.raises(ValidationFailure, match=r"^c: must have exactly 1 of its fields"):
+                validator(bad, "c")
+
     def test_annotations_beside_a_ref_are_allowed(self) -> None:
         """`format: uuid` beside a $ref compiles to the referenced schema's rules."""
         uuid = {"type": "string", "pattern": "^[0-9a-f]{2}$"}
@@ -259,6 +282,18 @@ class TestCompilerRefusesWhatItCannotEnforce:
             "checkLease",
             "listLocks",
             "listHolders",
+            "listGroups",
+            "createGroup",
+            "getGroup",
+            "deleteGroup",
+            "listMembers",
+            "getMember",
+            "removeMember",
+            "joinGroup",
+            "renewMembership",
+            "updateCapabilities",
+            "leaveGroup",
+            "renewMemberships",
             "getHealth",
         }
         assert all("x-request-id" in op.headers for op in SPEC.operations if op.authenticated)
@@ -334,10 +369,13 @@ class TestQueryParameters:
                 query["prefix"](text, "prefix")
 
     def test_operations_without_query_parameters_have_none(self) -> None:
-        """Only getLock (a watch) and listLocks declare query parameters."""
+        """Only the gets that watch (a key, a group) and the listings declare query parameters."""
         declared = {op.operation_id: sorted(op.query) for op in SPEC.operations if op.query}
         assert declared == {
             "getLock": ["after_version", "wait_seconds"],
             "listLocks": ["after", "limit", "prefix"],
             "listHolders": ["after", "limit"],
+            "getGroup": ["after_version", "wait_seconds"],
+            "listGroups": ["after", "limit", "prefix"],
+            "listMembers": ["after", "limit"],
         }

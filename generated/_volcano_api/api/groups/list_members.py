@@ -1,0 +1,328 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error import Error
+from ...models.member_list import MemberList
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    group: str,
+    *,
+    after: str | Unset = UNSET,
+    limit: int | Unset = UNSET,
+    x_request_id: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(x_request_id, Unset):
+        headers["X-Request-Id"] = x_request_id
+
+    params: dict[str, Any] = {}
+
+    params["after"] = after
+
+    params["limit"] = limit
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/groups/{group}/members".format(
+            group=quote(str(group), safe=""),
+        ),
+        "params": params,
+    }
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Error | MemberList | None:
+    if response.status_code == 200:
+        response_200 = MemberList.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 405:
+        response_405 = Error.from_dict(response.json())
+
+        return response_405
+
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+        return response_408
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+        return response_429
+
+    if response.status_code == 431:
+        response_431 = Error.from_dict(response.json())
+
+        return response_431
+
+    if response.status_code == 500:
+        response_500 = Error.from_dict(response.json())
+
+        return response_500
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Error | MemberList]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    group: str,
+    *,
+    client: AuthenticatedClient | Client,
+    after: str | Unset = UNSET,
+    limit: int | Unset = UNSET,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | MemberList]:
+    """List a group's members with their capabilities.
+
+     The group's live members, in member order (byte order), each with its fencing
+    token, expiry and capabilities; at most `limit` of them after the member `after`,
+    and no more than fit the page's budget of 262,144 bytes of capabilities (a page
+    holds at least one member, so a page is at most one member's capabilities over the
+    budget). `next` is the `after` of the following page, or null when this page is the
+    last: go on until `next` is null, not until a page comes back short. `version` is the
+    group's version when this page was read. A member joined throughout a listing
+    appears in exactly one page; one that joined or left meanwhile may or may not.
+
+    Args:
+        group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
+            digits, `.`,
+            `_`, `:` or `-`), so that the key of the group's election, `groups:` and the name, is
+            a key.
+        after (str | Unset): Up to 255 of the characters a key is made of (letters, digits, `.`,
+            `_`, `:`, `-`).
+        limit (int | Unset):
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | MemberList]
+    """
+
+    kwargs = _get_kwargs(
+        group=group,
+        after=after,
+        limit=limit,
+        x_request_id=x_request_id,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    group: str,
+    *,
+    client: AuthenticatedClient | Client,
+    after: str | Unset = UNSET,
+    limit: int | Unset = UNSET,
+    x_request_id: str | Unset = UNSET,
+) -> Error | MemberList | None:
+    """List a group's members with their capabilities.
+
+     The group's live members, in member order (byte order), each with its fencing
+    token, expiry and capabilities; at most `limit` of them after the member `after`,
+    and no more than fit the page's budget of 262,144 bytes of capabilities (a page
+    holds at least one member, so a page is at most one member's capabilities over the
+    budget). `next` is the `after` of the following page, or null when this page is the
+    last: go on until `next` is null, not until a page comes back short. `version` is the
+    group's version when this page was read. A member joined throughout a listing
+    appears in exactly one page; one that joined or left meanwhile may or may not.
+
+    Args:
+        group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
+            digits, `.`,
+            `_`, `:` or `-`), so that the key of the group's election, `groups:` and the name, is
+            a key.
+        after (str | Unset): Up to 255 of the characters a key is made of (letters, digits, `.`,
+            `_`, `:`, `-`).
+        limit (int | Unset):
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | MemberList
+    """
+
+    return sync_detailed(
+        group=group,
+        client=client,
+        after=after,
+        limit=limit,
+        x_request_id=x_request_id,
+    ).parsed
+
+
+async def asyncio_detailed(
+    group: str,
+    *,
+    client: AuthenticatedClient | Client,
+    after: str | Unset = UNSET,
+    limit: int | Unset = UNSET,
+    x_request_id: str | Unset = UNSET,
+) -> Response[Error | MemberList]:
+    """List a group's members with their capabilities.
+
+     The group's live members, in member order (byte order), each with its fencing
+    token, expiry and capabilities; at most `limit` of them after the member `after`,
+    and no more than fit the page's budget of 262,144 bytes of capabilities (a page
+    holds at least one member, so a page is at most one member's capabilities over the
+    budget). `next` is the `after` of the following page, or null when this page is the
+    last: go on until `next` is null, not until a page comes back short. `version` is the
+    group's version when this page was read. A member joined throughout a listing
+    appears in exactly one page; one that joined or left meanwhile may or may not.
+
+    Args:
+        group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
+            digits, `.`,
+            `_`, `:` or `-`), so that the key of the group's election, `groups:` and the name, is
+            a key.
+        after (str | Unset): Up to 255 of the characters a key is made of (letters, digits, `.`,
+            `_`, `:`, `-`).
+        limit (int | Unset):
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Error | MemberList]
+    """
+
+    kwargs = _get_kwargs(
+        group=group,
+        after=after,
+        limit=limit,
+        x_request_id=x_request_id,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    group: str,
+    *,
+    client: AuthenticatedClient | Client,
+    after: str | Unset = UNSET,
+    limit: int | Unset = UNSET,
+    x_request_id: str | Unset = UNSET,
+) -> Error | MemberList | None:
+    """List a group's members with their capabilities.
+
+     The group's live members, in member order (byte order), each with its fencing
+    token, expiry and capabilities; at most `limit` of them after the member `after`,
+    and no more than fit the page's budget of 262,144 bytes of capabilities (a page
+    holds at least one member, so a page is at most one member's capabilities over the
+    budget). `next` is the `after` of the following page, or null when this page is the
+    last: go on until `next` is null, not until a page comes back short. `version` is the
+    group's version when this page was read. A member joined throughout a listing
+    appears in exactly one page; one that joined or left meanwhile may or may not.
+
+    Args:
+        group (str): 1 to 240 characters, made as a key is (a letter or digit, then letters,
+            digits, `.`,
+            `_`, `:` or `-`), so that the key of the group's election, `groups:` and the name, is
+            a key.
+        after (str | Unset): Up to 255 of the characters a key is made of (letters, digits, `.`,
+            `_`, `:`, `-`).
+        limit (int | Unset):
+        x_request_id (str | Unset): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case,
+            kept exactly as spelled.
+            No `format` here: generators turn `format: uuid` into a UUID type, which would change
+            the spelling of a token sent in a body.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Error | MemberList
+    """
+
+    return (
+        await asyncio_detailed(
+            group=group,
+            client=client,
+            after=after,
+            limit=limit,
+            x_request_id=x_request_id,
+        )
+    ).parsed

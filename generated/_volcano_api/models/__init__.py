@@ -13,6 +13,7 @@ from .lease_renewed import LeaseRenewed
 from .lock_holder import LockHolder
 from .lock_lease import LockLease
 from .lock_list import LockList
+from .lock_mode import LockMode
 from .lock_state import LockState
 from .release_request import ReleaseRequest
 from .renew_leases_request import RenewLeasesRequest
@@ -33,6 +34,7 @@ __all__ = (
     "LockHolder",
     "LockLease",
     "LockList",
+    "LockMode",
     "LockState",
     "ReleaseRequest",
     "RenewLeasesRequest",

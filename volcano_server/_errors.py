@@ -93,6 +93,19 @@ class ApiError(Exception):
         return cls(409, "limit_mismatch", message, limit=limit)
 
     @classmethod
+    def shared_with_limit(cls, message: str, *, status: int = 409) -> ApiError:
+        """409: a shared acquire of a semaphore, or one with a limit of a key held shared.
+
+        422 (`status`): one acquire that asks for both.
+        """
+        return cls(status, "shared_with_limit", message)
+
+    @classmethod
+    def mode_mismatch(cls, message: str) -> ApiError:
+        """409: the owner token holds the key in the other mode (shared or exclusive)."""
+        return cls(409, "mode_mismatch", message)
+
+    @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:
         """409: the request id was used before for a different request."""
         return cls(

@@ -171,6 +171,7 @@ class Waits:
         *,
         limit: int,
         label: str | None,
+        shared: bool = False,
         wait_seconds: float,
         gone: asyncio.Future[None],
     ) -> Answer | None:
@@ -184,6 +185,7 @@ class Waits:
             fingerprint=caller.fingerprint,
             credential=caller.credential,
             label=label,
+            shared=shared,
         )
         tx = self.transactions
         result = await self._run(
@@ -194,6 +196,7 @@ class Waits:
                 ttl_seconds,
                 limit=limit,
                 label=label,
+                shared=shared,
                 entry=entry,
                 may_block=may_block,
             ),

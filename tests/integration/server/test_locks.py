@@ -261,6 +261,7 @@ class TestGet:
                     "fencing_token": lease["fencing_token"],
                     "expires_at": lease["expires_at"],
                     "label": None,
+                    "mode": "exclusive",
                 }
             ],
             "waiters": 0,

@@ -53,17 +53,19 @@ from ._exceptions import (
     LockHeldError,
     LockLostError,
     MethodNotAllowedError,
+    ModeMismatchError,
     NotFoundError,
     PayloadTooLargeError,
     PermissionDeniedError,
     RateLimitError,
     RequestIdReusedError,
     ServiceUnavailableError,
+    SharedWithLimitError,
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
 from ._guard import AsyncLockGuard, LockGuard
-from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
+from ._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
 from ._ownership import GuardState
 from ._version import __version__
 from ._watch import AsyncLockWatch, LockWatch
@@ -106,16 +108,19 @@ __all__ = [
     "LockHolder",
     "LockLease",
     "LockLostError",
+    "LockMode",
     "LockState",
     "LockWatch",
     "Locks",
     "MethodNotAllowedError",
+    "ModeMismatchError",
     "NotFoundError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RateLimitError",
     "RequestIdReusedError",
     "ServiceUnavailableError",
+    "SharedWithLimitError",
     "UnexpectedResponseError",
     "UnprocessableEntityError",
     "__version__",

@@ -18,6 +18,8 @@ Error
     │   ├── LockHeldError               409 lock_held
     │   ├── LeaseNotHeldError           409 lease_not_held
     │   ├── LimitMismatchError          409 limit_mismatch
+    │   ├── ModeMismatchError           409 mode_mismatch
+    │   ├── SharedWithLimitError        409 shared_with_limit
     │   └── RequestIdReusedError        409 request_id_reused
     ├── PayloadTooLargeError            413
     ├── UnprocessableEntityError        422
@@ -194,6 +196,25 @@ class LimitMismatchError(ConflictError):
         return (rebuild, (cls, args, {**fields, "limit": self.limit}))
 
 
+class ModeMismatchError(ConflictError):
+    """409 mode_mismatch: this owner token holds the key in the other mode.
+
+    A lease keeps its mode (shared or exclusive) for life: the owner of a shared lease cannot
+    take the key exclusive with the same token, nor the other way round. Release the lease,
+    then acquire in the mode wanted (others waiting in line may come first).
+    """
+
+
+class SharedWithLimitError(ConflictError):
+    """409 shared_with_limit: shared leases and a semaphore's limit do not mix on one key.
+
+    A shared acquire of a key in use as a semaphore, or an acquire with a limit above 1 of a
+    key held shared. (One acquire asking for both is refused before it is sent, with
+    `InvalidArgumentError`; a server answers it 422, `UnprocessableEntityError` with this
+    code.)
+    """
+
+
 class RequestIdReusedError(ConflictError):
     """409 request_id_reused: this request id was already used for a different request."""
 
@@ -240,6 +261,8 @@ _CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
     "lock_held": LockHeldError,
     "lease_not_held": LeaseNotHeldError,
     "limit_mismatch": LimitMismatchError,
+    "mode_mismatch": ModeMismatchError,
+    "shared_with_limit": SharedWithLimitError,
     "request_id_reused": RequestIdReusedError,
 }
 

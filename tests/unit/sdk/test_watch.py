@@ -29,7 +29,7 @@ def state(version: int, *holders: tuple[int, str | None], key: str = "k", limit:
         "fencing_token": max((token for token, _ in holders), default=None),
         "limit": limit,
         "holders": [
-            {"fencing_token": token, "expires_at": EXPIRES, "label": label}
+            {"fencing_token": token, "expires_at": EXPIRES, "label": label, "mode": "exclusive"}
             for token, label in holders
         ],
         "waiters": 0,

@@ -202,10 +202,12 @@ class ClockGates:
         raise AssertionError(f"NOTIFY never brought back {sentinel!r}")
 
     def deliver(self, index: int) -> None:
-        """One announcement reaches every server (each takes only what concerns it)."""
+        """One announcement reaches every server (each takes only what concerns it), on the
+        servers' loop, as a real listener hears it (`PostgresStorage.listen`): the watches
+        start their reads there."""
         channel, payload = self.announcements.pop(index)
         for listener in list(self.listeners.values()):
-            heard(listener, channel, payload)
+            self._loop.call_soon(heard, listener, channel, payload)
 
     def kill(self, server: str, running: list[Pending]) -> None:
         """A server died: its transactions' connections go with it."""

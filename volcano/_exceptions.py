@@ -210,8 +210,7 @@ class SharedWithLimitError(ConflictError):
 
     A shared acquire of a key in use as a semaphore, or an acquire with a limit above 1 of a
     key held shared. (One acquire asking for both is refused before it is sent, with
-    `InvalidArgumentError`; a server answers it 422, `UnprocessableEntityError` with this
-    code.)
+    `InvalidArgumentError`; a server answers it with this error too.)
     """
 
 

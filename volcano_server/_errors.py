@@ -93,12 +93,9 @@ class ApiError(Exception):
         return cls(409, "limit_mismatch", message, limit=limit)
 
     @classmethod
-    def shared_with_limit(cls, message: str, *, status: int = 409) -> ApiError:
-        """409: a shared acquire of a semaphore, or one with a limit of a key held shared.
-
-        422 (`status`): one acquire that asks for both.
-        """
-        return cls(status, "shared_with_limit", message)
+    def shared_with_limit(cls, message: str) -> ApiError:
+        """409: shared and a limit asked for at once, or a key in use the other way round."""
+        return cls(409, "shared_with_limit", message)
 
     @classmethod
     def mode_mismatch(cls, message: str) -> ApiError:

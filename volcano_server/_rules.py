@@ -51,7 +51,6 @@ __all__ = [
     "lease_payload",
     "lock_held",
     "lock_state",
-    "mixed_request",
     "replaced",
     "versioned",
     "without",
@@ -94,14 +93,16 @@ def decide_acquire(
 ) -> Decision:
     """Decide an acquire, once any waiter in line has been handed a free slot.
 
-    The owner's own live lease is given back with a new expiry and `label` (in another mode
-    than `shared` asks: 409 mode_mismatch); a key in use as a semaphore by a shared acquire, or
-    held shared by one with a limit, is 409 shared_with_limit; a key in use with another limit
-    is 409 limit_mismatch; a new lease that fits beside the live ones (`has_room`) while
-    nobody waits in line (`line_waits`: someone still waits after the hand-off) gets the key's
-    next fencing token; else 409 lock_held. The caller refuses a request that asks for both
-    `shared` and a limit first (`mixed_request`).
+    An acquire asking for both `shared` and a limit above 1 is 409 shared_with_limit, whatever
+    the key. The owner's own live lease is given back with a new expiry and `label` (in another
+    mode than `shared` asks: 409 mode_mismatch); a key in use as a semaphore by a shared
+    acquire, or held shared by one with a limit, is 409 shared_with_limit; a key in use with
+    another limit is 409 limit_mismatch; a new lease that fits beside the live ones
+    (`has_room`) while nobody waits in line (`line_waits`: someone still waits after the
+    hand-off) gets the key's next fencing token; else 409 lock_held.
     """
+    if shared and limit != 1:
+        return shared_with_limit(f"this acquire asks for a shared lease and a limit of {limit}")
     live = row.live_leases(now) if row is not None else ()
     mine = row.lease_of(owner_token, now) if row is not None else None
     if row is not None and mine is not None:
@@ -167,18 +168,6 @@ def has_room(row: LockRow | None, now: int, *, shared: bool, limit: int | None =
     return len(live) < limit and not any(x.shared for x in live)
 
 
-def mixed_request(shared: bool, limit: int) -> ApiError | None:
-    """The 422 for an acquire that asks for a shared lease and a limit above 1, else None."""
-    if not shared or limit == 1:
-        return None
-    message = (
-        f"an acquire may ask for a shared lease or for a limit of {limit}, not both: a shared"
-        " lock has any number of shared holders or one exclusive holder, a semaphore N"
-        " exclusive holders"
-    )
-    return ApiError.shared_with_limit(message, status=422)
-
-
 def limit_mismatch(row: LockRow, key: str, limit: int) -> Decision:
     """409 limit_mismatch: the key is in use with another limit."""
     message = (
@@ -189,10 +178,15 @@ def limit_mismatch(row: LockRow, key: str, limit: int) -> Decision:
 
 
 def shared_with_limit(why: str) -> Decision:
-    """409 shared_with_limit: the key is in use as a semaphore, or held shared (`why`)."""
+    """409 shared_with_limit: asked for both, or the key is in use the other way (`why`).
+
+    A 409 even for a request that asks for both (it could be a 422): every acquire the schema
+    allows is answered 200 or 409, as clients and contract checkers expect of valid requests.
+    """
     message = (
-        f"{why}: shared leases and a limit do not mix (a key's use can change only once it has"
-        " no live lease and no waiter)"
+        f"{why}: shared leases and a limit do not mix (a shared lock has shared holders or one"
+        " exclusive holder, a semaphore N exclusive ones; a key's use can change only once it"
+        " has no live lease and no waiter)"
     )
     return Decision(None, 409, refusal=ApiError.shared_with_limit(message))
 

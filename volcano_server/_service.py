@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from ._offload import Runner
-from ._rules import mixed_request
 from ._transactions import Caller, Renewal
 from ._waiting import Waits
 from ._watching import Watches
@@ -57,14 +56,10 @@ class LockService:
     ) -> Answer | None:
         """Take a free slot of the key, extend the caller's own lease, or wait in line for one.
 
-        The lease carries `label`, and is `shared` or exclusive (asking for both `shared` and
-        a limit above 1 is refused, 422). `gone()` gives a future done when the client
-        disconnects (asked for only when the request waits). None: the client left before its
-        answer.
+        The lease carries `label`, and is `shared` or exclusive. `gone()` gives a future done
+        when the client disconnects (asked for only when the request waits). None: the client
+        left before its answer.
         """
-        mixed = mixed_request(shared, limit)
-        if mixed is not None:
-            return mixed.answer(caller.request_id)
         if wait_seconds:
             disconnected = gone()
             try:

@@ -197,8 +197,7 @@ class Transactions:
 
         With `entry` (a waiting acquire), a key whose slots are all held by others, or that
         others wait for, puts the caller in line (or back at its old place) and returns
-        `Queued`. The lease carries `label` (none: None). A request that asks for `shared` and
-        a limit above 1 was refused before (`_rules.mixed_request`).
+        `Queued`. The lease carries `label` (none: None).
         """
         project_id = caller.project_id
         registry = self._registry

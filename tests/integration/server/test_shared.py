@@ -144,12 +144,22 @@ class TestHolders:
 
 
 class TestWithLimits:
-    def test_shared_and_a_limit_in_one_request_is_a_422(self, locks: Locks, key: str) -> None:
-        """An acquire asking for both is 422 shared_with_limit, and changes nothing."""
-        refused = locks.acquire(key, new_id(), limit=2, shared=True, request_id=new_id())
-        assert refused.status_code == 422
+    def test_shared_and_a_limit_in_one_request_is_refused(self, locks: Locks, key: str) -> None:
+        """An acquire asking for both is 409 shared_with_limit (stored: its repeat is the
+        replay), and changes nothing."""
+        request_id = new_id()
+        refused = locks.acquire(key, new_id(), limit=2, shared=True, request_id=request_id)
+        assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "shared_with_limit"
         assert locks.state(key)["version"] == 0
+        body = refused.request.content
+        again = locks.http.post(
+            f"/v1/locks/{key}/acquire",
+            content=body,
+            headers={"content-type": "application/json", "x-request-id": request_id},
+        )
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json() == refused.json()
 
     def test_a_shared_acquire_of_a_semaphore_is_refused(self, locks: Locks, key: str) -> None:
         """A shared acquire of a key in use as a semaphore is 409 shared_with_limit."""

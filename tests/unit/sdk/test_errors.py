@@ -41,7 +41,6 @@ DOCUMENTED = [
     (409, "a_newer_code", volcano.ConflictError),
     (413, "payload_too_large", volcano.PayloadTooLargeError),
     (422, "validation_error", volcano.UnprocessableEntityError),
-    (422, "shared_with_limit", volcano.UnprocessableEntityError),
     (429, "rate_limited", volcano.RateLimitError),
     (500, "internal", volcano.InternalServerError),
     (503, "unavailable", volcano.ServiceUnavailableError),

@@ -19,7 +19,6 @@ from volcano_server._rules import (
     has_room,
     lease_check,
     lock_state,
-    mixed_request,
     versioned,
     without,
 )
@@ -568,13 +567,18 @@ class TestShared:
         assert decision.row is not None
         assert (decision.row.limit, decision.row.fencing_token) == (1, 6)
 
-    def test_a_request_asking_for_both_is_a_422(self) -> None:
-        """shared with a limit above 1 is 422 shared_with_limit; either alone is fine."""
-        refused = mixed_request(True, 2)
-        assert refused is not None
-        assert (refused.status, refused.code) == (422, "shared_with_limit")
-        assert mixed_request(True, 1) is None
-        assert mixed_request(False, 2) is None
+    @pytest.mark.parametrize("row", [None, LockRow(1, "k", 4)], ids=["new", "free"])
+    def test_a_request_asking_for_both_is_refused(self, row: LockRow | None) -> None:
+        """shared with a limit above 1 is 409 shared_with_limit whatever the key (a key never
+        acquired included), and nothing is written."""
+        decision = take(row, limit=2)
+        assert decision.refusal is not None
+        assert (decision.status, decision.refusal.code, decision.row) == (
+            409,
+            "shared_with_limit",
+            None,
+        )
+        assert "a shared lease and a limit of 2" in decision.refusal.message
 
     def test_shared_holders_are_bounded(self) -> None:
         """At MAX_SHARED_HOLDERS shared holders a further shared acquire is lock_held."""

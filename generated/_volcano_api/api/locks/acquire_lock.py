@@ -154,8 +154,8 @@ def sync_detailed(
     With `shared: true` the lease is shared: it is granted beside other shared leases of the
     key while nobody waits in line, never beside an exclusive one. Acquiring with the
     `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
-    `limit` above 1 is `422 shared_with_limit`, and `shared` on a key in use as a semaphore
-    (or a `limit` above 1 on a key held shared) `409 shared_with_limit`.
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -220,8 +220,8 @@ def sync(
     With `shared: true` the lease is shared: it is granted beside other shared leases of the
     key while nobody waits in line, never beside an exclusive one. Acquiring with the
     `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
-    `limit` above 1 is `422 shared_with_limit`, and `shared` on a key in use as a semaphore
-    (or a `limit` above 1 on a key held shared) `409 shared_with_limit`.
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -281,8 +281,8 @@ async def asyncio_detailed(
     With `shared: true` the lease is shared: it is granted beside other shared leases of the
     key while nobody waits in line, never beside an exclusive one. Acquiring with the
     `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
-    `limit` above 1 is `422 shared_with_limit`, and `shared` on a key in use as a semaphore
-    (or a `limit` above 1 on a key held shared) `409 shared_with_limit`.
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -345,8 +345,8 @@ async def asyncio(
     With `shared: true` the lease is shared: it is granted beside other shared leases of the
     key while nobody waits in line, never beside an exclusive one. Acquiring with the
     `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
-    `limit` above 1 is `422 shared_with_limit`, and `shared` on a key in use as a semaphore
-    (or a `limit` above 1 on a key held shared) `409 shared_with_limit`.
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from

@@ -229,6 +229,28 @@ class TestLine:
         assert locks.force_release(key).json()["released_count"] == 1
         assert last.lease["fencing_token"] == 6
 
+    def test_a_place_kept_from_an_earlier_wait_is_served_ahead_of_a_later_writer(
+        self, locks: Locks, live_server: LiveServer, key: str
+    ) -> None:
+        """A reader whose wait ran out keeps its place; a shared holder and a writer waiting
+        come after it; back within seconds, the reader is granted at once beside the shared
+        holder (its place is ahead of the writer's), and the writer still waits."""
+        writer_owner, first = take(locks, key, shared=False)
+        reader = new_id()
+        ran_out = locks.acquire(key, reader, shared=True, wait=0.3)
+        assert ran_out.status_code == 409  # out of line, its place kept a few seconds
+        assert locks.release(key, writer_owner, first["fencing_token"]).status_code == 204
+        take(locks, key)  # a shared holder
+        (writer,) = line_up(live_server, key, "x")
+        back = start_waiting(live_server, key, owner=reader, shared=True, wait=50)
+        # Granted as it rejoins, not at the end of its wait (when the give-up's last hand-off
+        # would grant it too): well within the bound, far from the 50 s wait.
+        wait_for(lambda: answered(back), "the reader granted at its kept place")
+        assert back.lease["fencing_token"] == 3
+        assert modes(locks, key) == [(2, "shared"), (3, "shared")]
+        assert locks.state(key)["waiters"] == 1
+        assert not answered(writer)
+
     def test_an_expiry_hands_the_key_to_the_run_of_shared_waiters(
         self, locks: Locks, live_server: LiveServer, key: str
     ) -> None:

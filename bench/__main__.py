@@ -4,7 +4,8 @@ Prints a table of medians with min and max, and writes DIR/results.json and DIR/
 Sections: cycles (SDK overhead, server cost, peers, SQLite/PostgreSQL with 1 and 2 servers),
 contention (workers waiting for one key, beside redis-py Lock, python-redis-lock and PostgreSQL
 advisory locks; 1,000 queued waiters), semaphore (8 workers on a limit-4 key beside kazoo's
-Semaphore on a local ZooKeeper), keys (1,000 vs 1,000,000 keys), retention (the
+Semaphore on a local ZooKeeper), shared (6 readers and 2 writers on one key beside kazoo's
+ReadLock and WriteLock), keys (1,000 vs 1,000,000 keys), retention (the
 request-id store under sustained load), guards (10,000 with_lock guards, one key's renewals
 slowed, sync and async), import (import time), failover (kill -9 of an elected leader until the
 next candidate leads, beside etcd's election and kazoo's Election), watchers (1,000 watchers
@@ -36,12 +37,14 @@ from ._report import print_table, write_chart
 from ._scale import bounded_outcomes, import_time, many_guards, many_keys
 from ._semaphore import semaphore_rounds
 from ._servers import deployment, postgres_admin_url, postgres_available
+from ._shared import shared_rounds
 from ._watchers import many_watchers
 
 SECTIONS = (
     "cycles",
     "contention",
     "semaphore",
+    "shared",
     "keys",
     "retention",
     "guards",
@@ -66,6 +69,8 @@ class Plan:
     contention_seconds: float
     semaphore_seconds: float
     semaphore_rounds: int
+    shared_seconds: float
+    shared_rounds: int
     failover_rounds: int
     watchers: int
     watcher_changes: int
@@ -89,6 +94,8 @@ FULL = Plan(
     contention_seconds=6.0,
     semaphore_seconds=5.0,
     semaphore_rounds=5,
+    shared_seconds=5.0,
+    shared_rounds=5,
     failover_rounds=5,
     watchers=1000,
     watcher_changes=5,
@@ -111,6 +118,8 @@ QUICK = Plan(
     contention_seconds=1.5,
     semaphore_seconds=1.5,
     semaphore_rounds=2,
+    shared_seconds=1.5,
+    shared_rounds=2,
     failover_rounds=1,
     watchers=200,
     watcher_changes=2,
@@ -171,6 +180,8 @@ def main() -> None:
         contention(plan, postgres, results)
     if "semaphore" not in args.skip:
         semaphore(plan, postgres, results)
+    if "shared" not in args.skip:
+        shared(plan, postgres, results)
     if "keys" not in args.skip:
         for backend in ("sqlite", "postgres") if postgres else ("sqlite",):
             print(
@@ -366,6 +377,26 @@ def semaphore(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
         )
     except PeerError as error:
         print(f"semaphore figures skipped: {error}")
+    finally:
+        pool.close()
+
+
+def shared(plan: Plan, postgres: bool, results: dict[str, Any]) -> None:
+    """Shared locks: 6 readers and 2 writers on one key, a 2 ms hold, beside kazoo's ReadLock
+    and WriteLock."""
+    pool = Pool(8)
+    try:
+        results["shared"] = shared_rounds(
+            pool,
+            readers=6,
+            writers=2,
+            hold=0.002,
+            seconds=plan.shared_seconds,
+            rounds=plan.shared_rounds,
+            postgres=postgres,
+        )
+    except PeerError as error:
+        print(f"shared lock figures skipped: {error}")
     finally:
         pool.close()
 

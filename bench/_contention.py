@@ -13,6 +13,11 @@ And for semaphores (a key with `limit` holders; bench/_semaphore.py runs them):
 - `volcano_semaphore`: the SDK's `acquire(limit=, wait=)`;
 - `kazoo_semaphore`: kazoo's `Semaphore(max_leases=)` on a local ZooKeeper (bench/_peers.py).
 
+And for shared locks (readers and writers on one key; bench/_shared.py runs them), each worker
+a reader or a writer by its job's `shared`:
+- `volcano_rw`: the SDK's `acquire(shared=, wait=)`;
+- `kazoo_rw`: kazoo's `ReadLock` / `WriteLock` on a local ZooKeeper.
+
 Each worker notes, by CLOCK_MONOTONIC (one clock for every process on the machine), when it
 asked, when it got the lock and when it began to release it. From those: grants per second;
 handoff (from a holder beginning its release to the next holder having the lock; with `limit`
@@ -61,6 +66,7 @@ class Job:
     postgres_url: str = ""
     limit: int = 1  # holders at once (the semaphores)
     peer: str = ""  # host:port of the peer server (ZooKeeper)
+    shared: bool = False  # a reader (the shared locks), else a writer
 
 
 # (asked, granted, release began), monotonic seconds
@@ -144,6 +150,51 @@ def _volcano_semaphore(job: Job) -> Iterator[Session]:
 
         client.locks.get(job.key)  # connect and load the generated client before the start
         yield acquire, release
+
+
+@contextlib.contextmanager
+def _volcano_rw(job: Job) -> Iterator[Session]:
+    import volcano
+
+    with volcano.Client(anon_key=job.anon, service_key=job.service, api_url=job.url) as client:
+        lease: list[volcano.LockLease] = []
+
+        def acquire(left: float) -> bool:
+            try:
+                lease.append(client.locks.acquire(job.key, ttl=30, shared=job.shared, wait=left))
+            except volcano.LockHeldError:
+                return False
+            return True
+
+        def release() -> None:
+            client.locks.release(job.key, lease.pop())
+
+        client.locks.get(job.key)  # connect and load the generated client before the start
+        yield acquire, release
+
+
+@contextlib.contextmanager
+def _kazoo_rw(job: Job) -> Iterator[Session]:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import LockTimeout
+
+    client = KazooClient(hosts=job.peer, timeout=30)
+    client.start(timeout=30)
+    try:
+        recipe = client.ReadLock if job.shared else client.WriteLock
+        lock = recipe(f"/bench/{job.key}", f"worker-{job.worker}")
+
+        def acquire(left: float) -> bool:
+            try:
+                return bool(lock.acquire(timeout=left))
+            except LockTimeout:
+                return False
+
+        client.ensure_path("/bench")  # connected and warm before the start
+        yield acquire, lock.release
+    finally:
+        client.stop()
+        client.close()
 
 
 @contextlib.contextmanager
@@ -279,6 +330,8 @@ _SESSIONS: dict[str, Callable[[Job], contextlib.AbstractContextManager[Session]]
     "pg_advisory_lock": _pg_advisory,
     "volcano_semaphore": _volcano_semaphore,
     "kazoo_semaphore": _kazoo_semaphore,
+    "volcano_rw": _volcano_rw,
+    "kazoo_rw": _kazoo_rw,
     "kazoo_lock": _kazoo_lock,
     "etcd_lock": _etcd_lock,
 }
@@ -368,10 +421,20 @@ class Pool:
         limit: int = 1,
         head_start: float = 1.5,
     ) -> Figures:
+        per_worker = self.events(make, workers, seconds, head_start)
+        return Figures.of(per_worker, seconds, limit)
+
+    def events(
+        self,
+        make: Callable[[int, float, float], Job],
+        workers: int,
+        seconds: float,
+        head_start: float = 1.5,
+    ) -> list[list[Event]]:
+        """Each worker's events of one run of the jobs `make` gives."""
         start_at = time.monotonic() + head_start  # every worker connected and warm first
         jobs = [make(worker, start_at, start_at + seconds) for worker in range(workers)]
-        per_worker = list(self._pool.map(run_job, jobs))
-        return Figures.of(per_worker, seconds, limit)
+        return list(self._pool.map(run_job, jobs))
 
     def close(self) -> None:
         self._pool.shutdown()

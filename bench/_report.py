@@ -29,6 +29,10 @@ def print_table(results: dict[str, Any]) -> None:
         from ._semaphore import print_semaphore
 
         print_semaphore(results["semaphore"])
+    if results.get("shared"):
+        from ._shared import print_shared
+
+        print_shared(results["shared"])
     if results.get("failover"):
         from ._failover import print_failover
 

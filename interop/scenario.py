@@ -11,11 +11,13 @@ Both also parse a lease with one field more than documented, as a later minor ve
 After the original lock operations, each exercises the later ones through its generated code: a
 limit-2 key with labelled holders (a third refused with lock_held, another limit refused with
 limit_mismatch carrying the key's limit), the fence check, a long-poll watch answered by a change
-made from a second thread, a listing with limit=1 followed to its end, and a batch renewal with
-one entry refused. Then groups, every group operation: members joined with JSON and with bytes
-capabilities, member_exists, members paged, a group's watch answered by a leave, a membership
-renewed and its capabilities changed, a batch renewal of memberships with one refused (and
-replayed), group_not_empty, a removal, the deletion, and groups listed a page at a time.
+made from a second thread, a listing with limit=1 followed to its end, a batch renewal with
+one entry refused, and shared locks (two shared holders and their modes, a writer refused, then
+in line and not passed by a later reader, mode_mismatch, and shared_with_limit three ways).
+Then groups, every group operation: members joined with JSON and with bytes capabilities,
+member_exists, members paged, a group's watch answered by a leave, a membership renewed and its
+capabilities changed, a batch renewal of memberships with one refused (and replayed),
+group_not_empty, a removal, the deletion, and groups listed a page at a time.
 scripts/interop.sh generates both clients, then runs this once per client.
 """
 
@@ -62,6 +64,7 @@ class LockClient(Protocol):
         limit: int | None = None,
         label: str | None = None,
         wait_seconds: float | None = None,
+        shared: bool | None = None,
     ) -> Answer:
         """POST /v1/locks/{key}/acquire."""
 
@@ -226,6 +229,12 @@ def run_later_operations(client: LockClient, key: str, step: Callable[[str], Non
     later.listing()
     step("renewing many leases at once: one refused, the others renewed; replayed by request id")
     later.renew_many()
+    step("shared: two shared holders, each holder's mode; a writer refused with lock_held")
+    later.shared()
+    step("mode_mismatch for the same owner in the other mode; shared_with_limit three ways")
+    later.shared_refusals()
+    step("a writer in line is not passed by a later reader; the last reader's release grants it")
+    later.writer_in_line()
     step("force release of a semaphore and the listed keys; nothing of this run is left listed")
     later.clean_up()
 
@@ -245,6 +254,8 @@ class _Later:
         self.w: dict[str, Any] = {}  # the waiter's lease
         self.pool = ThreadPoolExecutor(2)  # second requests: a watch, a waiting acquire
         self.waiting: Future[Answer] | None = None
+        self.shared_key = f"{key}-shared"
+        self.readers: list[dict[str, Any]] = []
 
     def take(self, key: str, limit: int, label: str | None = None) -> dict[str, Any]:
         answer = self.client.acquire(key, str(uuid.uuid4()), 30, limit=limit, label=label)
@@ -421,6 +432,71 @@ class _Later:
         _expect(replay.headers.get("idempotent-replayed") == "true", "batch replay", replay)
         seen = (replay.status, replay.body, replay.variants, replay.headers["x-request-id"])
         _expect(seen == (200, batch.body, batch.variants, request_id), "batch replay", replay)
+
+    def shared(self) -> None:
+        for _ in range(2):
+            answer = self.client.acquire(self.shared_key, str(uuid.uuid4()), 30, shared=True)
+            _expect(answer.status == 200 and answer.body is not None, "shared", answer)
+            self.readers.append(answer.body or {})
+        r1, r2 = self.readers
+        _expect(r2["fencing_token"] > r1["fencing_token"], "shared tokens", Answer(200, {}, r2))
+        state = self.state(self.shared_key)
+        modes = [(h["fencing_token"], h["mode"]) for h in state["holders"]]
+        expected = [(r1["fencing_token"], "shared"), (r2["fencing_token"], "shared")]
+        _expect(modes == expected, "shared holders", Answer(200, {}, state))
+        writer = self.client.acquire(self.shared_key, str(uuid.uuid4()), 30)
+        error = (writer.body or {}).get("error") or {}
+        _expect(writer.status == 409 and error.get("code") == "lock_held", "writer", writer)
+
+    def shared_refusals(self) -> None:
+        r1 = self.readers[0]
+        cases = [
+            (self.shared_key, r1["owner_token"], {"shared": False}, 409, "mode_mismatch"),
+            (self.shared_key, str(uuid.uuid4()), {"shared": True, "limit": 2}, 409, None),
+            (self.sem, str(uuid.uuid4()), {"shared": True, "limit": 2}, 409, None),
+            (self.sem, str(uuid.uuid4()), {"shared": True}, 409, None),
+        ]
+        for key, token, options, status, code in cases:
+            answer = self.client.acquire(key, token, 30, **options)
+            error = (answer.body or {}).get("error") or {}
+            seen = (answer.status, error.get("code"))
+            _expect(seen == (status, code or "shared_with_limit"), f"refused {options}", answer)
+
+    def writer_in_line(self) -> None:
+        token = str(uuid.uuid4())
+
+        def write() -> Answer:
+            for _ in range(60):  # each wait ends after a second (--max-wait 1): rejoin the line
+                answer = self.client.acquire(self.shared_key, token, 30, wait_seconds=10)
+                if answer.status == 200:
+                    return answer
+                error = (answer.body or {}).get("error") or {}
+                _expect(answer.status == 409 and error.get("code") == "lock_held", "wait", answer)
+            raise SystemExit(f"waiting to write {self.shared_key}: never granted")
+
+        writing = self.pool.submit(write)
+        for _ in range(200):
+            if self.state(self.shared_key)["waiters"] == 1:
+                break
+            time.sleep(0.05)
+        else:
+            raise SystemExit(f"{self.shared_key}: the writer never showed in waiters")
+        late = self.client.acquire(self.shared_key, str(uuid.uuid4()), 30, shared=True)
+        error = (late.body or {}).get("error") or {}
+        _expect(late.status == 409 and error.get("code") == "lock_held", "late reader", late)
+        for reader in self.readers:
+            token_pair = (reader["owner_token"], reader["fencing_token"])
+            done = self.client.release(self.shared_key, *token_pair)
+            _expect(done.status == 204, "reader release", done)
+        written = writing.result(timeout=60)
+        w = written.body or {}
+        state = self.state(self.shared_key)
+        modes = [(h["fencing_token"], h["mode"]) for h in state["holders"]]
+        expected = [(w["fencing_token"], "exclusive")]
+        _expect(modes == expected, "writer holds", Answer(200, {}, state))
+        forced = self.client.force_release(self.shared_key)
+        seen = _pick(forced, "released_count", "fencing_token")
+        _expect(seen == (1, w["fencing_token"]), "force release shared", forced)
 
     def clean_up(self) -> None:
         held = [(self.sem, 2, self.w["fencing_token"])]  # b and the waiter: the highest token
@@ -657,10 +733,12 @@ class DatamodelClient:
         limit: int | None = None,
         label: str | None = None,
         wait_seconds: float | None = None,
+        shared: bool | None = None,
     ) -> Answer:
-        # AcquireRequest types limit and wait_seconds `X | None` (they have defaults), but null
-        # is no value the spec allows (the server answers 422): pass them only when given.
-        given = {"limit": limit, "wait_seconds": wait_seconds}
+        # AcquireRequest types limit, wait_seconds and shared `X | None` (they have defaults),
+        # but null is no value the spec allows (the server answers 422): pass them only when
+        # given.
+        given = {"limit": limit, "wait_seconds": wait_seconds, "shared": shared}
         body = self.models.AcquireRequest(
             owner_token=token,
             ttl_seconds=ttl,
@@ -833,8 +911,9 @@ class OpenApiGeneratorClient:
         limit: int | None = None,
         label: str | None = None,
         wait_seconds: float | None = None,
+        shared: bool | None = None,
     ) -> Answer:
-        given = {"limit": limit, "wait_seconds": wait_seconds}
+        given = {"limit": limit, "wait_seconds": wait_seconds, "shared": shared}
         body = self.og.AcquireRequest(
             owner_token=token,
             ttl_seconds=ttl,

@@ -343,6 +343,85 @@ assert.equal(batchReplay.response.headers.get("Idempotent-Replayed"), "true");
 assert.equal(batchReplay.response.headers.get("X-Request-Id"), batchRequestId);
 assert.deepEqual(batchReplay.data, batch.data);
 
+// ---- Shared locks (CONTRACT.md "Shared locks and groups"; openapi.yaml) ----
+
+const shared = `${key}-shared`;
+const acquireShared = (owner: string, extra: { limit?: number } = {}) =>
+  client.POST("/v1/locks/{key}/acquire", {
+    params: { path: { key: shared } },
+    body: { owner_token: owner, ttl_seconds: 30, shared: true, ...extra },
+  });
+
+step("shared: two shared holders, each holder's mode in holders; a writer refused with lock_held");
+const r1 = (await acquireShared(randomUUID())).data!;
+const r2 = (await acquireShared(randomUUID())).data!;
+assert.ok(r1 && r2 && r2.fencing_token > r1.fencing_token);
+const readers = await getState(shared);
+assert.deepEqual(
+  readers.holders.map((h) => [h.fencing_token, h.mode]),
+  [[r1.fencing_token, "shared"], [r2.fencing_token, "shared"]],
+);
+const refusedWriter = await client.POST("/v1/locks/{key}/acquire", {
+  params: { path: { key: shared } },
+  body: { owner_token: randomUUID(), ttl_seconds: 30 },
+});
+assert.equal(refusedWriter.response.status, 409);
+assert.equal(refusedWriter.error?.error.code, "lock_held");
+
+step("mode_mismatch for the same owner in the other mode; shared_with_limit three ways");
+const modeChange = await client.POST("/v1/locks/{key}/acquire", {
+  params: { path: { key: shared } },
+  body: { owner_token: r1.owner_token, ttl_seconds: 30, shared: false },
+});
+assert.equal(modeChange.response.status, 409);
+assert.equal(modeChange.error?.error.code, "mode_mismatch");
+const both = await acquireShared(randomUUID(), { limit: 2 });
+assert.equal(both.response.status, 409);
+assert.equal(both.error?.error.code, "shared_with_limit");
+const onSemaphore = await client.POST("/v1/locks/{key}/acquire", {
+  params: { path: { key: sem } },
+  body: { owner_token: randomUUID(), ttl_seconds: 30, shared: true },
+});
+assert.equal(onSemaphore.response.status, 409);
+assert.equal(onSemaphore.error?.error.code, "shared_with_limit");
+
+step("a writer in line is not passed by a later reader; the last reader's release hands it the key");
+const writerToken = randomUUID();
+const waitToWrite = async (): Promise<Lease> => {
+  for (let tries = 0; tries < 60; tries++) {
+    const answer = await client.POST("/v1/locks/{key}/acquire", {
+      params: { path: { key: shared } },
+      body: { owner_token: writerToken, ttl_seconds: 30, wait_seconds: 10 },
+    });
+    if (answer.data) return answer.data;
+    assert.equal(answer.error?.error.code, "lock_held");
+  }
+  throw new Error(`waiting to write ${shared}: never granted`);
+};
+const writing = waitToWrite();
+for (let polls = 0; (await getState(shared)).waiters !== 1; polls++) {
+  assert.ok(polls < 200, `${shared}: the writer never showed in waiters`);
+  await sleep(50);
+}
+const lateReader = await acquireShared(randomUUID());
+assert.equal(lateReader.response.status, 409);
+assert.equal(lateReader.error?.error.code, "lock_held");
+for (const reader of [r1, r2]) {
+  const done = await client.POST("/v1/locks/{key}/release", {
+    params: { path: { key: shared } },
+    body: { owner_token: reader.owner_token, fencing_token: reader.fencing_token },
+  });
+  assert.equal(done.response.status, 204);
+}
+const written = await writing;
+assert.ok(written.fencing_token > r2.fencing_token);
+assert.deepEqual(
+  (await getState(shared)).holders.map((h) => [h.fencing_token, h.mode]),
+  [[written.fencing_token, "exclusive"]],
+);
+const endShared = await client.DELETE("/v1/locks/{key}", { params: { path: { key: shared } } });
+assert.deepEqual([endShared.data?.released_count, endShared.data?.fencing_token], [1, written.fencing_token]);
+
 step("force release of a semaphore and the listed keys; nothing of this run is left listed");
 // The semaphore has b and the waiter's lease: two removed, the highest token named.
 const held: [string, number, number][] = [[sem, 2, w.fencing_token]];

@@ -7,9 +7,11 @@
 #     upper-case caller-supplied owner token and request id; then a limit-2 key with labelled
 #     holders, lock_held and limit_mismatch with its limit, the fence check, a long-poll watch
 #     answered by a change from a second request, a waiter handed a released slot, a listing
-#     with limit=1 followed to its end, a batch renewal with one entry refused; then every
-#     group operation: members with JSON and bytes capabilities, a group's watch, a batch of
-#     memberships, group_not_empty, groups paged) through
+#     with limit=1 followed to its end, a batch renewal with one entry refused; shared locks:
+#     two shared holders and their modes, a writer refused, then in line and not passed by a
+#     later reader, mode_mismatch, shared_with_limit; then every group operation: members with
+#     JSON and bytes capabilities, a group's watch, a batch of memberships, group_not_empty,
+#     groups paged) through
 #     interop/validating_proxy.py, where openapi-core checks every request and response and
 #     each client must have called every `locks` and `groups` operation: TypeScript (openapi-typescript
 #     types, openapi-fetch, tsc --strict), Python (datamodel-code-generator models with httpx)

@@ -60,6 +60,7 @@ from ._exceptions import (
     MemberExistsError,
     MemberNotFoundError,
     MethodNotAllowedError,
+    ModeMismatchError,
     NotFoundError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -67,6 +68,7 @@ from ._exceptions import (
     RateLimitError,
     RequestIdReusedError,
     ServiceUnavailableError,
+    SharedWithLimitError,
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
@@ -75,7 +77,7 @@ from ._group_watch import AsyncGroupWatch, GroupWatch
 from ._groups import AsyncGroups, Groups
 from ._guard import AsyncLockGuard, LockGuard
 from ._membership import AsyncMembershipGuard, MembershipGuard
-from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
+from ._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
 from ._ownership import GuardState
 from ._version import __version__
 from ._watch import AsyncLockWatch, LockWatch
@@ -128,6 +130,7 @@ __all__ = [
     "LockHolder",
     "LockLease",
     "LockLostError",
+    "LockMode",
     "LockState",
     "LockWatch",
     "Locks",
@@ -137,6 +140,7 @@ __all__ = [
     "Membership",
     "MembershipGuard",
     "MethodNotAllowedError",
+    "ModeMismatchError",
     "NotFoundError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -144,6 +148,7 @@ __all__ = [
     "RateLimitError",
     "RequestIdReusedError",
     "ServiceUnavailableError",
+    "SharedWithLimitError",
     "UnexpectedResponseError",
     "UnprocessableEntityError",
     "__version__",

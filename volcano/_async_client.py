@@ -124,6 +124,7 @@ class AsyncLocks:
         *,
         ttl: float | timedelta,
         limit: int = 1,
+        shared: bool = False,
         wait: float | timedelta = 0,
         label: str | None = None,
         token: str | uuid.UUID | None = None,
@@ -136,7 +137,14 @@ class AsyncLocks:
         closes its connection, which takes it out of the key's queue.
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
+            key,
+            ttl=ttl,
+            limit=limit,
+            shared=shared,
+            wait=wait,
+            label=label,
+            token=token,
+            request_id=request_id,
         )
         return (await self._engine.acquire(acquisition)).value
 
@@ -224,6 +232,7 @@ class AsyncLocks:
         *,
         ttl: float | timedelta,
         limit: int = 1,
+        shared: bool = False,
         wait: float | timedelta = 0,
         label: str | None = None,
         token: str | uuid.UUID | None = None,
@@ -245,6 +254,7 @@ class AsyncLocks:
             key,
             ttl=ttl,
             limit=limit,
+            shared=shared,
             wait=wait,
             label=label,
             token=token,

@@ -124,6 +124,7 @@ class Locks:
         *,
         ttl: float | timedelta,
         limit: int = 1,
+        shared: bool = False,
         wait: float | timedelta = 0,
         label: str | None = None,
         token: str | uuid.UUID | None = None,
@@ -134,6 +135,20 @@ class Locks:
         With `limit` N above 1 the key is a semaphore: up to N callers hold a lease on it at
         once, each with its own owner token and its own fencing token (every grant takes the
         key's next token), and callers beyond N wait for a slot in order of arrival.
+
+        With `shared=True` the lease is shared (a reader's): any number of shared leases hold
+        the key at once, never beside an exclusive one (a writer's, the default). Every grant
+        takes the key's next fencing token, shared or not. Waiters keep arrival order, and a
+        shared acquire never passes an exclusive one waiting ahead of it: while one waits, a
+        shared acquire waits too (or, without `wait`, raises `LockHeldError`).
+
+        ```python
+        lease = client.locks.acquire("config-store", ttl=30, shared=True)
+        try:
+            print("reading under fencing token", lease.fencing_token)
+        finally:
+            client.locks.release("config-store", lease)
+        ```
 
         With `wait`, a key held by another owner puts this caller in the key's queue on the
         server: callers are served in order of arrival, and the lock is handed over the moment
@@ -154,6 +169,8 @@ class Locks:
             limit: How many leases the key may have at once: 1 (the default, a lock) to
                 1000. The limit belongs to the key while it has a live lease or a waiter;
                 every caller of one key must ask for the same.
+            shared: Take a shared lease (beside other shared holders) instead of an exclusive
+                one; False by default. Not with a `limit` above 1.
             wait: How long to wait for a held lock: seconds or a `timedelta`; 0 (the default)
                 answers at once.
             label: A public label for the lease (0 to 200 printable ASCII characters: a host
@@ -170,9 +187,20 @@ class Locks:
             LockHeldError: Other owners hold the lease (every slot, with a limit) and the wait
                 ran out (`retry_after` says how long the soonest lease has left).
             LimitMismatchError: The key is in use with another limit (`limit` says which).
+            ModeMismatchError: This `token` holds a live lease of the key in the other mode
+                (shared or exclusive): release it first.
+            SharedWithLimitError: `shared=True` on a key in use as a semaphore, or a `limit`
+                on a key held shared.
         """
         acquisition = _requests.acquire(
-            key, ttl=ttl, limit=limit, wait=wait, label=label, token=token, request_id=request_id
+            key,
+            ttl=ttl,
+            limit=limit,
+            shared=shared,
+            wait=wait,
+            label=label,
+            token=token,
+            request_id=request_id,
         )
         return self._engine.acquire(acquisition).value
 
@@ -373,6 +401,7 @@ class Locks:
         *,
         ttl: float | timedelta,
         limit: int = 1,
+        shared: bool = False,
         wait: float | timedelta = 0,
         label: str | None = None,
         token: str | uuid.UUID | None = None,
@@ -390,8 +419,9 @@ class Locks:
                 write(item, fence=guard.lease.fencing_token)
         ```
 
-        Entering acquires like `acquire` (same retry-once and waiting, with `limit`, `wait`,
-        `token` and `request_id`); renewals and the release use fresh request ids. With
+        Entering acquires like `acquire` (same retry-once and waiting, with `limit`,
+        `shared`, `wait`, `token` and `request_id`); renewals and the release use fresh
+        request ids. With
         `request_id`, a replayed answer may describe an earlier acquisition whose age this
         client cannot know; and after a wait the lease was granted at a moment this client
         cannot know either. So when the answer is a replay, or a wait outlasted a third of the
@@ -403,6 +433,7 @@ class Locks:
             key: The lock's name.
             ttl: Each lease's time to live: seconds (0.1 to 86400) or a `timedelta`.
             limit: How many leases the key may have at once (see `acquire`); default 1.
+            shared: Hold a shared lease instead of an exclusive one (see `acquire`).
             wait: How long entering may wait for a held lock (see `acquire`); default 0.
             label: The lease's public label (see `acquire`); renewals keep it.
             token: The owner token for the acquisition (a UUID); a fresh one by default.
@@ -421,6 +452,7 @@ class Locks:
             key,
             ttl=ttl,
             limit=limit,
+            shared=shared,
             wait=wait,
             label=label,
             token=token,

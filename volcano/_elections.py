@@ -40,6 +40,7 @@ import attrs
 from . import _requests, _validate, _watch
 from ._exceptions import Error, GuardStateError, InvalidArgumentError, LeaseNotHeldError
 from ._guard import AsyncLockGuard, LockGuard
+from ._models import LockMode
 from ._ownership import GuardState, Ownership, deliver, is_transient
 
 if TYPE_CHECKING:
@@ -84,12 +85,17 @@ def leader_of(name: str, state: LockState) -> Leader | None:
     """The leader a key's state names, or None when the office is vacant.
 
     Raises:
-        InvalidArgumentError: The key is not an election: it is in use with a limit above 1.
+        InvalidArgumentError: The key is not an election: it is in use with a limit above 1,
+            or held shared.
     """
     if state.limit != 1 or len(state.holders) > 1:
         raise InvalidArgumentError(
             f"{name!r} is not an election: its key is in use with limit {state.limit}"
             f" ({len(state.holders)} holders); campaign on a name of its own"
+        )
+    if any(holder.mode is LockMode.SHARED for holder in state.holders):
+        raise InvalidArgumentError(
+            f"{name!r} is not an election: its key is held shared; campaign on a name of its own"
         )
     if not state.holders:
         return None

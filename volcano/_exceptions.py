@@ -20,7 +20,9 @@ Error
     │   ├── LockHeldError               409 lock_held
     │   ├── LeaseNotHeldError           409 lease_not_held
     │   ├── LimitMismatchError          409 limit_mismatch
+    │   ├── ModeMismatchError           409 mode_mismatch
     │   ├── QuotaExceededError          409 quota_exceeded
+    │   ├── SharedWithLimitError        409 shared_with_limit
     │   ├── RequestIdReusedError        409 request_id_reused
     │   ├── GroupExistsError            409 group_exists
     │   ├── GroupNotEmptyError          409 group_not_empty
@@ -241,6 +243,24 @@ class QuotaExceededError(ConflictError):
     """
 
 
+class ModeMismatchError(ConflictError):
+    """409 mode_mismatch: this owner token holds the key in the other mode.
+
+    A lease keeps its mode (shared or exclusive) for life: the owner of a shared lease cannot
+    take the key exclusive with the same token, nor the other way round. Release the lease,
+    then acquire in the mode wanted (others waiting in line may come first).
+    """
+
+
+class SharedWithLimitError(ConflictError):
+    """409 shared_with_limit: shared leases and a semaphore's limit do not mix on one key.
+
+    A shared acquire of a key in use as a semaphore, or an acquire with a limit above 1 of a
+    key held shared. (One acquire asking for both is refused before it is sent, with
+    `InvalidArgumentError`; a server answers it with this error too.)
+    """
+
+
 class RequestIdReusedError(ConflictError):
     """409 request_id_reused: this request id was already used for a different request."""
 
@@ -302,7 +322,9 @@ _CONFLICT_BY_CODE: dict[str, type[ConflictError]] = {
     "lock_held": LockHeldError,
     "lease_not_held": LeaseNotHeldError,
     "limit_mismatch": LimitMismatchError,
+    "mode_mismatch": ModeMismatchError,
     "quota_exceeded": QuotaExceededError,
+    "shared_with_limit": SharedWithLimitError,
     "request_id_reused": RequestIdReusedError,
     "group_exists": GroupExistsError,
     "group_not_empty": GroupNotEmptyError,

@@ -7,6 +7,7 @@ token is its proof of ownership, so `repr()` shows `owner_token=<redacted>`.
 
 from __future__ import annotations
 
+import enum
 from datetime import UTC, datetime
 
 import attrs
@@ -49,6 +50,19 @@ class LockLease:
     ttl_seconds: float
 
 
+class LockMode(enum.Enum):
+    """How a lease holds its key (`LockHolder.mode`).
+
+    Attributes:
+        EXCLUSIVE: Alone on the key (or one slot of a semaphore): `acquire` without `shared`.
+        SHARED: Beside other shared holders, never beside an exclusive one: `acquire(...,
+            shared=True)`.
+    """
+
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+
+
 @attrs.frozen
 class LockHolder:
     """One live lease of a key, as anyone may see it: never its owner token.
@@ -57,11 +71,13 @@ class LockHolder:
         fencing_token: The lease's fencing token.
         expires_at: When it ends by the server's clock (timezone-aware, UTC).
         label: The holder's public label, or None.
+        mode: Whether it holds the key shared or exclusive (`LockMode`).
     """
 
     fencing_token: int
     expires_at: datetime = attrs.field(converter=_utc)
     label: str | None = None
+    mode: LockMode = LockMode.EXCLUSIVE
 
 
 @attrs.frozen
@@ -77,8 +93,9 @@ class LockState:
             else the last one issued for the key, else None.
         limit: The key's limit (1 for a lock, N for a semaphore) while it is in use; 1 when
             it is free.
-        holders: The live leases, soonest expiry first: all of them, or the 20 that end
-            soonest when there are more (`client.locks.holders(key)` lists them all).
+        holders: The live leases, soonest expiry first: one exclusive, any number shared, or
+            (a semaphore) up to `limit` exclusive ones; the 20 that end soonest when there are
+            more (`client.locks.holders(key)` lists them all).
         waiters: How many callers wait in the key's line.
         version: The key's version: 0 for a key never acquired, then greater after each
             change of its holders (a grant, a release, an expiry, a force release, a label

@@ -40,6 +40,7 @@ class Acquisition:
     request_id: str
     limit: int = 1
     label: str | None = None
+    shared: bool = False
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
@@ -51,6 +52,7 @@ class Acquisition:
             wait=wait,
             limit=self.limit,
             label=self.label,
+            shared=self.shared,
         )
 
 
@@ -75,16 +77,19 @@ def acquire(
     token: str | uuid.UUID | None,
     request_id: str | uuid.UUID | None,
     label: object = None,
+    shared: object = False,
 ) -> Acquisition:
     """The acquisition for these arguments; `wait` FOREVER waits as long as it takes."""
+    checked_limit = _validate.limit(limit)
     return Acquisition(
         key=_validate.key(key),
         owner_token=_validate.new_uuid() if token is None else _validate.owner_token(token),
         ttl=_validate.ttl(ttl),
         wait=FOREVER if wait is FOREVER else _validate.wait(wait),
         request_id=_request_id(request_id),
-        limit=_validate.limit(limit),
+        limit=checked_limit,
         label=_validate.label(label),
+        shared=_validate.shared(shared, checked_limit),
     )
 
 
@@ -100,10 +105,18 @@ def with_lock(
     on_lost: object,
     on_at_risk: object,
     label: object = None,
+    shared: object = False,
 ) -> GuardPlan:
     """The plan of a with_lock guard for these arguments."""
     acquisition = acquire(
-        key, ttl=ttl, limit=limit, wait=wait, token=token, request_id=request_id, label=label
+        key,
+        ttl=ttl,
+        limit=limit,
+        wait=wait,
+        token=token,
+        request_id=request_id,
+        label=label,
+        shared=shared,
     )
     return GuardPlan(
         acquisition,

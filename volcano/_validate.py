@@ -128,6 +128,18 @@ def limit(value: object) -> int:
     return int(value)
 
 
+def shared(value: object, checked_limit: int) -> bool:
+    """Return whether a lease is to be shared: a bool, and never with a limit above 1."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"shared must be True or False, got {type(value).__name__}")
+    if value and checked_limit != 1:
+        raise InvalidArgumentError(
+            f"shared=True and limit={checked_limit} do not mix: a shared lock has any number of"
+            " shared holders or one exclusive holder, a semaphore N exclusive holders"
+        )
+    return value
+
+
 def fencing_token(value: object) -> int:
     """Return a fencing token to check: a whole number from 1 to 2^53-1."""
     if not isinstance(value, int) or isinstance(value, bool):

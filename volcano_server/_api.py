@@ -77,6 +77,7 @@ _OPERATIONS: dict[str, _Run] = {
         b["ttl_seconds"],
         limit=b.get("limit", 1),
         label=b.get("label") or None,
+        shared=b.get("shared", False),
         wait_seconds=b.get("wait_seconds", 0.0),
         gone=gone,
     ),

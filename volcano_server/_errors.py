@@ -98,6 +98,16 @@ class ApiError(Exception):
         return cls(409, "quota_exceeded", message)
 
     @classmethod
+    def shared_with_limit(cls, message: str) -> ApiError:
+        """409: shared and a limit asked for at once, or a key in use the other way round."""
+        return cls(409, "shared_with_limit", message)
+
+    @classmethod
+    def mode_mismatch(cls, message: str) -> ApiError:
+        """409: the owner token holds the key in the other mode (shared or exclusive)."""
+        return cls(409, "mode_mismatch", message)
+
+    @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:
         """409: the request id was used before for a different request."""
         return cls(

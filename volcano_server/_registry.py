@@ -87,6 +87,7 @@ class Entry:
         fingerprint: bytes | None,
         credential: bytes = b"",
         label: str | None = None,
+        shared: bool = False,
     ) -> None:
         self.project_id = project_id
         self.credential = credential  # the hash of the service key it came with
@@ -94,6 +95,7 @@ class Entry:
         self.owner_token = owner_token
         self.ttl_seconds = ttl_seconds
         self.label = label  # the public label of the lease it is to be granted
+        self.shared = shared  # the lease's mode: shared, else exclusive
         self.request_id = request_id
         self.fingerprint = fingerprint  # the acquire's (None: not replayable)
         self.seq: int | None = None

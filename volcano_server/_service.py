@@ -51,13 +51,15 @@ class LockService:
         *,
         limit: int,
         label: str | None = None,
+        shared: bool = False,
         wait_seconds: float,
         gone: Callable[[], asyncio.Future[None]],
     ) -> Answer | None:
         """Take a free slot of the key, extend the caller's own lease, or wait in line for one.
 
-        The lease carries `label`. `gone()` gives a future done when the client disconnects
-        (asked for only when the request waits). None: the client left before its answer.
+        The lease carries `label`, and is `shared` or exclusive. `gone()` gives a future done
+        when the client disconnects (asked for only when the request waits). None: the client
+        left before its answer.
         """
         if wait_seconds:
             disconnected = gone()
@@ -69,6 +71,7 @@ class LockService:
                     ttl_seconds,
                     limit=limit,
                     label=label,
+                    shared=shared,
                     wait_seconds=wait_seconds,
                     gone=disconnected,
                 )
@@ -83,6 +86,7 @@ class LockService:
                 ttl_seconds,
                 limit=limit,
                 label=label,
+                shared=shared,
                 may_block=may_block,
             ),
             job=Job(caller.project_id),

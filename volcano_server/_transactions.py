@@ -48,6 +48,7 @@ from ._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    has_room,
     holder_payload,
     lease_check,
     lease_payload,
@@ -66,6 +67,10 @@ T = TypeVar("T")
 
 LIST_PAGE_BYTES = 65_536
 """The most bytes of key states a page of `list_locks` holds past its first (openapi.yaml)."""
+
+# How many waiters beyond the key's live leases a hand-off reads of its line at a time (those
+# in line with a slot already, reserved ones, are never more than the live leases).
+_LINE_PAGE = 16
 
 
 @attrs.frozen
@@ -191,20 +196,21 @@ class Transactions:
         *,
         limit: int = 1,
         label: str | None = None,
+        shared: bool = False,
         entry: Entry | None = None,
         may_block: bool = True,
     ) -> Answer | Queued:
-        """Take a free slot of the key, or extend the caller's own live lease.
+        """Take a free slot of the key (`shared`: a shared lease), or extend the caller's own.
 
-        With `entry` (a waiting acquire), a key whose slots are all held by others puts the
-        caller in line (or back at its old place) and returns `Queued`. The lease carries
-        `label` (none: None).
+        With `entry` (a waiting acquire), a key whose slots are all held by others, or that
+        others wait for, puts the caller in line (or back at its old place) and returns
+        `Queued`. The lease carries `label` (none: None).
         """
         project_id = caller.project_id
         registry = self._registry
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
-            row = self._hand_off(tx, row, now, effects)
+            row, line_waits = self._serve_line(tx, row, now, effects)
             decision = decide_acquire(
                 row,
                 now,
@@ -214,6 +220,8 @@ class Transactions:
                 ttl=ttl_seconds,
                 limit=limit,
                 label=label,
+                shared=shared,
+                line_waits=line_waits,
             )
             if decision.status == 200 and self._over_key_quota(tx, project_id, row):
                 return row, _quota_exceeded(self._max_keys)
@@ -225,6 +233,10 @@ class Transactions:
                 if registry.closing:
                     return row, shutting_down(caller.request_id)
                 self._join(tx, effects, entry, row, now)
+                if line_waits and has_room(row, now, shared=shared, limit=limit):
+                    # Only the line kept it out: a place it kept from an earlier request may
+                    # be ahead of those who wait, and then it is served now.
+                    row = self._hand_off(tx, row, now, effects)
                 return row, Queued()
             return decision.row or row, decision
 
@@ -510,25 +522,38 @@ class Transactions:
     def _hand_off(
         self, tx: WriteTx, row: LockRow | None, now: int, effects: _Effects
     ) -> LockRow | None:
-        """Give each free slot of the key to the first waiter in line that can take it."""
+        """Serve the key's line as far as the key has room (`_serve_line`)."""
+        return self._serve_line(tx, row, now, effects)[0]
+
+    def _serve_line(
+        self, tx: WriteTx, row: LockRow | None, now: int, effects: _Effects
+    ) -> tuple[LockRow | None, bool]:
+        """Give the key to the waiters at the head of its line, in order, while they fit.
+
+        Each waiter in turn gets a lease of the mode it asked for if one fits beside the live
+        ones (`has_room`): an exclusive waiter alone, or the run of shared waiters at the head
+        together, one slot each of a semaphore. The first that does not fit stops the hand-off,
+        so nobody behind it passes it. Returns the row after, and whether someone still waits
+        in line for room (then a newcomer must not take the key either).
+        """
         if row is None:
-            return row  # never acquired, so nobody can be waiting
-        while len(row.live_leases(now)) < row.limit:
-            line = tx.queued(row.project_id, row.key, row.limit + 16)
-            waiting = [waiter for waiter in line if waiter.state == "waiting"]
-            if not waiting:
-                return row
-            stepped_out = False
-            for waiter in waiting:
-                if row.lease_of(waiter.owner_token, now) is not None:
+            return row, False  # never acquired, so nobody can be waiting
+        while True:
+            size = len(row.live_leases(now)) + _LINE_PAGE
+            line = tx.queued(row.project_id, row.key, size)
+            moved = False
+            for waiter in line:
+                if waiter.state != "waiting" or row.lease_of(waiter.owner_token, now) is not None:
                     continue  # it holds a slot already (a reservation, or a lease it took)
+                if not has_room(row, now, shared=waiter.shared):
+                    return row, True
                 reach, entry = self._reach(waiter, now)
                 handoff = decide_handoff(
                     row, now, waiter, reach, reserve_us=self._reserve_us, rejoin_us=self._rejoin_us
                 )
+                moved = True
                 if handoff.waiter_state == "away":
                     self._update(tx, waiter, "away", handoff.until_us)
-                    stepped_out = True
                     continue
                 assert handoff.row is not None  # noqa: S101 - granted or reserved
                 assert handoff.lease is not None  # noqa: S101 - granted or reserved
@@ -539,11 +564,8 @@ class Transactions:
                 else:
                     self._update(tx, waiter, "reserved", handoff.until_us)
                     tx.announce(waiter.server_id, waiter.seq)
-                break  # the line changed: look at it again for the next free slot
-            else:
-                if not stepped_out:
-                    return row  # everyone in line holds a slot already
-        return row
+            if not moved or len(line) < size:
+                return row, False  # the whole line is served (or holds its slots already)
 
     def _reach(self, waiter: Waiter, now: int) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
@@ -558,7 +580,7 @@ class Transactions:
     ) -> LockRow | None:
         """Each live slot reserved for a waiter of ours becomes its full lease (ttl from now)."""
         registry = self._registry
-        line = tx.queued(row.project_id, row.key, row.limit + 16)
+        line = tx.queued(row.project_id, row.key, len(row.live_leases(now)) + _LINE_PAGE)
         for waiter in line:
             if waiter.state != "reserved" or waiter.server_id != registry.server_id:
                 continue
@@ -619,6 +641,7 @@ class Transactions:
                 entry.ttl_seconds,
                 registry.server_id,
                 label=entry.label,
+                shared=entry.shared,
             )
         else:
             seq = mine.seq
@@ -629,6 +652,7 @@ class Transactions:
                 server_id=registry.server_id,
                 ttl_seconds=entry.ttl_seconds,
                 label=entry.label,
+                shared=entry.shared,
             )
         tx.touch_server(registry.server_id, now + self._lifetime_us)
         registry.join(entry, seq)
@@ -655,6 +679,7 @@ class Transactions:
             server_id=waiter.server_id,
             ttl_seconds=waiter.ttl_seconds,
             label=waiter.label,
+            shared=waiter.shared,
         )
 
     def _over_key_quota(self, tx: WriteTx, project_id: int, row: LockRow | None) -> bool:
@@ -924,7 +949,7 @@ def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
     message = f"the wait for {entry.key} ran out"
     retry_after = 1
     if row is not None and row.held(now):
-        held = lock_held(row, now, entry.key).refusal
+        held = lock_held(row, now, entry.key, shared=entry.shared).refusal
         assert held is not None  # noqa: S101 - lock_held is a refusal
         message += f"; {held.message}"
         retry_after = held.retry_after or 1

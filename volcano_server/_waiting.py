@@ -174,6 +174,7 @@ class Waits:
         *,
         limit: int,
         label: str | None,
+        shared: bool = False,
         wait_seconds: float,
         gone: asyncio.Future[None],
     ) -> Answer | None:
@@ -187,6 +188,7 @@ class Waits:
             fingerprint=caller.fingerprint,
             credential=caller.credential,
             label=label,
+            shared=shared,
         )
         tx = self.transactions
         result = await self._run(
@@ -197,6 +199,7 @@ class Waits:
                 ttl_seconds,
                 limit=limit,
                 label=label,
+                shared=shared,
                 entry=entry,
                 may_block=may_block,
             ),

@@ -5,7 +5,10 @@ database holds.
   holds one of it by its own reckoning (until `first send + ttl` of the latest request that gave
   or renewed it, as the SDK reckons; a client has one request out at a time), unless that one
   sent a release first or a force release ran meanwhile (an administrator's act, which the
-  protected resource's fencing covers).
+  protected resource's fencing covers). At most `limit` exclusive holders, that is, and any
+  number of shared ones:
+- **Never an exclusive holder beside a shared one**, by the clients' reckoning when one is told
+  of a lease, and in the database after every step; and no shared lease on a semaphore.
 - **Every 200 is true when heard**: a lease in an answer, fresh or replayed, is the key's live
   lease (same owner and fencing token) by the server's clock at the moment the client hears it.
 - **No lease is dated early**: `first send + ttl <= expires_at` for every lease in an answer.
@@ -15,7 +18,9 @@ database holds.
   same owner has since been granted is refused (409); so is such an entry of a batch renewal.
 - **Waiters in arrival order**: when a transaction gives a key to a new holder, no waiter still
   waiting in line ahead of it (or, for a newcomer, in line at all) was passed over while its
-  request was open and its server alive.
+  request was open and its server alive: an exclusive waiter is never overtaken by a shared
+  request that came after it, and a shared one never by the run it belongs to (those are
+  granted together, by one transaction).
 - **Nobody holds what nobody heard of** (at the end, once all work is done): every live lease
   belongs to an owner that was told of it, or that still has a request open for the key.
 - **A key's version never goes back**, and no watch is told of a version the key has not
@@ -54,6 +59,10 @@ class UntrueAnswer(Violation):
 
 class DatedEarly(Violation):
     """A lease whose expiry is before its request's first send + ttl."""
+
+
+class ExclusiveNotAlone(Violation):
+    """An exclusive holder beside a shared one, or a shared lease on a semaphore."""
 
 
 class TokenReissued(Violation):
@@ -119,6 +128,10 @@ class Reader:
         """The label of each stored lease of the key, by fencing token."""
         raise NotImplementedError
 
+    def modes(self, key: str) -> dict[int, bool]:
+        """Whether each stored lease of the key is shared, by fencing token."""
+        raise NotImplementedError
+
     def version(self, key: str, now_us: int) -> int:
         """The key's version at `now_us`: as saved, plus each stored lease expired by then."""
         expired = sum(until <= now_us for _token, _owner, until in self.leases(key))
@@ -132,6 +145,7 @@ class _Belief:
     key: str
     token: int
     until_us: int
+    shared: bool = False
     ended_us: int | None = None  # a release sent, a renewal refused
     deposed_us: int | None = None  # force-released: the holder is to be fenced off
 
@@ -269,8 +283,19 @@ class Checks:
         others = [b for b in self._beliefs if b.key == key and b.token != token and b.holds_at(now)]
         stored = self.reader.key(key)
         limit = stored[1] if stored is not None else 1
-        if len(others) + 1 > limit:
-            holding = ", ".join(f"{b.client} token {b.token} until {b.until_us}" for b in others)
+        shared = self.reader.modes(key).get(token, bool((request.body or {}).get("shared")))
+        holding = ", ".join(
+            f"{b.client} token {b.token} ({'shared' if b.shared else 'exclusive'}) until"
+            f" {b.until_us}"
+            for b in others
+        )
+        if any(b.shared != shared for b in others):  # exclusive beside shared, either way
+            mode = "shared" if shared else "exclusive"
+            self.problem(
+                ExclusiveNotAlone,
+                f"{told} ({mode}) while {holding} still hold it by their own reckoning",
+            )
+        elif not shared and len(others) + 1 > limit:
             self.problem(
                 TwoHolders,
                 f"{told} while {holding} still hold it by their own reckoning (limit {limit})",
@@ -282,7 +307,7 @@ class Checks:
         if mine and mine[-1].ended_us is None and mine[-1].deposed_us is None:
             mine[-1].until_us = deadline
         else:
-            self._beliefs.append(_Belief(owner, request.client, key, token, deadline))
+            self._beliefs.append(_Belief(owner, request.client, key, token, deadline, shared))
 
     def _watch_heard(self, request: Request, state: dict[str, Any]) -> None:
         now = request.answered_us
@@ -373,7 +398,15 @@ class Checks:
                     )
                 self._highest[key] = max(stored[0], self._highest.get(key, 0))
                 live = self._live(key, now)
-                if len(live) > stored[1]:
+                modes = self.reader.modes(key)
+                shared = [token for token, _o, _u in live if modes.get(token)]
+                if shared and (len(shared) < len(live) or stored[1] != 1):
+                    self.problem(
+                        ExclusiveNotAlone,
+                        f"{key} has live leases {[t for t, _o, _u in live]}, shared {shared},"
+                        f" limit {stored[1]}",
+                    )
+                elif not shared and len(live) > stored[1]:
                     self.problem(
                         TwoHolders, f"{key} has {len(live)} live leases, limit {stored[1]}"
                     )

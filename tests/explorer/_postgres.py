@@ -202,10 +202,12 @@ class ClockGates:
         raise AssertionError(f"NOTIFY never brought back {sentinel!r}")
 
     def deliver(self, index: int) -> None:
-        """One announcement reaches every server (each takes only what concerns it)."""
+        """One announcement reaches every server (each takes only what concerns it), on the
+        servers' loop, as a real listener hears it (`PostgresStorage.listen`): the watches
+        start their reads there."""
         channel, payload = self.announcements.pop(index)
         for listener in list(self.listeners.values()):
-            heard(listener, channel, payload)
+            self._loop.call_soon(heard, listener, channel, payload)
 
     def kill(self, server: str, running: list[Pending]) -> None:
         """A server died: its transactions' connections go with it."""
@@ -271,6 +273,12 @@ class PostgresReader(Reader):
             "SELECT fencing_token, label FROM leases WHERE key = %s", (key,)
         ).fetchall()
         return {row[0]: row[1] for row in rows}
+
+    def modes(self, key: str) -> dict[int, bool]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, shared FROM leases WHERE key = %s", (key,)
+        ).fetchall()
+        return {row[0]: bool(row[1]) for row in rows}
 
     def close(self) -> None:
         self._conn.close()

@@ -54,5 +54,11 @@ class SQLiteReader(Reader):
         ).fetchall()
         return {row[0]: row[1] for row in rows}
 
+    def modes(self, key: str) -> dict[int, bool]:
+        rows = self._conn.execute(
+            "SELECT fencing_token, shared FROM leases WHERE key = ?", (key,)
+        ).fetchall()
+        return {row[0]: bool(row[1]) for row in rows}
+
     def close(self) -> None:
         self._conn.close()

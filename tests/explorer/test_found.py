@@ -15,7 +15,7 @@ from tests.conftest import BACKENDS
 from tests.explorer._checks import Checks
 from tests.explorer._world import Request, World
 from tests.explorer.test_schedules import KEY, open_world
-from volcano_server import _transactions
+from volcano_server import _rules, _transactions
 
 
 @pytest.fixture(params=BACKENDS)
@@ -212,4 +212,62 @@ class TestTheJudge:
             assert request.status == 200
         run_through(world, third := acquire(world, 3, limit=2))
         assert third.status == 409
+        assert verdict(world) == []
+
+    def test_an_exclusive_grant_beside_shared_holders_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Rules blind to modes (any lease fits beside shared ones) break 'never an exclusive
+        holder beside a shared one': ExclusiveNotAlone, from the answers and the database."""
+        honest = _rules.has_room
+
+        def blind(row: Any, now: int, *, shared: bool, limit: int | None = None) -> bool:
+            return honest(row, now, shared=True, limit=limit)
+
+        monkeypatch.setattr(_rules, "has_room", blind)
+        run_through(world, reader := acquire(world, 1, shared=True))
+        run_through(world, writer := acquire(world, 2))
+        assert (reader.status, writer.status) == (200, 200)
+        found = verdict(world)
+        kinds = [line for line in found if line.startswith("ExclusiveNotAlone: ")]
+        assert any("still hold it" in line for line in kinds), found
+        assert any("live leases" in line for line in kinds), found
+
+    def test_a_shared_newcomer_passing_a_waiting_writer_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Rules that let a shared acquire past the line (as if nobody waited) break 'waiters
+        in arrival order': PassedOver, a newcomer barging past the exclusive waiter."""
+        honest = _transactions.decide_acquire
+
+        def barging(row: Any, now: int, **kwargs: Any) -> Any:
+            return honest(row, now, **{**kwargs, "line_waits": False})
+
+        monkeypatch.setattr(_transactions, "decide_acquire", barging)
+        run_through(world, acquire(world, 1, shared=True))
+        run_through(world, writer := acquire(world, 2, wait_seconds=4.0))
+        assert writer.in_flight
+        run_through(world, late := acquire(world, 3, shared=True))
+        assert late.status == 200
+        found = verdict(world)
+        assert any(line.startswith("PassedOver: ") and "barging" in line for line in found), found
+
+    def test_readers_at_the_head_served_together_are_not_a_violation(self, world: World) -> None:
+        """The honest rules: behind an exclusive holder, two shared waiters, an exclusive one
+        and a shared one; the release grants the two shared ones together, the others wait
+        (the shared one refused at once while the writer waits), and nothing is violated."""
+        run_through(world, holder := acquire(world, 1))
+        waiting = [
+            acquire(world, 2, shared=True, wait_seconds=4.0),
+            acquire(world, 3, shared=True, wait_seconds=4.0),
+            acquire(world, 4, wait_seconds=4.0),
+        ]
+        for request in waiting:
+            run_through(world, request)
+        run_through(world, barging := acquire(world, 5, shared=True))
+        assert barging.status == 409
+        body = {name: holder.payload[name] for name in ("owner_token", "fencing_token")}
+        run_through(world, world.send(holder.client, "s1", "release", KEY, body))
+        world.drain()
+        assert [request.status for request in waiting] == [200, 200, None]
         assert verdict(world) == []

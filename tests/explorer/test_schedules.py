@@ -2,7 +2,8 @@
 every step, and a failure shrinks to a short schedule.
 
 Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
-acquire (waiting or not, with or without a request id, with or without a label), renew (one
+acquire (waiting or not, with or without a request id, with or without a label; as a lock, a
+semaphore of 2 slots, or shared, so that shared and exclusive requests mix), renew (one
 lease, some with a new label, or in a batch with an older token beside it), release (with their
 latest or an older fencing token), force-release and read one key, retry requests with the same
 request id, and close connections at any point of a request's life; a fourth client watches the
@@ -63,6 +64,7 @@ SWARM = (
     "long waits",
     "limits",  # leave `limit` out of the body when it is 1 (the default)
     "semaphores",  # locks only: every acquire has limit 1
+    "shared",  # no shared acquires: every lease is exclusive
     "watches",  # nobody watches the key
     "labels",  # no lease has a label
     "batches",  # no batch renewals
@@ -70,6 +72,8 @@ SWARM = (
 # How long the schedule lets time run at its end, at most, for everything to come to rest.
 SETTLING_ROUNDS = 40
 SETTLING_STEP = 0.5
+# And how long once at rest: a step, and two heartbeats (1 s each: `_watcher_comes_to_rest`).
+AFTER_REST_STEPS = 5
 
 
 class Schedules(RuleBasedStateMachine):
@@ -122,7 +126,7 @@ class Schedules(RuleBasedStateMachine):
         ttl=st.sampled_from([1.0, 2.5]),
         wait=st.sampled_from([0, 0, 1.5, 4.0]),
         with_id=st.booleans(),
-        limit=st.sampled_from([1, 1, 2]),
+        mode=st.sampled_from(["lock", "lock", "semaphore", "shared", "shared"]),
         label=st.sampled_from(LABELS),
     )
     def acquire(
@@ -132,10 +136,11 @@ class Schedules(RuleBasedStateMachine):
         ttl: float,
         wait: float,
         with_id: bool,
-        limit: int,
+        mode: str,
         label: str | None,
     ) -> None:
-        """Acquire (or wait in line for) the key, as a lock or a semaphore of 2 slots."""
+        """Acquire (or wait in line for) the key, as a lock, a semaphore of 2 slots, or shared
+        (a lock's shared lease: limit 1)."""
         if not self._idle(client):
             return
         body: dict[str, object] = {"owner_token": self.tokens[client], "ttl_seconds": ttl}
@@ -143,10 +148,15 @@ class Schedules(RuleBasedStateMachine):
             body["wait_seconds"] = wait
         if label is not None and "labels" not in self.off:
             body["label"] = label
-        if "semaphores" in self.off:
-            limit = 1
+        if mode == "semaphore" and "semaphores" in self.off:
+            mode = "lock"
+        if mode == "shared" and "shared" in self.off:
+            mode = "lock"
+        limit, shared = (2 if mode == "semaphore" else 1), mode == "shared"
         if limit != 1 or "limits" not in self.off:
             body["limit"] = limit
+        if shared or "limits" not in self.off:  # an exclusive acquire sends false, or nothing
+            body["shared"] = shared
         rid = self._new_id() if with_id else None
         self.world.send(client, server, "acquire", KEY, body, request_id=rid)
 
@@ -342,8 +352,11 @@ class Schedules(RuleBasedStateMachine):
         """Let time run until nothing changes, the watcher polling all along; then it must
         hold the key's state (the last promise of `_checks`).
 
-        Once at rest, time runs one step more: a server's timer fires a moment after the
-        expiry it waits for, so that its database agrees the lease has ended.
+        Once at rest, time runs a few steps more: a server's timer fires a moment after the
+        expiry it waits for, so that its database agrees the lease has ended; and on SQLite a
+        server polls the keys it watches only while it sees another server's heartbeat, which
+        a schedule that ran every beat late may have let lapse: two heartbeats later each
+        server has beaten, and then seen the others' beats and polled.
         """
         for _ in range(SETTLING_ROUNDS):
             self._rewatch()
@@ -353,9 +366,10 @@ class Schedules(RuleBasedStateMachine):
             if self._at_rest():
                 break
             self.world.advance(SETTLING_STEP)
-        self.world.advance(SETTLING_STEP)
-        self._rewatch()
-        self.world.drain()
+        for _ in range(AFTER_REST_STEPS):
+            self.world.advance(SETTLING_STEP)
+            self._rewatch()
+            self.world.drain()
         self.checks.watcher_agrees(WATCHER, KEY)
         self._verdict()
 

@@ -55,12 +55,15 @@ class Locks:
         request_id: str | None = None,
         wait: float | None = None,
         limit: int | None = None,
+        shared: bool | None = None,
     ) -> httpx.Response:
         body: dict[str, Any] = {"owner_token": owner, "ttl_seconds": ttl}
         if wait is not None:
             body["wait_seconds"] = wait
         if limit is not None:
             body["limit"] = limit
+        if shared is not None:
+            body["shared"] = shared
         return self._post(key, "acquire", body, request_id)
 
     def check(self, key: str, fence: int | str) -> httpx.Response:
@@ -125,6 +128,7 @@ class Waiter:
         owner: str | None = None,
         request_id: str | None = None,
         limit: int | None = None,
+        shared: bool | None = None,
     ) -> None:
         self.owner = owner or new_id()
         self.request_id = request_id or new_id()
@@ -133,6 +137,7 @@ class Waiter:
         self.answered_at: float | None = None
         self._http = http
         self._limit = limit
+        self._shared = shared
         self._thread = threading.Thread(
             target=self._run, args=(key, wait, ttl), name=f"waiter-{key}", daemon=True
         )
@@ -141,7 +146,13 @@ class Waiter:
     def _run(self, key: str, wait: float, ttl: float) -> None:
         try:
             self.response = Locks(self._http).acquire(
-                key, self.owner, ttl, wait=wait, request_id=self.request_id, limit=self._limit
+                key,
+                self.owner,
+                ttl,
+                wait=wait,
+                request_id=self.request_id,
+                limit=self._limit,
+                shared=self._shared,
             )
             self.answered_at = time.monotonic()
         except httpx.HTTPError as exc:

@@ -1,13 +1,14 @@
 """`volcano`, the command-line tool: Volcano locks from the shell.
 
     volcano locks get KEY [--json]
-    volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--label L] [--token T]
-                          [--request-id R] [--json]
+    volcano locks acquire KEY --ttl S [--limit N | --shared] [--wait S] [--label L]
+                          [--token T] [--request-id R] [--json]
     volcano locks renew KEY [--token-file PATH | --token T] --fencing-token N --ttl S [--json]
     volcano locks release KEY [--token-file PATH | --token T] --fencing-token N [--json]
     volcano locks force-release KEY [--json]
     volcano locks check KEY TOKEN [--json]          (exit 0: live, 1: not live)
-    volcano locks run KEY [--ttl 30] [--limit 1] [--wait 0] [--label L] [--grace 10] -- COMMAND
+    volcano locks run KEY [--ttl 30] [--limit 1 | --shared] [--wait 0] [--label L] [--grace 10]
+                      -- COMMAND
     volcano locks watch KEY [--after-version V]     (one JSON line per change, until Ctrl-C)
     volcano locks list [PREFIX] [--json]
 
@@ -69,8 +70,10 @@ def _dispatch(args: argparse.Namespace, held: HeldWarnings) -> int:
                 return STREAMS[args.handler](client, args)
             fields = COMMANDS[args.handler](client, args)
         except volcano.Error as error:
-            limit = getattr(args, "limit", 1)
-            raise failure(error, key=args.key, api_url=client.api_url, limit=limit) from None
+            limit, shared = getattr(args, "limit", 1), getattr(args, "shared", False)
+            raise failure(
+                error, key=args.key, api_url=client.api_url, limit=limit, shared=shared
+            ) from None
     print(_output.render(fields, as_json=args.json))
     return Exit.NOT_LIVE if fields.get("live") is False else Exit.OK
 

@@ -30,7 +30,7 @@ def get(client: volcano.Client, args: argparse.Namespace) -> Fields:
 
 
 def acquire(client: volcano.Client, args: argparse.Namespace) -> Fields:
-    """`volcano locks acquire KEY --ttl S [--limit N] [--wait S] [--token T] [--request-id R]`."""
+    """`volcano locks acquire KEY --ttl S [--limit N | --shared] [--wait S] [--token T] ...`."""
     return _output.lease(client.locks.acquire(args.key, **acquisition_options(args)))
 
 

@@ -5,8 +5,9 @@ tell "someone else has the lock" (75) from "the server is down" (69) without rea
 
     0     success (for `locks run`: the command's own status, whatever it is)
     1     `locks check`: the fencing token is not live
-    64    usage error: a bad or missing argument or variable, or a --limit other than the
-          key's own
+    64    usage error: a bad or missing argument or variable, a --limit other than the key's
+          own, --shared on a key in use with a --limit (or the other way round), or a mode
+          other than the one the --token holds the key in
     69    the server could not be reached (or answered 5xx / 429)
     70    the server gave an answer this tool did not expect
     75    the lock is held by another owner (every slot, with a --limit)
@@ -49,11 +50,16 @@ class Failure(Exception):
         self.message = message
 
 
-def failure(error: volcano.Error, *, key: str, api_url: str, limit: int = 1) -> Failure:
+def failure(
+    error: volcano.Error, *, key: str, api_url: str, limit: int = 1, shared: bool = False
+) -> Failure:
     """The exit status and one-line explanation for an error the SDK raised.
 
-    `limit` is the --limit asked for, which names what was held (a lock or every slot).
+    `limit` is the --limit asked for, which names what was held (a lock or every slot), and
+    `shared` whether --shared was given.
     """
+    if isinstance(error, volcano.LockHeldError) and shared:
+        return Failure(Exit.BUSY, f"{key!r} is not free for a shared lease: {error.message}")
     status, message = _explain(error, repr(key), api_url, limit)
     return Failure(status, message)
 
@@ -62,13 +68,14 @@ def _explain(error: volcano.Error, lock: str, api_url: str, limit: int) -> tuple
     if isinstance(error, volcano.InvalidArgumentError):
         return Exit.USAGE, str(error)
     if isinstance(error, volcano.LockHeldError):
-        if limit == 1:
-            later = (
-                "" if error.retry_after is None else f"; its lease ends in {error.retry_after:g}s"
-            )
-            return Exit.BUSY, f"{lock} is held by another owner{later}"
-        later = "" if error.retry_after is None else f"; the first ends in {error.retry_after:g}s"
-        return Exit.BUSY, f"all {limit} slots of {lock} are held by other owners{later}"
+        return Exit.BUSY, _held(error, lock, limit)
+    if isinstance(error, volcano.ModeMismatchError):
+        return Exit.USAGE, (
+            f"this --token holds {lock} in the other mode (shared or exclusive): release that "
+            "lease first"
+        )
+    if isinstance(error, volcano.SharedWithLimitError):
+        return Exit.USAGE, f"{lock}: --shared and --limit do not mix on one key: {error.message}"
     if isinstance(error, volcano.LimitMismatchError):
         theirs = "another limit" if error.limit is None else f"--limit {error.limit}"
         return Exit.USAGE, (
@@ -94,3 +101,14 @@ def _explain(error: volcano.Error, lock: str, api_url: str, limit: int) -> tuple
     ):
         return Exit.UNAVAILABLE, f"the server at {api_url} cannot serve the request now: {error}"
     return Exit.UNEXPECTED, f"unexpected answer from the server: {error}"
+
+
+def _held(error: volcano.LockHeldError, lock: str, limit: int) -> str:
+    """What holds the lock: another owner, shared holders, or every slot of a semaphore."""
+    if limit == 1:
+        later = "" if error.retry_after is None else f"; its lease ends in {error.retry_after:g}s"
+        if "held shared" in error.message:  # by readers: an exclusive lease waits for them all
+            return f"{lock} is held shared by other owners{later}"
+        return f"{lock} is held by another owner{later}"
+    later = "" if error.retry_after is None else f"; the first ends in {error.retry_after:g}s"
+    return f"all {limit} slots of {lock} are held by other owners{later}"

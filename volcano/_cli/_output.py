@@ -49,6 +49,7 @@ def state(value: volcano.LockState) -> Fields:
                 "fencing_token": holder.fencing_token,
                 "expires_at": _timestamp(holder.expires_at),
                 "label": holder.label,
+                "mode": holder.mode.value,
             }
             for holder in value.holders
         ],

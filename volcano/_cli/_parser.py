@@ -31,7 +31,7 @@ environment:
 EXIT_STATUSES = """\
 exit status:
   0    done
-  64   usage error (or a --limit other than the key's)
+  64   usage error (or a --limit or mode other than the key's)
   69   server unreachable   70  unexpected answer
   75   lock held by another owner, every slot with --limit (and any --wait ran out)
   76   ownership lost
@@ -58,6 +58,7 @@ examples:
   volcano locks get nightly-report
   volcano locks acquire nightly-report --ttl 60 --json
   volcano locks run build-slots --limit 4 -- make build
+  volcano locks run config-store --shared -- ./read-config.sh
   volcano locks watch scheduler
   volcano locks list report-
 
@@ -132,6 +133,9 @@ examples:
   volcano locks run nightly-report --wait 600 -- ./make-report.sh
   # at most 4 builds at once; the others wait in line for a slot
   volcano locks run build-slots --limit 4 --wait 3600 -- make build
+  # readers run side by side; a writer waits for them, and readers after it wait for it
+  volcano locks run config-store --shared --wait 60 -- ./read-config.sh
+  volcano locks run config-store --wait 60 -- ./write-config.sh
   # crontab: only one machine makes the report; 75 means another one is on it
   0 3 * * *  volcano locks run nightly-report -- /srv/reports/nightly.sh
   # run this while I am the leader: every machine runs it; one leads, the
@@ -140,7 +144,7 @@ examples:
 
 exit status:
   COMMAND's own status when it ran to its end (128+N when signal N ended it)
-  64   usage error (or a --limit other than the key's)   69   server unreachable
+  64   usage error (or a --limit or mode other than the key's)   69   server unreachable
   75   lock held by another owner, every slot with --limit (any --wait ran out)
   76   ownership lost while COMMAND ran
   77   credentials refused          126  COMMAND not executable   127  COMMAND not found
@@ -187,6 +191,7 @@ def acquisition_options(args: argparse.Namespace) -> dict[str, Any]:
         "ttl": args.ttl,
         "wait": args.wait,
         "limit": args.limit,
+        "shared": args.shared,
         "label": args.label,
     }
     if getattr(args, "token", None) is not None:
@@ -245,6 +250,7 @@ def _add_lock_commands(commands: Commands) -> None:
             "acquire nightly-report --ttl 60",
             "acquire nightly-report --ttl 60 --json | jq -r .fencing_token",
             "acquire build-slots --ttl 600 --limit 4",
+            "acquire config-store --ttl 60 --shared",
         ),
     )
     _add_acquisition_options(acquire, ttl_default=None)
@@ -317,7 +323,7 @@ def _add_lock_commands(commands: Commands) -> None:
         json_output=False,
     )
     run.usage = (
-        "%(prog)s KEY [--ttl S] [--limit N] [--wait S] [--label L] [--grace S] [-v]"
+        "%(prog)s KEY [--ttl S] [--limit N | --shared] [--wait S] [--label L] [--grace S] [-v]"
         " -- COMMAND [ARGS...]"
     )
     _add_acquisition_options(run, ttl_default=30)
@@ -416,6 +422,12 @@ def _add_acquisition_options(parser: Parser, *, ttl_default: float | None) -> No
         metavar="N",
         help="hold one of N slots: up to N holders of KEY at once, 1 to 1000 (default: 1, a "
         "lock); every holder of KEY must give the same N",
+    )
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="hold a shared lease: beside other --shared holders of KEY, never beside an "
+        "exclusive one (the default); waiting readers never pass a waiting writer",
     )
     parser.add_argument(
         "--wait",

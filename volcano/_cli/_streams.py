@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import volcano
 
-_COLUMNS = ("key", "held", "fencing_token", "holders", "waiters", "version", "labels")
+_COLUMNS = ("key", "held", "fencing_token", "holders", "waiters", "version", "labels", "modes")
 
 
 def watch(client: volcano.Client, args: argparse.Namespace) -> int:
@@ -53,6 +53,7 @@ STREAMS: dict[str, Callable[[volcano.Client, argparse.Namespace], int]] = {
 
 def _row(state: volcano.LockState) -> list[str]:
     labels = ",".join(holder.label or "-" for holder in state.holders) or "-"
+    modes = ",".join(holder.mode.value for holder in state.holders) or "-"
     values = (
         state.key,
         state.held,
@@ -61,6 +62,7 @@ def _row(state: volcano.LockState) -> list[str]:
         state.waiters,
         state.version,
         labels,
+        modes,
     )
     return [_output.human(value) for value in values]
 

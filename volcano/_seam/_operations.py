@@ -84,6 +84,7 @@ def acquire(
     wait: float = 0.0,
     limit: int = 1,
     label: str | None = None,
+    shared: bool = False,
 ) -> Call[LockLease]:
     """The request that acquires `key` for `owner_token` for `ttl` seconds.
 
@@ -91,7 +92,7 @@ def acquire(
     `wait_seconds`; without it, it is exactly the request of a client that never waits). A
     `limit` above 1 asks for one of that many slots; 1, the server's default, is not sent, so a
     plain lock's request stays the one a client without semaphores sends. A `label` is sent
-    only when given.
+    only when given, and `shared` only when true (an exclusive lease is the default).
     """
     body = models().AcquireRequest(owner_token=owner_token, ttl_seconds=ttl)
     if wait > 0:
@@ -100,6 +101,8 @@ def acquire(
         body.limit = limit
     if label is not None:
         body.label = label
+    if shared:
+        body.shared = True
     expected = functools.partial(_reading.lease, key=key, owner_token=owner_token)
     return Call(ACQUIRE, key, request_id, {"key": key, "body": body}, expected)
 

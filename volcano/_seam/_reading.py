@@ -21,7 +21,7 @@ from .._exceptions import (
     UnexpectedResponseError,
     status_error,
 )
-from .._models import ForceReleaseResult, LockHolder, LockLease, LockState
+from .._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
 from .._validate import FENCING_TOKEN_MAX
 
 if TYPE_CHECKING:
@@ -278,6 +278,7 @@ def _holder(holder: object) -> LockHolder:
         fencing_token=_fencing_token(body.fencing_token),
         expires_at=_timestamp(body.expires_at),
         label=label,
+        mode=_mode(body.mode),
     )
 
 
@@ -289,6 +290,16 @@ def _holder_count(value: object, shown: int) -> int:
     if count < shown:
         raise SpecMismatchError(f"holder_count {count} is below the {shown} holders shown")
     return count
+
+
+def _mode(value: object) -> LockMode:
+    # The generated LockMode is a StrEnum: its value names the SDK's member.
+    if not isinstance(value, str):
+        raise SpecMismatchError("a holder's mode is not a string")
+    try:
+        return LockMode(str(value))
+    except ValueError:
+        raise SpecMismatchError(f"a holder's mode is {value!r}") from None
 
 
 def _count(value: object, name: str) -> int:

@@ -121,6 +121,8 @@ class Lease:
     `granted_at_us` is when its holder was granted it, by the storage clock: how long it was
     held is measured from there by whichever server ends it (the metrics; no rule reads it).
     None for a slot reserved for a waiter on another server, not yet taken by that server.
+    `shared`: held in shared mode (beside other shared holders), else exclusive; a lease keeps
+    its mode for life.
     """
 
     fencing_token: int
@@ -129,6 +131,7 @@ class Lease:
     ttl_seconds: float
     label: str | None = None
     granted_at_us: int | None = None
+    shared: bool = False
 
     def live(self, now_us: int) -> bool:
         """Whether this lease has not expired at `now_us`."""
@@ -139,7 +142,8 @@ class Lease:
 class LockRow:
     """A key: the last fencing token issued, its limit, and its leases as stored.
 
-    With limit 1 the key is a lock; with N, a semaphore of N slots. `leases` may hold leases
+    With limit 1 the key is a lock (one exclusive lease, or shared leases); with N, a
+    semaphore of N slots (exclusive leases only). `leases` may hold leases
     that have expired since they were stored (by fencing token, oldest first); only the live
     ones count (`live_leases`). `version` counts the changes of the key's holders saved so
     far; the key's version at a given moment also counts the stored leases that have expired
@@ -262,8 +266,8 @@ class Waiter:
     """A caller in a key's queue, as stored. `seq` orders the queue: lower arrived earlier.
 
     `until_us` is when an away waiter's place is given up, or when a reservation lapses.
-    `label` goes with the lease it is granted. `server_alive` is read with the row: whether
-    the server holding the request still beats.
+    `label` goes with the lease it is granted, and so does `shared` (the mode it asked for).
+    `server_alive` is read with the row: whether the server holding the request still beats.
     """
 
     seq: int
@@ -276,13 +280,26 @@ class Waiter:
     until_us: int | None
     label: str | None
     server_alive: bool
+    shared: bool = False
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Waiter:
-        """A waiter from a row of its fields in order, the last one `server_alive`."""
-        seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive = row
+        """A waiter from a row of its fields in order: `server_alive`, then `shared`."""
+        seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive, shared = (
+            row
+        )
         return cls(
-            seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, bool(alive)
+            seq,
+            project_id,
+            key,
+            owner_token,
+            ttl,
+            server_id,
+            state,
+            until_us,
+            label,
+            bool(alive),
+            bool(shared),
         )
 
 
@@ -406,6 +423,7 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
         server_id: str,
         *,
         label: str | None = None,
+        shared: bool = False,
     ) -> int:
         """Put a new waiter at the end of the key's queue; return its `seq`."""
         ...
@@ -419,6 +437,7 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
         server_id: str,
         ttl_seconds: float,
         label: str | None = None,
+        shared: bool = False,
     ) -> None:
         """Change a waiter's state (its place, `seq`, stays)."""
         ...

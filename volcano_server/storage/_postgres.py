@@ -137,13 +137,13 @@ BEGIN
     END IF;
     clock_us := volcano_clock_us();
     SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,
-            x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us) ORDER BY x.fencing_token),
-            '[]')
+            x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us, x.shared)
+            ORDER BY x.fencing_token), '[]')
         INTO leases
         FROM leases x WHERE x.project_id = p_project AND x.key = p_key;
     SELECT coalesce(jsonb_agg(jsonb_build_array(w.seq, w.project_id, w.key, w.owner_token,
-            w.ttl_seconds, w.server_id, w.state, w.until_us, w.label, s.alive_until_us)
-            ORDER BY w.seq), '[]')
+            w.ttl_seconds, w.server_id, w.state, w.until_us, w.label, s.alive_until_us,
+            w.shared) ORDER BY w.seq), '[]')
         INTO line
         FROM (SELECT * FROM lock_waiters w
               WHERE w.project_id = p_project AND w.key = p_key AND w.state != 'away'
@@ -347,6 +347,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             " ON group_members (project_id, group_name, expires_at_us)"
         ),
     ),
+    # Issue 37: shared locks. Each lease is held shared or exclusive (every lease before was
+    # exclusive), and a waiter asks for one or the other; `volcano_open` returns both.
+    10: (
+        "ALTER TABLE leases ADD COLUMN shared boolean NOT NULL DEFAULT false",
+        "ALTER TABLE lock_waiters ADD COLUMN shared boolean NOT NULL DEFAULT false",
+        _OPEN_FUNCTION,
+    ),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -393,7 +400,7 @@ _PURGE = (
 # A waiter's row and its server's heartbeat, which `_waiter` judges against the transaction's now.
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, w.label, s.alive_until_us"
+    " w.until_us, w.label, s.alive_until_us, w.shared"
     " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 _OPEN = "SELECT * FROM volcano_open(%s, %s, %s, %s)"
@@ -449,7 +456,7 @@ _UNWATCH = (
 _SUMMARIES = (
     "SELECT l.key, l.fencing_token, l.limit_count, l.version, c.live, c.expired, c.highest,"
     " (SELECT coalesce(jsonb_agg(jsonb_build_array(x.fencing_token, x.owner_token,"
-    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us)"
+    " x.expires_at_us, x.ttl_seconds, x.label, x.granted_at_us, x.shared)"
     " ORDER BY x.expires_at_us, x.fencing_token), '[]')"
     " FROM (SELECT * FROM leases y WHERE y.project_id = l.project_id AND y.key = l.key"
     " AND y.expires_at_us > p.now ORDER BY y.expires_at_us, y.fencing_token LIMIT p.holders) x),"
@@ -581,10 +588,10 @@ def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
     Its server is alive while its heartbeat runs past `now_us`. (A line's numbers come through
     JSON: a ttl of 30.0 comes back as 30.)
     """
-    seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive_until = fields
+    seq, project, key, owner, ttl, server_id, state, until_us, label, alive_until, shared = fields
     alive = alive_until is not None and alive_until > now_us
     return Waiter.from_row(
-        (seq, project_id, key, owner_token, float(ttl), server_id, state, until_us, label, alive)
+        (seq, project, key, owner, float(ttl), server_id, state, until_us, label, alive, shared)
     )
 
 
@@ -862,15 +869,16 @@ class _WriteTx(PostgresGroups):
         server_id: str,
         *,
         label: str | None = None,
+        shared: bool = False,
     ) -> int:
         self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
         (seq,) = _one(
             self._ask(
-                "INSERT INTO lock_waiters"
-                " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us, label)"
-                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s) RETURNING seq",
-                (project_id, key, owner_token, ttl_seconds, server_id, label),
+                "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds,"
+                " server_id, state, until_us, label, shared)"
+                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s, %s) RETURNING seq",
+                (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
             )
         )
         return int(seq)
@@ -884,14 +892,15 @@ class _WriteTx(PostgresGroups):
         server_id: str,
         ttl_seconds: float,
         label: str | None = None,
+        shared: bool = False,
     ) -> None:
         self._lines.clear()
         if state == "waiting":
             self.durable = True  # back in line: as add_waiter
         self._send(
             "UPDATE lock_waiters SET state = %s, until_us = %s, server_id = %s,"
-            " ttl_seconds = %s, label = %s WHERE seq = %s",
-            (state, until_us, server_id, ttl_seconds, label, seq),
+            " ttl_seconds = %s, label = %s, shared = %s WHERE seq = %s",
+            (state, until_us, server_id, ttl_seconds, label, shared, seq),
         )
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:

@@ -49,7 +49,7 @@ SAVE_LOCK = (
 # Insert or update one lease of a key (`lease_params`).
 SAVE_LEASE = (
     "INSERT INTO leases (project_id, key, fencing_token, owner_token, expires_at_us,"
-    " ttl_seconds, label, granted_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ttl_seconds, label, granted_at_us, shared) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (project_id, key, fencing_token) DO UPDATE SET"
     " expires_at_us = excluded.expires_at_us, ttl_seconds = excluded.ttl_seconds,"
     " label = excluded.label, granted_at_us = excluded.granted_at_us"
@@ -58,7 +58,9 @@ SAVE_LEASE = (
 DELETE_LEASE = "DELETE FROM leases WHERE project_id = ? AND key = ? AND fencing_token = ?"
 # (project_id, key): a key's leases, by fencing token.
 # A lease's columns, in the order `leases_of` reads them.
-LEASE_COLUMNS = "fencing_token, owner_token, expires_at_us, ttl_seconds, label, granted_at_us"
+LEASE_COLUMNS = (
+    "fencing_token, owner_token, expires_at_us, ttl_seconds, label, granted_at_us, shared"
+)
 LEASES = (
     f"SELECT {LEASE_COLUMNS}"  # noqa: S608 - constants only
     " FROM leases WHERE project_id = ? AND key = ? ORDER BY fencing_token"
@@ -90,7 +92,7 @@ WAITING_COUNT = (
 # A waiter's fields in `Waiter.from_row` order; the first parameter is now (is its server alive).
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, w.label, coalesce(s.alive_until_us, 0) > ?"
+    " w.until_us, w.label, coalesce(s.alive_until_us, 0) > ?, w.shared"
     " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 # (now, project_id, key, limit): the key's waiters in line, first come first.
@@ -260,14 +262,15 @@ def lease_params(row: LockRow, lease: Lease) -> tuple[object, ...]:
         lease.ttl_seconds,
         lease.label,
         lease.granted_at_us,
+        lease.shared,
     )
 
 
 def leases_of(rows: Iterable[Sequence[Any]]) -> tuple[Lease, ...]:
     """Leases from `LEASES` rows (or a `volcano_open` list of them)."""
     return tuple(
-        Lease(token, owner, until, float(ttl), label, granted)
-        for token, owner, until, ttl, label, granted in rows
+        Lease(token, owner, until, float(ttl), label, granted, bool(shared))
+        for token, owner, until, ttl, label, granted, shared in rows
     )
 
 

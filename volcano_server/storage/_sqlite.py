@@ -234,6 +234,12 @@ CREATE TABLE group_members (
 );
 CREATE INDEX group_members_by_expiry ON group_members (project_id, group_name, expires_at_us);
 """,
+    # Issue 37: shared locks. Each lease is held shared or exclusive (every lease before was
+    # exclusive), and a waiter asks for one or the other.
+    9: """
+ALTER TABLE leases ADD COLUMN shared INTEGER NOT NULL DEFAULT 0 CHECK (shared IN (0, 1));
+ALTER TABLE lock_waiters ADD COLUMN shared INTEGER NOT NULL DEFAULT 0 CHECK (shared IN (0, 1));
+""",
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -424,12 +430,12 @@ class _Tx(SQLiteGroups):
         server_id: str,
         *,
         label: str | None = None,
+        shared: bool = False,
     ) -> int:
         cursor = self._conn.execute(
-            "INSERT INTO lock_waiters"
-            " (project_id, key, owner_token, ttl_seconds, server_id, state, until_us, label)"
-            " VALUES (?, ?, ?, ?, ?, 'waiting', NULL, ?)",
-            (project_id, key, owner_token, ttl_seconds, server_id, label),
+            "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds, server_id,"
+            " state, until_us, label, shared) VALUES (?, ?, ?, ?, ?, 'waiting', NULL, ?, ?)",
+            (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
         )
         assert cursor.lastrowid is not None  # noqa: S101 - an INSERT always has one
         return cursor.lastrowid
@@ -443,11 +449,12 @@ class _Tx(SQLiteGroups):
         server_id: str,
         ttl_seconds: float,
         label: str | None = None,
+        shared: bool = False,
     ) -> None:
         self._conn.execute(
             "UPDATE lock_waiters SET state = ?, until_us = ?, server_id = ?, ttl_seconds = ?,"
-            " label = ? WHERE seq = ?",
-            (state, until_us, server_id, ttl_seconds, label, seq),
+            " label = ?, shared = ? WHERE seq = ?",
+            (state, until_us, server_id, ttl_seconds, label, shared, seq),
         )
 
     def delete_waiter(self, project_id: int, key: str, owner_token: str) -> None:

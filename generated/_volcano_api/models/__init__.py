@@ -21,6 +21,7 @@ from .leave_request import LeaveRequest
 from .lock_holder import LockHolder
 from .lock_lease import LockLease
 from .lock_list import LockList
+from .lock_mode import LockMode
 from .lock_state import LockState
 from .member_list import MemberList
 from .member_removal import MemberRemoval
@@ -59,6 +60,7 @@ __all__ = (
     "LockHolder",
     "LockLease",
     "LockList",
+    "LockMode",
     "LockState",
     "MemberList",
     "MemberRemoval",

@@ -30,6 +30,10 @@ class AcquireRequest:
             as a host name and port. Shown to anyone who reads the key; never put a secret in it.
             An empty label is no label, shown as null. In a request, null is the same as leaving
             the field out.
+        shared (bool | Unset): Whether the lease is shared: granted beside other shared leases of the key (up to 1,000
+            at once), never beside an exclusive one. False (the default) asks for an exclusive
+            lease, alone on the key. A waiting shared request never overtakes an exclusive one that
+            asked earlier. Not with a `limit` above 1.
     """
 
     owner_token: str
@@ -37,6 +41,7 @@ class AcquireRequest:
     wait_seconds: float | Unset = UNSET
     limit: int | Unset = UNSET
     label: None | str | Unset = UNSET
+    shared: bool | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         owner_token = self.owner_token
@@ -53,6 +58,8 @@ class AcquireRequest:
         else:
             label = self.label
 
+        shared = self.shared
+
         field_dict: dict[str, Any] = {}
 
         field_dict.update(
@@ -67,6 +74,8 @@ class AcquireRequest:
             field_dict["limit"] = limit
         if label is not UNSET:
             field_dict["label"] = label
+        if shared is not UNSET:
+            field_dict["shared"] = shared
 
         return field_dict
 
@@ -90,12 +99,15 @@ class AcquireRequest:
 
         label = _parse_label(d.pop("label", UNSET))
 
+        shared = d.pop("shared", UNSET)
+
         acquire_request = cls(
             owner_token=owner_token,
             ttl_seconds=ttl_seconds,
             wait_seconds=wait_seconds,
             limit=limit,
             label=label,
+            shared=shared,
         )
 
         return acquire_request

@@ -17,9 +17,10 @@ class ErrorDetail:
     Attributes:
         code (str): A stable, machine-readable reason. Known values: `invalid_request`, `unauthorized`,
             `forbidden`, `not_found`, `method_not_allowed`, `lock_held`, `lease_not_held`,
-            `limit_mismatch`, `request_id_reused`, `payload_too_large`, `validation_error`,
-            `rate_limited`, `group_not_found`, `member_not_found`, `group_exists`,
-            `group_not_empty`, `member_exists`,
+            `limit_mismatch`, `mode_mismatch`, `shared_with_limit`, `quota_exceeded`,
+            `request_id_reused`,
+            `payload_too_large`, `validation_error`, `rate_limited`, `group_not_found`,
+            `member_not_found`, `group_exists`, `group_not_empty`, `member_exists`,
             `unavailable`, `internal`. A plain string, not an enum: newer servers may add codes.
         message (str): A human-readable explanation naming what was wrong.
         request_id (str): A UUID in its 8-4-4-4-12 hexadecimal form, in any letter case, kept exactly as spelled.

@@ -7,6 +7,8 @@ from typing import Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.lock_mode import LockMode
+
 T = TypeVar("T", bound="LockHolder")
 
 
@@ -22,11 +24,14 @@ class LockHolder:
             as a host name and port. Shown to anyone who reads the key; never put a secret in it.
             An empty label is no label, shown as null. In a request, null is the same as leaving
             the field out.
+        mode (LockMode): How a lease holds its key: `shared` (beside other shared leases) or `exclusive` (alone,
+            or as one slot of a semaphore). A lease keeps its mode for life.
     """
 
     fencing_token: int
     expires_at: datetime.datetime
     label: None | str
+    mode: LockMode
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -37,6 +42,8 @@ class LockHolder:
         label: None | str
         label = self.label
 
+        mode = self.mode.value
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -44,6 +51,7 @@ class LockHolder:
                 "fencing_token": fencing_token,
                 "expires_at": expires_at,
                 "label": label,
+                "mode": mode,
             }
         )
 
@@ -63,10 +71,13 @@ class LockHolder:
 
         label = _parse_label(d.pop("label"))
 
+        mode = LockMode(d.pop("mode"))
+
         lock_holder = cls(
             fencing_token=fencing_token,
             expires_at=expires_at,
             label=label,
+            mode=mode,
         )
 
         lock_holder.additional_properties = d

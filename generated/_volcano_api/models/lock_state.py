@@ -30,9 +30,10 @@ class LockState:
             the last one issued for the key, else null.
         limit (int): The key's limit while it has a live lease or a waiter; else 1 (the next acquire
             sets it).
-        holders (list[LockHolder]): The live leases, soonest expiry first: all of them, or the 20 that end soonest when
-            there are more (`holder_count` says how many; `GET /v1/locks/{key}/holders` lists
-            them all).
+        holders (list[LockHolder]): The live leases, soonest expiry first, each with its mode (one exclusive, or shared
+            ones, or up to `limit` exclusive ones of a semaphore): all of them, or the 20 that
+            end soonest when there are more (`holder_count` says how many; `GET
+            /v1/locks/{key}/holders` lists them all).
         waiters (int): How many callers wait in the key's queue.
         version (int): A key's version: 0 for a key never acquired, then greater after each change of its
             holders (grant, release, expiry, force release, label change). It never goes back.

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 import volcano
+from tests.support.raw import wait_for as until
 from tests.support.sockets import closed_url
 
 from .conftest import VOLCANO, Shell, one_line
@@ -49,6 +50,7 @@ class TestGet:
             "fencing_token": lease.fencing_token,
             "expires_at": state["expires_at"],
             "label": None,
+            "mode": "exclusive",
         }
         assert state == {
             "key": "daily-report",
@@ -75,10 +77,15 @@ class TestGet:
         assert re.fullmatch(r"version\s+2", lines[6])
         assert re.fullmatch(r"holder_count\s+2", lines[7])
         assert re.fullmatch(r"holders\s+2", lines[8])
-        assert lines[9].split() == ["fencing_token", "expires_at", "label"]
+        assert lines[9].split() == ["fencing_token", "expires_at", "label", "mode"]
         rows = [line.split() for line in lines[10:]]
         assert rows == [
-            [str(lease.fencing_token), lease.expires_at.isoformat().replace("+00:00", "Z"), "-"]
+            [
+                str(lease.fencing_token),
+                lease.expires_at.isoformat().replace("+00:00", "Z"),
+                "-",
+                "exclusive",
+            ]
             for lease in (soon, later)
         ]
         assert soon.owner_token not in result.stdout
@@ -108,6 +115,57 @@ class TestAcquire:
         assert first.returncode == again.returncode == 0, first.stderr + again.stderr
         assert json.loads(first.stdout)["owner_token"] == token
         assert json.loads(again.stdout) == json.loads(first.stdout)
+
+    def test_shared_twice_then_exclusive(self, shell: Shell) -> None:
+        """acquire --shared twice: two shared holders, get shows their mode; an exclusive
+        acquire exits 75 saying the key is held shared."""
+        for _ in range(2):
+            result = shell.run("locks", "acquire", "config", "--ttl", "60", "--shared", "--json")
+            assert result.returncode == 0, result.stderr
+        state = json.loads(shell.run("locks", "get", "config", "--json").stdout)
+        assert [h["mode"] for h in state["holders"]] == ["shared", "shared"]
+        refused = shell.run("locks", "acquire", "config", "--ttl", "60")
+        assert refused.returncode == 75
+        assert "'config' is held shared by other owners" in one_line(refused.stderr)
+
+    def test_shared_behind_a_waiting_writer_exits_75(self, shell: Shell) -> None:
+        """A shared holder, an exclusive waiter: acquire --shared exits 75 naming the line."""
+        shell.client.locks.acquire("config", ttl=60, shared=True)
+        waiter = shell.start("locks", "acquire", "config", "--ttl", "60", "--wait", "30")
+        try:
+            until(lambda: shell.client.locks.get("config").waiters == 1, "the writer in line")
+            result = shell.run("locks", "acquire", "config", "--ttl", "60", "--shared")
+            assert result.returncode == 75
+            line = one_line(result.stderr)
+            assert "'config' is not free for a shared lease" in line
+            assert "others wait in line first" in line
+        finally:
+            waiter.kill()
+            waiter.communicate()
+
+    @pytest.mark.parametrize(
+        ("first", "then", "says"),
+        [
+            (("--shared",), ("--limit", "2"), "--shared and --limit do not mix"),
+            (("--limit", "2"), ("--shared",), "--shared and --limit do not mix"),
+        ],
+    )
+    def test_shared_and_a_limit_on_one_key_exit_64(
+        self, shell: Shell, first: tuple[str, ...], then: tuple[str, ...], says: str
+    ) -> None:
+        """--shared on a key in use with --limit, or the other way round: 64, one line."""
+        key = f"mixed{first[0]}"  # a key of its own per case: the server lives on
+        assert shell.run("locks", "acquire", key, "--ttl", "60", *first).returncode == 0
+        result = shell.run("locks", "acquire", key, "--ttl", "60", *then)
+        assert result.returncode == 64
+        assert says in one_line(result.stderr)
+
+    def test_a_mode_change_with_the_same_token_exits_64(self, shell: Shell) -> None:
+        """--token of a shared lease asking for the key exclusive: 64, one line."""
+        lease = shell.client.locks.acquire("k", ttl=60, shared=True)
+        result = shell.run("locks", "acquire", "k", "--ttl", "60", "--token", lease.owner_token)
+        assert result.returncode == 64
+        assert "holds 'k' in the other mode" in one_line(result.stderr)
 
     def test_held_by_another_exits_75(self, shell: Shell) -> None:
         """A lock held by another owner: status 75, one line naming the key, nothing on stdout."""
@@ -293,6 +351,8 @@ class TestFailures:
             (("locks", "acquire", "k", "--ttl", "5", "--limit", "x"), "--limit: expected a whole"),
             (("locks", "acquire", "k", "--ttl", "5", "--limit", "0"), "limit must be from 1 to"),
             (("locks", "run", "k", "--limit", "1001", "--", "true"), "limit must be from 1 to"),
+            (("locks", "acquire", "k", "--ttl", "5", "--shared", "--limit", "2"), "do not mix"),
+            (("locks", "run", "k", "--shared", "--limit", "3", "--", "true"), "do not mix"),
             (("locks", "check", "k"), "TOKEN"),
             (("locks", "check", "k", "seven"), "expected a fencing token"),
         ],

@@ -219,6 +219,36 @@ class TestRunLimit:
         assert shell.client.locks.get("k").holders == ()
 
 
+class TestRunShared:
+    def test_two_shared_commands_run_at_once_and_an_exclusive_one_waits_for_both(
+        self, shell: Shell, tmp_path: Path
+    ) -> None:
+        """--shared: two commands run at once with tokens 1 and 2, both holders shared; an
+        exclusive one waits in line and runs, with token 3, once both have ended."""
+        first, _ = hold(shell, tmp_path / "first", "--shared")
+        second, _ = hold(shell, tmp_path / "second", "--shared")
+        modes = [h.mode.value for h in shell.client.locks.get("k").holders]
+        assert modes == ["shared", "shared"]
+        report = tmp_path / "writer"
+        writer = shell.start(
+            "locks", "run", "k", "--wait", "30", "--",
+            "sh", "-c", f'echo "$VOLCANO_FENCING_TOKEN" > {report}',
+        )  # fmt: skip
+        until(lambda: queued(shell.database_url, "k") == 1, "the writer in line")
+        tokens = {(tmp_path / name).read_text().split()[2] for name in ("first", "second")}
+        assert tokens == {"1", "2"}
+        first.send_signal(signal.SIGTERM)
+        finish(first)
+        assert queued(shell.database_url, "k") == 1  # one reader still holds: the writer waits
+        assert not report.exists()
+        second.send_signal(signal.SIGTERM)
+        finish(second)
+        status, _, stderr = finish(writer)
+        assert status == 0, stderr
+        assert report.read_text().strip() == "3"
+        assert shell.client.locks.get("k").holders == ()
+
+
 class TestRunRefused:
     def test_busy_lock_exits_75_without_running(self, shell: Shell, tmp_path: Path) -> None:
         """Another owner holds the lock: 75, one line, and the command never starts."""

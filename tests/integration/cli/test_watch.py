@@ -34,6 +34,7 @@ class TestWatch:
                     "fencing_token": lease.fencing_token,
                     "expires_at": state["holders"][0]["expires_at"],  # type: ignore[index]
                     "label": "node-1",
+                    "mode": "exclusive",
                 }
             ]
             shell.client.locks.release("scheduler", lease)
@@ -92,11 +93,21 @@ class TestList:
             "waiters",
             "version",
             "labels",
+            "modes",
         ]
         assert lines[1:] == [
-            ["jobs:a", "yes", "1", "1", "0", "1", "node-1"],
-            ["jobs:b", "yes", "1", "1", "0", "1", "node-2"],
+            ["jobs:a", "yes", "1", "1", "0", "1", "node-1", "exclusive"],
+            ["jobs:b", "yes", "1", "1", "0", "1", "node-2", "exclusive"],
         ]
+
+    def test_shared_holders_are_listed_with_their_modes(self, shell: Shell) -> None:
+        """A key held shared twice: two holders, their labels and modes in order."""
+        shell.client.locks.acquire("jobs:r", ttl=30, label="r1", shared=True)
+        shell.client.locks.acquire("jobs:r", ttl=60, label="r2", shared=True)
+        result = shell.run("locks", "list", "jobs:")
+        assert result.returncode == 0, result.stderr
+        lines = [line.split() for line in result.stdout.splitlines()]
+        assert lines[1:] == [["jobs:r", "yes", "2", "2", "0", "2", "r1,r2", "shared,shared"]]
 
     def test_json_lines(self, shell: Shell) -> None:
         """--json: one get --json object per key and line."""

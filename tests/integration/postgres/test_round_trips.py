@@ -123,6 +123,30 @@ class TestLinePrefetch:
             tx.update_waiter(first, state="away", until_us=0, server_id="server", ttl_seconds=30)
             assert [w.seq for w in tx.queued(project_id, "moving", 16)] == [second]
 
+    def test_a_waiters_mode_is_read_with_the_line_either_way(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """A waiter's mode comes back from the first round trip's line and from a query alike,
+        and so does a lease's."""
+        storage = storages()
+        with storage.write() as tx:
+            tx.load_lock(project_id, "modes")
+            tx.add_waiter(project_id, "modes", "reader", 30, "server", shared=True)
+            tx.add_waiter(project_id, "modes", "writer", 30, "server")
+        with storage.write(key=(project_id, "modes")) as tx:
+            prefetched = [w.shared for w in tx.queued(project_id, "modes", 16)]
+            tx.delete_waiter(project_id, "modes", "nobody")  # the line is read again next
+            asked = [w.shared for w in tx.queued(project_id, "modes", 16)]
+        assert prefetched == asked == [True, False]
+        locks = service(storage)
+        locks.acquire(caller(project_id, new_id()), "modes-held", "owner", 30, shared=True)
+        with storage.write(key=(project_id, "modes-held")) as tx:
+            row = tx.load_lock(project_id, "modes-held")
+        with storage.read() as reader:
+            ((listed, _),) = reader.list_locks(project_id, prefix="modes-held", after="", limit=5)
+        assert row is not None
+        assert [x.shared for x in row.leases] == [x.shared for x in listed.leases] == [True]
+
     def test_server_alive_is_judged_at_the_transactions_now(
         self, storages: Storages, project_id: int
     ) -> None:

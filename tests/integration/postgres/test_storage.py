@@ -76,6 +76,34 @@ class TestConcurrency:
                 assert released.status == 204
             assert tokens == [1, 2, 3, 4, 5, 6]
 
+    def test_concurrent_shared_acquires_all_hold_and_exclusive_ones_never_beside(
+        self, storages: Storages, project_id: int
+    ) -> None:
+        """Sixteen shared acquires at once through two pools all hold, tokens 1 to 16; then,
+        on a free key, eight shared and eight exclusive at once: either one exclusive holds
+        alone or only shared ones hold, never both, and no token is issued twice."""
+        services = [service(storages(pool_size=8)) for _ in range(2)]
+        answers = race(
+            16,
+            lambda n: services[n % 2].acquire(
+                caller(project_id, new_id()), "readers", f"owner-{n}", 30, shared=True
+            ),
+        )
+        assert sorted(json.loads(a.body)["fencing_token"] for a in answers) == list(range(1, 17))
+        for round_ in range(5):
+            key = f"mixed-{round_}"
+            answers = race(
+                16,
+                lambda n, key=key: services[n % 2].acquire(
+                    caller(project_id, new_id()), key, f"owner-{n}", 30, shared=n % 2 == 0
+                ),
+            )
+            granted = [n for n, answer in enumerate(answers) if answer.status == 200]
+            tokens = [json.loads(answers[n].body)["fencing_token"] for n in granted]
+            assert sorted(tokens) == list(range(1, len(granted) + 1))
+            exclusive = [n for n in granted if n % 2]
+            assert exclusive == [] or granted == exclusive[:1] == exclusive, granted
+
     def test_concurrent_duplicates_run_once_and_replay(
         self, storages: Storages, project_id: int
     ) -> None:

@@ -263,6 +263,7 @@ class TestGet:
                     "fencing_token": lease["fencing_token"],
                     "expires_at": lease["expires_at"],
                     "label": None,
+                    "mode": "exclusive",
                 }
             ],
             "holder_count": 1,

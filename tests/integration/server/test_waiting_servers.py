@@ -96,6 +96,39 @@ class TestAcrossServers:
         assert sorted(h["fencing_token"] for h in state["holders"]) == [2, 3]
         assert state["waiters"] == 0
 
+    def test_a_run_of_shared_waiters_on_two_servers_is_served_together(
+        self, pair: Pair, a: Locks, key: str
+    ) -> None:
+        """Behind an exclusive holder on A: shared waiters through B, A, B, then an exclusive
+        one through B and a shared one through A. The release through A grants the three shared
+        ones at once (B's by reservation); the exclusive one gets the key from the last of
+        them, and the shared one behind it waits for that."""
+        owner, lease = hold(a, key, ttl=60)
+        waiters = []
+        for index, mode in enumerate("sssxs"):
+            through = pair.b if index in (0, 2, 3) else pair.a
+            waiters.append(start_waiting(through, key, wait=20, shared=mode == "s"))
+            wait_for(lambda: in_line(pair.a, key) == len(waiters))
+        assert a.release(key, owner, lease["fencing_token"]).status_code == 204
+        readers, writer, last = waiters[:3], waiters[3], waiters[4]
+        fence = lease["fencing_token"]
+        assert sorted(w.lease["fencing_token"] for w in readers) == [
+            fence + 1,
+            fence + 2,
+            fence + 3,
+        ]
+        holders = a.state(key)["holders"]
+        assert sorted((h["fencing_token"], h["mode"]) for h in holders) == [
+            (fence + n, "shared") for n in (1, 2, 3)
+        ]
+        for reader in readers:
+            assert a.state(key)["waiters"] == 2
+            assert a.release(key, reader.owner, reader.lease["fencing_token"]).status_code == 204
+        assert writer.lease["fencing_token"] == fence + 4
+        assert a.state(key)["waiters"] == 1
+        assert a.release(key, writer.owner, fence + 4).status_code == 204
+        assert last.lease["fencing_token"] == fence + 5
+
     def test_no_newcomer_on_one_server_passes_a_waiter_on_another(
         self, pair: Pair, a: Locks, key: str
     ) -> None:

@@ -114,7 +114,12 @@ class FakeApi:
             return httpx.Response(200, json=check, headers=echo(request))
         if operation == "get":
             expires = "2026-11-29T21:15:30.250000Z"
-            holder = {"fencing_token": self.fencing_token, "expires_at": expires, "label": None}
+            holder = {
+                "fencing_token": self.fencing_token,
+                "expires_at": expires,
+                "label": None,
+                "mode": "exclusive",
+            }
             state = {
                 "key": key,
                 "held": True,

@@ -35,6 +35,8 @@ DOCUMENTED = [
     (409, "lock_held", volcano.LockHeldError),
     (409, "lease_not_held", volcano.LeaseNotHeldError),
     (409, "limit_mismatch", volcano.LimitMismatchError),
+    (409, "mode_mismatch", volcano.ModeMismatchError),
+    (409, "shared_with_limit", volcano.SharedWithLimitError),
     (409, "request_id_reused", volcano.RequestIdReusedError),
     (409, "a_newer_code", volcano.ConflictError),
     (413, "payload_too_large", volcano.PayloadTooLargeError),
@@ -234,6 +236,21 @@ def _with(**changes: Any) -> dict[str, Any]:
     return payload
 
 
+def _state_with_holder(**changes: Any) -> dict[str, Any]:
+    """A LockState body with one holder whose fields `changes` alters (`...`: left out)."""
+    holder = {"fencing_token": 7, "expires_at": LEASE["expires_at"], "label": None}
+    holder |= {"mode": "exclusive", **changes}
+    holder = {name: value for name, value in holder.items() if value is not ...}
+    state = {"key": "daily-report", "held": True, "expires_at": LEASE["expires_at"]}
+    return state | {
+        "fencing_token": 7,
+        "limit": 1,
+        "holders": [holder],
+        "waiters": 0,
+        "version": 1,
+    }
+
+
 class TestBrokenSuccessBodies:
     @pytest.mark.parametrize(
         "payload",
@@ -288,6 +305,9 @@ class TestBrokenSuccessBodies:
             {"key": "daily-report", "held": True, "expires_at": None, "fencing_token": -1},
             {"key": "daily-report", "held": False, "expires_at": None},
             {"key": "elsewhere", "held": False, "expires_at": None, "fencing_token": None},
+            _state_with_holder(mode="reading"),
+            _state_with_holder(mode=None),
+            _state_with_holder(mode=...),
         ],
     )
     def test_state_body_that_breaks_the_spec(

@@ -77,7 +77,14 @@ OPERATIONS: dict[ModuleType, tuple[str, str, Any, int, Any, type | None]] = {
             "expires_at": LEASE["expires_at"],
             "fencing_token": 7,
             "limit": 1,
-            "holders": [{"fencing_token": 7, "expires_at": LEASE["expires_at"], "label": None}],
+            "holders": [
+                {
+                    "fencing_token": 7,
+                    "expires_at": LEASE["expires_at"],
+                    "label": None,
+                    "mode": "exclusive",
+                }
+            ],
             "waiters": 0,
             "version": 13,
         },

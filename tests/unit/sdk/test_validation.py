@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -120,6 +121,31 @@ class TestLimit:
         """A limit is an int: no float, string, bool or None."""
         with pytest.raises(volcano.InvalidArgumentError, match="limit must be a whole number"):
             client.locks.acquire("k", ttl=1, limit=limit)  # type: ignore[arg-type]
+
+
+class TestShared:
+    def test_shared_is_sent_only_when_true(self, client: volcano.Client, api: FakeApi) -> None:
+        """shared=True puts `shared: true` in the body; False sends no such field."""
+        client.locks.acquire("k", ttl=1, shared=True)
+        client.locks.acquire("k", ttl=1, shared=False)
+        bodies = [json.loads(request.content) for request in api.requests]
+        assert [body.get("shared") for body in bodies] == [True, None]
+        assert "shared" not in bodies[1]
+
+    @pytest.mark.parametrize("limit", [2, 1000])
+    def test_shared_with_a_limit_is_refused(self, sdk: Sdk, api: FakeApi, limit: int) -> None:
+        """shared=True with a limit above 1: InvalidArgumentError naming both, nothing sent."""
+        with pytest.raises(volcano.InvalidArgumentError, match=rf"shared=True and limit={limit}"):
+            sdk.acquire("k", ttl=1, shared=True, limit=limit)
+        with pytest.raises(volcano.InvalidArgumentError, match="do not mix"):
+            sdk.with_lock("k", ttl=1, shared=True, limit=limit)
+        assert api.requests == []
+
+    @pytest.mark.parametrize("shared", [1, "true", None])
+    def test_wrong_type_shared(self, client: volcano.Client, shared: object) -> None:
+        """shared is a bool: no int, string or None."""
+        with pytest.raises(volcano.InvalidArgumentError, match="shared must be True or False"):
+            client.locks.acquire("k", ttl=1, shared=shared)  # type: ignore[arg-type]
 
 
 class TestIdentifiers:

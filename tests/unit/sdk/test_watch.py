@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
@@ -29,7 +30,7 @@ def state(version: int, *holders: tuple[int, str | None], key: str = "k", limit:
         "fencing_token": max((token for token, _ in holders), default=None),
         "limit": limit,
         "holders": [
-            {"fencing_token": token, "expires_at": EXPIRES, "label": label}
+            {"fencing_token": token, "expires_at": EXPIRES, "label": label, "mode": "exclusive"}
             for token, label in holders
         ],
         "waiters": 0,
@@ -232,7 +233,8 @@ class TestCampaignOutlivesTrouble:
 
 class TestElectionRules:
     def test_the_leader_of_a_state(self) -> None:
-        """One holder leads (label, term); none: vacant; a semaphore is no election."""
+        """One holder leads (label, term); none: vacant; a semaphore or a key held shared is no
+        election."""
         one = volcano.LockHolder(fencing_token=9, expires_at=_expiry(), label="x")
         held = volcano.LockState(
             key="e", held=True, expires_at=_expiry(), fencing_token=9, holders=(one,)
@@ -245,6 +247,10 @@ class TestElectionRules:
         )
         with pytest.raises(volcano.InvalidArgumentError, match="not an election"):
             leader_of("e", shared)
+        reader = attrs.evolve(one, mode=volcano.LockMode.SHARED)
+        held_shared = attrs.evolve(held, holders=(reader,))
+        with pytest.raises(volcano.InvalidArgumentError, match="held shared"):
+            leader_of("e", held_shared)
 
     def test_an_observer_reports_changes_only(self) -> None:
         """The first leader (or vacancy) is reported, then only what differs from the last."""

@@ -9,6 +9,7 @@ import pytest
 
 from volcano_server._rules import (
     HOLDERS_INLINE,
+    MAX_SHARED_HOLDERS,
     Decision,
     Reach,
     decide_acquire,
@@ -16,9 +17,11 @@ from volcano_server._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    has_room,
     lease_check,
     lock_state,
     versioned,
+    without,
 )
 from volcano_server._wire import parse_rfc3339_us, rfc3339_us
 from volcano_server.storage import Lease, LockRow, LockSummary, Waiter
@@ -304,7 +307,12 @@ class TestForceReleaseAndState:
             "fencing_token": 7,
             "limit": 1,
             "holders": [
-                {"fencing_token": 7, "expires_at": rfc3339_us(NOW + 10_000_000), "label": None}
+                {
+                    "fencing_token": 7,
+                    "expires_at": rfc3339_us(NOW + 10_000_000),
+                    "label": None,
+                    "mode": "exclusive",
+                }
             ],
             "holder_count": 1,
             "waiters": 2,
@@ -478,3 +486,174 @@ class TestVersions:
         assert lock_state(None, "k")["version"] == 0
         row = attrs.evolve(held(A, left_us=-1), version=3)
         assert lock_state(summary(row), "k")["version"] == 4
+
+
+def shared(owner: str, fence: int, left_us: int = 10 * SECOND) -> Lease:
+    return Lease(fence, owner, NOW + left_us, 30.0, shared=True)
+
+
+def readers(*leases: Lease) -> LockRow:
+    return LockRow(1, "k", max(x.fencing_token for x in leases), 1, leases)
+
+
+def take(
+    row: LockRow | None,
+    owner: str = A,
+    *,
+    is_shared: bool = True,
+    limit: int = 1,
+    line_waits: bool = False,
+) -> Decision:
+    return decide_acquire(
+        row,
+        NOW,
+        project_id=1,
+        key="k",
+        owner_token=owner,
+        ttl=10,
+        limit=limit,
+        shared=is_shared,
+        line_waits=line_waits,
+    )
+
+
+class TestShared:
+    def test_any_number_of_shared_holders_each_with_the_next_token(self) -> None:
+        """Shared acquires of one key are all granted, tokens 1, 2, 3, each lease shared."""
+        row = None
+        for owner in (A, B, C):
+            decision = take(row, owner)
+            assert decision.status == 200
+            row = decision.row
+        assert row is not None
+        assert [(x.fencing_token, x.shared) for x in row.leases] == [(n, True) for n in (1, 2, 3)]
+        assert row.limit == 1
+
+    def test_an_exclusive_acquire_waits_for_every_shared_holder(self) -> None:
+        """An exclusive acquire of a key held shared is lock_held, saying it waits for all."""
+        decision = take(readers(shared(B, 1), shared(C, 2)), is_shared=False)
+        assert decision.refusal is not None
+        assert decision.refusal.code == "lock_held"
+        assert "held shared by 2 owners" in decision.refusal.message
+        assert "waits for every one of them" in decision.refusal.message
+
+    def test_a_shared_acquire_waits_for_an_exclusive_holder(self) -> None:
+        """A shared acquire of a key held exclusive is lock_held."""
+        decision = take(held(B))
+        assert decision.refusal is not None
+        assert decision.refusal.code == "lock_held"
+        assert decision.row is None
+
+    def test_a_shared_acquire_never_passes_the_line(self) -> None:
+        """With shared holders and someone waiting in line, a shared acquire is lock_held."""
+        decision = take(readers(shared(B, 1)), line_waits=True)
+        assert decision.refusal is not None
+        assert decision.refusal.code == "lock_held"
+        assert "others wait in line first" in decision.refusal.message
+
+    def test_the_holders_own_lease_keeps_its_mode(self) -> None:
+        """Acquiring again with a shared holder's token, shared, gives its lease back."""
+        decision = take(readers(shared(A, 1), shared(B, 2)))
+        assert decision.lease is not None
+        assert (decision.lease.fencing_token, decision.lease.shared) == (1, True)
+
+    @pytest.mark.parametrize(("holds_shared", "held_as"), [(True, "shared"), (False, "exclusive")])
+    def test_a_mode_change_by_the_same_owner_is_refused(
+        self, holds_shared: bool, held_as: str
+    ) -> None:
+        """The owner asking for the other mode than its live lease's is mode_mismatch."""
+        row = readers(shared(A, 4)) if holds_shared else held(A, 4)
+        decision = take(row, is_shared=not holds_shared)
+        assert decision.refusal is not None
+        assert (decision.status, decision.refusal.code) == (409, "mode_mismatch")
+        assert f"holds k {held_as} (fencing token 4)" in decision.refusal.message
+
+    def test_a_shared_acquire_of_a_semaphore_is_refused(self) -> None:
+        """A shared acquire of a key in use as a semaphore is shared_with_limit, naming it."""
+        decision = take(semaphore(lease(B, 1), limit=3))
+        assert decision.refusal is not None
+        assert (decision.status, decision.refusal.code) == (409, "shared_with_limit")
+        assert "semaphore of limit 3" in decision.refusal.message
+
+    def test_a_limit_on_a_key_held_shared_is_refused(self) -> None:
+        """An acquire with a limit of a key held shared is shared_with_limit, not a mismatch."""
+        decision = take(readers(shared(B, 1)), is_shared=False, limit=3)
+        assert decision.refusal is not None
+        assert decision.refusal.code == "shared_with_limit"
+        assert "held shared" in decision.refusal.message
+
+    def test_a_free_semaphore_key_may_be_taken_shared(self) -> None:
+        """Once a semaphore's leases have ended, a shared acquire makes the key a lock."""
+        decision = take(semaphore(lease(B, 5, left_us=0), limit=3))
+        assert decision.row is not None
+        assert (decision.row.limit, decision.row.fencing_token) == (1, 6)
+
+    @pytest.mark.parametrize("row", [None, LockRow(1, "k", 4)], ids=["new", "free"])
+    def test_a_request_asking_for_both_is_refused(self, row: LockRow | None) -> None:
+        """shared with a limit above 1 is 409 shared_with_limit whatever the key (a key never
+        acquired included), and nothing is written."""
+        decision = take(row, limit=2)
+        assert decision.refusal is not None
+        assert (decision.status, decision.refusal.code, decision.row) == (
+            409,
+            "shared_with_limit",
+            None,
+        )
+        assert "a shared lease and a limit of 2" in decision.refusal.message
+
+    def test_shared_holders_are_bounded(self) -> None:
+        """At MAX_SHARED_HOLDERS shared holders a further shared acquire is lock_held."""
+        row = readers(*(shared(str(n), n) for n in range(1, MAX_SHARED_HOLDERS + 1)))
+        decision = take(row)
+        assert decision.refusal is not None
+        assert decision.refusal.code == "lock_held"
+        assert f"the most a key has at once ({MAX_SHARED_HOLDERS})" in decision.refusal.message
+        assert take(without(row, NOW, row.leases[0])).status == 200
+
+    @pytest.mark.parametrize(
+        ("row", "fits_shared", "fits_exclusive"),
+        [
+            (None, True, True),
+            (LockRow(1, "k", 4), True, True),
+            (held(B), False, False),
+            (readers(shared(B, 1)), True, False),
+            (semaphore(lease(B, 1), limit=2), False, True),
+            (semaphore(lease(B, 1), lease(C, 2), limit=2), False, False),
+            (readers(shared(B, 1, left_us=0)), True, True),
+        ],
+        ids=["new", "free", "exclusive", "shared", "slot-free", "slots-full", "expired"],
+    )
+    def test_room(self, row: LockRow | None, fits_shared: bool, fits_exclusive: bool) -> None:
+        """Which new lease fits beside a key's live leases, in each mode."""
+        assert has_room(row, NOW, shared=True) is fits_shared
+        assert has_room(row, NOW, shared=False) is fits_exclusive
+
+    def test_renewal_keeps_the_mode(self) -> None:
+        """A renewed shared lease is still shared."""
+        decision = renew(readers(shared(A, 3)), A, 3)
+        assert decision.lease is not None
+        assert decision.lease.shared
+
+    def test_force_release_ends_every_shared_holder(self) -> None:
+        """Force release removes all the shared leases and counts them."""
+        decision = decide_force_release(readers(shared(A, 1), shared(B, 2)), NOW, key="k")
+        assert decision.payload is not None
+        assert (decision.payload["released_count"], decision.payload["fencing_token"]) == (2, 2)
+        assert decision.row is not None
+        assert decision.row.leases == ()
+
+    def test_state_shows_each_holders_mode(self) -> None:
+        """get lists each holder's mode."""
+        state = lock_state(summary(readers(shared(A, 1), shared(B, 2, 20 * SECOND)), 1), "k")
+        assert [h["mode"] for h in state["holders"]] == ["shared", "shared"]
+        assert [h["mode"] for h in lock_state(summary(held(A)), "k")["holders"]] == ["exclusive"]
+
+    @pytest.mark.parametrize("reach", [Reach.HERE, Reach.THERE])
+    def test_a_shared_waiter_is_handed_a_shared_lease(self, reach: Reach) -> None:
+        """A waiter that asked for a shared lease is granted (or reserved) a shared one."""
+        waiter = Waiter(9, 1, "k", C, 30.0, "server-b", "waiting", None, None, True, True)
+        handoff = decide_handoff(
+            readers(shared(A, 1)), NOW, waiter, reach, reserve_us=SECOND, rejoin_us=SECOND
+        )
+        assert handoff.lease is not None
+        assert (handoff.lease.fencing_token, handoff.lease.shared) == (2, True)

@@ -151,6 +151,12 @@ def sync_detailed(
     absent), shown in the key's `holders`; a waiter's label goes with the lease it is
     granted.
 
+    With `shared: true` the lease is shared: it is granted beside other shared leases of the
+    key while nobody waits in line, never beside an exclusive one. Acquiring with the
+    `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
+
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
@@ -211,6 +217,12 @@ def sync(
     absent), shown in the key's `holders`; a waiter's label goes with the lease it is
     granted.
 
+    With `shared: true` the lease is shared: it is granted beside other shared leases of the
+    key while nobody waits in line, never beside an exclusive one. Acquiring with the
+    `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
+
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
     the moment it is granted) or until `wait_seconds` pass (`409 lock_held`). Waiters are
@@ -265,6 +277,12 @@ async def asyncio_detailed(
     a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
     absent), shown in the key's `holders`; a waiter's label goes with the lease it is
     granted.
+
+    With `shared: true` the lease is shared: it is granted beside other shared leases of the
+    key while nobody waits in line, never beside an exclusive one. Acquiring with the
+    `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from
@@ -323,6 +341,12 @@ async def asyncio(
     a live lease or a waiter is `409 limit_mismatch`. The lease carries `label` (none when
     absent), shown in the key's `holders`; a waiter's label goes with the lease it is
     granted.
+
+    With `shared: true` the lease is shared: it is granted beside other shared leases of the
+    key while nobody waits in line, never beside an exclusive one. Acquiring with the
+    `owner_token` of a live lease in the other mode is `409 mode_mismatch`; `shared` with a
+    `limit` above 1, `shared` on a key in use as a semaphore, or a `limit` above 1 on a key
+    held shared is `409 shared_with_limit`.
 
     With `wait_seconds` above 0 the caller joins the key's queue instead, and the request stays
     open until it is first in line and a slot is free (`200`, a lease whose ttl counts from

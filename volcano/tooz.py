@@ -22,8 +22,7 @@ Everything is built on the public `volcano` SDK, nothing else:
 
 - a lock is a `client.locks.with_lock` guard (renewed by the client's renewal loop: it is held
   until released or the process ends, as a ZooKeeper session's locks are); `break_()` is a force
-  release; shared locks need a server and SDK with `acquire(shared=True)`, else they raise
-  `tooz.NotImplemented`;
+  release; a shared lock is a guard of `with_lock(..., shared=True)`;
 - a group is a Volcano group; joining makes a membership with the ttl `timeout`, renewed by
   `heartbeat()` (so a process that stops heartbeating leaves its groups, as tooz expects);
   capabilities are msgpack bytes, as tooz's other drivers keep them;
@@ -41,7 +40,6 @@ characters, members 200, locks 255; half as many bytes when written in hex) rais
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import re
 import threading
@@ -338,8 +336,6 @@ class VolcanoDriver(
         """A guard holding `key` (entered), or None when another holds it past `wait`."""
         options: dict[str, Any] = {"ttl": self._lock_timeout, "wait": wait}
         if shared:
-            if "shared" not in inspect.signature(self.client.locks.with_lock).parameters:
-                raise tooz.NotImplemented("shared locks need volcano with acquire(shared=True)")
             options["shared"] = True
         guard = self.client.locks.with_lock(key, **options)
         try:

@@ -3,7 +3,6 @@ heartbeats and locks renewed in the background, against real servers."""
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,6 @@ import volcano
 from tests.conftest import LiveServer, running_server
 from tests.support.raw import wait_for
 from tests.support.server import ServerProcess, create_project
-
-SHARED = "shared" in inspect.signature(volcano.Locks.acquire).parameters
 
 
 @pytest.fixture(scope="module")
@@ -185,16 +182,6 @@ class TestLocks:
             assert lock.release()
             assert not client.locks.get(name.decode()).held
 
-    @pytest.mark.skipif(SHARED, reason="the SDK has acquire(shared=True): see the next test")
-    def test_without_shared_acquire_a_shared_lock_is_not_implemented(
-        self, coordinator: coordination.CoordinationDriver
-    ) -> None:
-        """An SDK without acquire(shared=True): a shared lock is tooz.NotImplemented, which
-        tooz's suite reports as a skip."""
-        with pytest.raises(tooz.NotImplemented, match="shared"):
-            coordinator.get_lock(new_id()).acquire(shared=True)
-
-    @pytest.mark.skipif(not SHARED, reason="the SDK on this branch has no acquire(shared=True)")
     def test_shared_holders_exclude_an_exclusive_one(
         self, coordinator: coordination.CoordinationDriver, url: str
     ) -> None:

@@ -260,6 +260,8 @@ async def _purge_forever(
                 if len(expired) < small:
                     break
                 await anyio.lowlevel.checkpoint()
+            while await anyio.to_thread.run_sync(storage.purge_members, small) >= small:
+                await anyio.lowlevel.checkpoint()
             while await anyio.to_thread.run_sync(storage.purge_keys, idle_us, small) >= small:
                 await anyio.lowlevel.checkpoint()
             while (

@@ -564,6 +564,14 @@ class Storage(Protocol):
         """
         ...
 
+    def purge_members(self, limit: int) -> int:
+        """Delete expired group members (some), each group's version kept; return how many.
+
+        Joins and leaves sweep a few of their group's expired members; this bounds the
+        storage of groups nobody writes to after their members expire.
+        """
+        ...
+
     def purge_keys(self, idle_us: int, limit: int) -> int:
         """Delete up to `limit` keys without a lease or a waiter, unchanged for `idle_us`.
 

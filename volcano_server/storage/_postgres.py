@@ -79,6 +79,7 @@ from ._sql import (
     LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
+    bump_groups,
     bump_versions,
     ended_of,
     for_postgres,
@@ -486,6 +487,20 @@ _DELETE_EXPIRED = (
     "DELETE FROM leases x USING unnest(%(projects)s::bigint[], %(keys)s::text[]) AS k(p, key)"
     " WHERE x.project_id = k.p AND x.key = k.key AND x.expires_at_us <= %(now)s"
     " RETURNING x.project_id, x.key, x.fencing_token, x.expires_at_us, x.granted_at_us"
+)
+# Purging expired group members: their groups' rows locked first, skipping any a transaction
+# holds, then the members deleted and each group's version moved past them.
+_EXPIRED_GROUPS = (
+    "SELECT g.project_id, g.name FROM groups g WHERE (g.project_id, g.name) IN"
+    " (SELECT DISTINCT m.project_id, m.group_name FROM group_members m"
+    " WHERE m.expires_at_us <= %(now)s LIMIT %(limit)s)"
+    " ORDER BY g.project_id, g.name FOR UPDATE SKIP LOCKED"
+)
+_DELETE_EXPIRED_MEMBERS = (
+    "DELETE FROM group_members m"
+    " USING unnest(%(projects)s::bigint[], %(names)s::text[]) AS k(p, name)"
+    " WHERE m.project_id = k.p AND m.group_name = k.name AND m.expires_at_us <= %(now)s"
+    " RETURNING m.project_id, m.group_name, m.member"
 )
 # Purging idle keys: their rows locked first, skipping any a transaction holds; then deleted
 # only if still without a lease or a waiter, judged by the DELETE's own snapshot, taken once the
@@ -1123,6 +1138,24 @@ class PostgresStorage(KeyAdmin):
             for statement, params in bump_versions(expired):
                 conn.execute(for_postgres(statement), params)
             return ended_of(expired)
+
+    def purge_members(self, limit: int) -> int:
+        """Delete expired members of up to `limit` groups, moving each group's version past them."""
+        with _mapped_errors(), self._connection() as conn, conn.transaction():
+            conn.execute(*self._limits)
+            now = _fetch(conn, _CLOCK, ())[0] + self._offset()
+            groups = conn.execute(_EXPIRED_GROUPS, {"now": now, "limit": limit}).fetchall()
+            if not groups:
+                return 0
+            values = {
+                "now": now,
+                "projects": [p for p, _ in groups],
+                "names": [name for _, name in groups],
+            }
+            expired = conn.execute(_DELETE_EXPIRED_MEMBERS, values).fetchall()
+            for statement, params in bump_groups(expired):
+                conn.execute(for_postgres(statement), params)
+            return len(expired)
 
     def purge_keys(self, idle_us: int, limit: int) -> int:
         """Delete up to `limit` keys unused for `idle_us`, raising their projects' floors."""

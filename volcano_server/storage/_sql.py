@@ -15,6 +15,7 @@ from ._base import ExpiredLease, Lease, LockRow, StorageUnavailable
 
 __all__ = [
     "EXPIRED_LEASES",
+    "EXPIRED_MEMBERS",
     "FIND_WAITER",
     "HOLDERS_PAGE",
     "IDLE_KEYS",
@@ -25,8 +26,10 @@ __all__ = [
     "SOONEST_LEASES",
     "TOUCH_SERVER",
     "WAITING_COUNT",
+    "bump_groups",
     "bump_versions",
     "delete_expired",
+    "delete_expired_members",
     "delete_idle",
     "ended_of",
     "for_postgres",
@@ -114,6 +117,10 @@ EXPIRED_LEASES = (
     "SELECT project_id, key, fencing_token, expires_at_us, granted_at_us FROM leases"
     " WHERE expires_at_us <= ? LIMIT ?"
 )
+# (now, limit): expired group members, as `delete_expired_members` and `bump_groups` take them.
+EXPIRED_MEMBERS = (
+    "SELECT project_id, group_name, member FROM group_members WHERE expires_at_us <= ? LIMIT ?"
+)
 # (unchanged since, limit): keys with no lease and nobody in line, unchanged since then, with
 # their version and last token (as `purge_key_writes` takes them).
 IDLE_KEYS = (
@@ -139,6 +146,31 @@ def bump_versions(expired: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[obj
     counts = collections.Counter((project_id, key) for project_id, key, *_ in expired)
     return [
         ("UPDATE locks SET version = version + ? WHERE project_id = ? AND key = ?", (n, *ref))
+        for ref, n in counts.items()
+    ]
+
+
+def delete_expired_members(
+    expired: Sequence[Sequence[Any]],
+) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that delete `EXPIRED_MEMBERS` rows (keep their groups' versions)."""
+    return [
+        (
+            "DELETE FROM group_members WHERE project_id = ? AND group_name = ? AND member = ?",
+            (project_id, group, member),
+        )
+        for project_id, group, member in expired
+    ]
+
+
+def bump_groups(expired: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[object, ...]]]:
+    """The statements that move each group's version past its expired members deleted.
+
+    A group's version counts its stored members that have expired, as a key's does its leases.
+    """
+    counts = collections.Counter((project_id, group) for project_id, group, *_ in expired)
+    return [
+        ("UPDATE groups SET version = version + ? WHERE project_id = ? AND name = ?", (n, *ref))
         for ref, n in counts.items()
     ]
 

@@ -60,6 +60,7 @@ from ._base import (
 from ._keys import KeyAdmin, Sql
 from ._sql import (
     EXPIRED_LEASES,
+    EXPIRED_MEMBERS,
     FIND_WAITER,
     HOLDERS_PAGE,
     IDLE_KEYS,
@@ -70,8 +71,10 @@ from ._sql import (
     SOONEST_LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
+    bump_groups,
     bump_versions,
     delete_expired,
+    delete_expired_members,
     delete_idle,
     ended_of,
     leases_of,
@@ -639,6 +642,14 @@ class SQLiteStorage(KeyAdmin):
             for statement, params in delete_expired(expired) + bump_versions(expired):
                 tx.execute(statement, params)
             return ended_of(expired)
+
+    def purge_members(self, limit: int) -> int:
+        """Delete up to `limit` expired group members, moving their groups' versions past them."""
+        with self.write() as tx:
+            expired = tx.execute(EXPIRED_MEMBERS, (tx.now_us(), limit)).fetchall()
+            for statement, params in delete_expired_members(expired) + bump_groups(expired):
+                tx.execute(statement, params)
+            return len(expired)
 
     def purge_keys(self, idle_us: int, limit: int) -> int:
         """Delete up to `limit` keys unused for `idle_us`, raising their projects' floors."""

@@ -137,6 +137,23 @@ class TestPurge:
         assert again["fencing_token"] > before["fencing_token"]
         assert state["version"] > purged["version"]
 
+    def test_expired_members_leave_nothing_behind(self, server: tuple[LiveServer, Storage]) -> None:
+        """A group's 30 members with ttl 0.1 s, none of them renewed: once expired, the purge
+        deletes their rows, and the group's version and state read the same before and after."""
+        live, storage = server
+        with live.http(live.project) as http:
+            assert http.put("/v1/groups/crowd").status_code == 201
+            for index in range(30):
+                body = {"owner_token": new_id(), "ttl_seconds": 0.1}
+                joined = http.post(f"/v1/groups/crowd/members/m{index}/join", json=body)
+                assert joined.status_code == 200, joined.text
+            time.sleep(0.2)
+            before = http.get("/v1/groups/crowd").json()
+            drain(storage.purge_members)
+            after = http.get("/v1/groups/crowd").json()
+        assert rows(live.database_url, "group_members") == 0
+        assert after == before
+
     def test_keys_in_use_are_never_purged(self, server: tuple[LiveServer, Storage]) -> None:
         """A held key, and a key whose holder released it for a caller in line, stay; so does
         any key changed within the idle time."""

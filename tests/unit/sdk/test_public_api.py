@@ -27,6 +27,7 @@ MODULES = [
 INTERNAL = {
     "Acquisition",
     "Answer",
+    "Attempt",
     "AsyncEngine",
     "AsyncOwnClient",
     "AsyncSender",

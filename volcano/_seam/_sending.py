@@ -56,6 +56,10 @@ _HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.
 # What the generated functions pass to `request()` (tests/unit/sdk/test_seam.py pins it).
 _OPTIONS = frozenset({"json", "params", "headers"})
 
+URLS_KEPT = 256
+"""Parsed URLs each client keeps, by path: httpx checks every character of a URL it parses,
+about a fifth of building a request, and a lock's requests repeat the same few paths."""
+
 
 class Sender:
     """Sends Calls through the caller's `httpx.Client` (or the SDK's own transport)."""
@@ -174,6 +178,10 @@ class _Route:
         self._params = httpx.QueryParams(through.params)
         self.base = settings.api_url
         self._timeout = httpx.Timeout(settings.timeout).as_dict()
+        self._url = functools.lru_cache(maxsize=URLS_KEPT)(self._parse)
+
+    def _parse(self, path: str) -> httpx.URL:
+        return httpx.URL(self.base + path)
 
     def build(
         self, method: str, url: httpx.URL | str, seconds: float | None, **options: Any
@@ -193,7 +201,7 @@ class _Route:
         timeout = self._timeout if seconds is None else httpx.Timeout(seconds).as_dict()
         request = httpx.Request(
             method,
-            self.base + str(url),
+            self._url(str(url)),
             json=options.get("json"),
             params=query or None,
             headers=headers,

@@ -20,19 +20,19 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def api() -> FakeApi:
+def fake_api() -> FakeApi:
     return FakeApi()
 
 
 @pytest.fixture
-def clock(api: FakeApi) -> FakeClock:
+def clock(fake_api: FakeApi) -> FakeClock:
     fake = FakeClock()
-    api.clock = fake
+    fake_api.clock = fake
     return fake
 
 
 @pytest.fixture
-def make_client(api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcano.Client]]:
+def make_client(fake_api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcano.Client]]:
     made: list[volcano.Client] = []
 
     def make(**overrides: Any) -> volcano.Client:
@@ -40,7 +40,7 @@ def make_client(api: FakeApi, clock: FakeClock) -> Iterator[Callable[..., volcan
             "anon_key": ANON_KEY,
             "service_key": SERVICE_KEY,
             "api_url": API_URL,
-            "http_client": httpx.Client(transport=httpx.MockTransport(api)),
+            "http_client": httpx.Client(transport=httpx.MockTransport(fake_api)),
         }
         options.update(overrides)
         client = volcano.Client(**options, _clock=clock)
@@ -59,8 +59,8 @@ def client(make_client: Callable[..., volcano.Client]) -> volcano.Client:
 
 
 @pytest.fixture
-async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.AsyncClient]:
-    http = httpx.AsyncClient(transport=httpx.MockTransport(api))
+async def aclient(fake_api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.AsyncClient]:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(fake_api))
     client = volcano.AsyncClient(
         anon_key=ANON_KEY, service_key=SERVICE_KEY, api_url=API_URL, http_client=http, _clock=clock
     )
@@ -71,9 +71,9 @@ async def aclient(api: FakeApi, clock: FakeClock) -> AsyncIterator[volcano.Async
 
 
 @pytest.fixture
-def sdk(client_kind: Kind, api: FakeApi, clock: FakeClock) -> Iterator[Sdk]:
+def sdk(client_kind: Kind, fake_api: FakeApi, clock: FakeClock) -> Iterator[Sdk]:
     arguments = {"anon_key": ANON_KEY, "service_key": SERVICE_KEY, "api_url": API_URL}
-    made = Sdk(client_kind, {**arguments, "_clock": clock}, transport=httpx.MockTransport(api))
+    made = Sdk(client_kind, {**arguments, "_clock": clock}, transport=httpx.MockTransport(fake_api))
     client = made.client
     clock.follow(client._engine.settled)
     yield made

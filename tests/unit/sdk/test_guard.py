@@ -49,8 +49,8 @@ def wait_for(predicate: Callable[[], bool]) -> None:
 class Gate:
     """A responder that holds a request until opened, then answers it with the default."""
 
-    def __init__(self, api: FakeApi) -> None:
-        self.api = api
+    def __init__(self, fake_api: FakeApi) -> None:
+        self.api = fake_api
         self.entered = threading.Event()
         self.opened = threading.Event()
         self.done = threading.Event()
@@ -65,35 +65,35 @@ class Gate:
 
 class TestSchedule:
     def test_renews_a_third_into_each_lease(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """The first renewal comes when a third of the ttl has passed, then every third."""
         with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
             clock.advance(9)
-            assert api.of("renew") == []
+            assert fake_api.of("renew") == []
             clock.advance(1)
             clock.advance(9)
             clock.advance(1)
-            assert api.times_of("renew") == [110.0, 120.0]
+            assert fake_api.times_of("renew") == [110.0, 120.0]
             assert not guard.lost
 
     def test_renewals_carry_the_lease_and_fresh_request_ids(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Renewals send the lease's token, fencing token and ttl, each with a new request id."""
         with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID):
             clock.advance(10)
             clock.advance(10)
-        renewals = api.of("renew")
+        renewals = fake_api.of("renew")
         assert [json.loads(r.content) for r in renewals] == [
             {"owner_token": TOKEN, "fencing_token": 7, "ttl_seconds": 30.0}
         ] * 2
-        ids = [r.headers["X-Request-Id"] for r in api.requests]
+        ids = [r.headers["X-Request-Id"] for r in fake_api.requests]
         assert ids[0] == REQUEST_ID
         assert len(set(ids)) == len(ids)  # acquire, 2 renewals, release: all different
 
     def test_lease_is_the_latest_renewal(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """guard.lease is replaced by each renewal; earlier leases stay as they were."""
         with client.locks.with_lock("k", ttl=30) as guard:
@@ -107,23 +107,23 @@ class TestSchedule:
             assert second.owner_token == first.owner_token
 
     def test_each_attempt_is_bounded_by_the_time_left(
-        self, make_client: Callable[..., volcano.Client], api: FakeApi, clock: FakeClock
+        self, make_client: Callable[..., volcano.Client], fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """A renewal may not wait past the deadline: its timeout is min(timeout, time left)."""
         client = make_client(timeout=10)
         with client.locks.with_lock("k", ttl=6):  # deadline 106, first attempt at 102
-            api.then(fail(httpx.ConnectError("refused")))
+            fake_api.then(fail(httpx.ConnectError("refused")))
             clock.advance(2)
             clock.advance(0.5)
-        timeouts = [r.extensions["timeout"]["read"] for r in api.of("renew")]
+        timeouts = [r.extensions["timeout"]["read"] for r in fake_api.of("renew")]
         assert timeouts == [pytest.approx(4.0), pytest.approx(3.5)]
 
-    def test_acquisition_retries_once(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_acquisition_retries_once(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Entering retries a 503 once with the same identifiers, like acquire."""
-        api.then(error(503, "unavailable"))
+        fake_api.then(error(503, "unavailable"))
         with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
             assert guard.lease.owner_token == TOKEN
-        first, second = api.of("acquire")
+        first, second = fake_api.of("acquire")
         assert first.content == second.content
         assert first.headers["X-Request-Id"] == second.headers["X-Request-Id"] == REQUEST_ID
 
@@ -141,25 +141,29 @@ class TestTransientFailures:
         ids=["timeout", "connect", "500", "503", "429"],
     )
     def test_survives_a_failed_attempt(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock, failure: Callable[..., object]
+        self,
+        client: volcano.Client,
+        fake_api: FakeApi,
+        clock: FakeClock,
+        failure: Callable[..., object],
     ) -> None:
         """A transient failure is retried shortly after; the lease is still held."""
         with client.locks.with_lock("k", ttl=30) as guard:
             acquired = guard.lease
-            api.then(failure)
+            fake_api.then(failure)
             clock.advance(10)
             assert not guard.lost
             assert guard.lease == acquired
             clock.advance(0.1)
-            assert len(api.of("renew")) == 2
+            assert len(fake_api.of("renew")) == 2
             assert not guard.lost
             assert guard.lease.expires_at > acquired.expires_at
-        assert len(api.of("release")) == 1
+        assert len(fake_api.of("release")) == 1
 
     def test_lost_at_the_deadline_with_only_failures(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         clock: FakeClock,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
@@ -167,7 +171,7 @@ class TestTransientFailures:
         third of the ttl before it) and lost at it."""
         caplog.set_level(logging.INFO, logger="volcano")
         with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(*[error(503, "unavailable")] * 100)
+            fake_api.then(*[error(503, "unavailable")] * 100)
             for _ in range(19):
                 clock.advance(1)  # t=101 .. 119
             assert guard.state is volcano.GuardState.HELD
@@ -175,29 +179,29 @@ class TestTransientFailures:
                 clock.advance(1)  # t=120 .. 129
                 assert guard.state is volcano.GuardState.AT_RISK
             assert not guard.lost
-            assert len(api.of("renew")) > 5  # retried all along
+            assert len(fake_api.of("renew")) > 5  # retried all along
             clock.advance(1)  # t=130: the deadline
             assert guard.lost
             assert guard.wait_lost(timeout=0)
             reason = guard.lost_reason
             assert isinstance(reason, volcano.LockLostError)
             assert isinstance(reason.__cause__, volcano.ServiceUnavailableError)
-            attempts = len(api.of("renew"))
+            attempts = len(fake_api.of("renew"))
             clock.advance(5)
-            assert len(api.of("renew")) == attempts  # no renewal after loss
-        assert api.of("release") == []
+            assert len(fake_api.of("renew")) == attempts  # no renewal after loss
+        assert fake_api.of("release") == []
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 2
         assert warnings[0].startswith("the lease on k is at risk: 503 unavailable")
         assert warnings[1].startswith("lost the lease on k")
 
     def test_held_is_never_reported_past_the_deadline(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Even while a renewal hangs, the guard reports lost once the deadline passes."""
-        gate = Gate(api)
+        gate = Gate(fake_api)
         with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(gate)
+            fake_api.then(gate)
             clock.nudge(10)
             assert gate.entered.wait(20)
             clock.now = 129.999
@@ -208,7 +212,7 @@ class TestTransientFailures:
             gate.opened.set()
             clock.advance(0)  # let the late success arrive
             assert guard.lost  # a late answer does not bring the lease back
-        assert api.of("release") == []
+        assert fake_api.of("release") == []
 
 
 class TestRefusals:
@@ -224,7 +228,7 @@ class TestRefusals:
     def test_lost_at_once(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         clock: FakeClock,
         status: int,
         code: str,
@@ -232,17 +236,17 @@ class TestRefusals:
     ) -> None:
         """A 409 (or another refusal) on renewal makes the guard lost immediately."""
         with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(error(status, code))
+            fake_api.then(error(status, code))
             clock.advance(10)
             assert guard.lost
             assert type(guard.lost_reason) is cls
             clock.advance(10)
-            assert len(api.of("renew")) == 1
-        assert api.of("release") == []
+            assert len(fake_api.of("renew")) == 1
+        assert fake_api.of("release") == []
         assert guard.lost  # still reported after exit
 
     def test_wait_lost_wakes_on_loss(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """A thread blocked in wait_lost() returns True when the lease is lost."""
         results: list[bool] = []
@@ -250,7 +254,7 @@ class TestRefusals:
             assert guard.wait_lost(timeout=0) is False
             waiter = threading.Thread(target=lambda: results.append(guard.wait_lost()))
             waiter.start()
-            api.then(error(409, "lease_not_held"))
+            fake_api.then(error(409, "lease_not_held"))
             clock.advance(10)
             waiter.join(20)
         assert results == [True]
@@ -270,13 +274,13 @@ class TestRefusals:
 
 class TestExit:
     def test_releases_the_latest_lease(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Leaving the block releases the latest lease with a fresh request id."""
         with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
             clock.advance(10)
             latest = guard.lease
-        (release,) = api.of("release")
+        (release,) = fake_api.of("release")
         assert json.loads(release.content) == {"owner_token": TOKEN, "fencing_token": 7}
         assert release.headers["X-Request-Id"] != REQUEST_ID
         assert guard.lease == latest
@@ -284,29 +288,29 @@ class TestExit:
         assert guard.lost_reason is None
 
     def test_no_renewal_after_exit(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Once the block is left, the lease is no longer renewed."""
         with client.locks.with_lock("k", ttl=30):
             pass
         clock.advance(10)
         clock.advance(10)
-        assert api.of("renew") == []
+        assert fake_api.of("renew") == []
 
     def test_exit_waits_for_an_inflight_renewal(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Exit lets a renewal under way finish, then releases (never concurrently)."""
-        gate = Gate(api)
+        gate = Gate(fake_api)
         renewal_done_at_release: list[bool] = []
 
         def release(request: httpx.Request) -> httpx.Response:
             renewal_done_at_release.append(gate.done.is_set())
-            return api.default(request)
+            return fake_api.default(request)
 
         guard = client.locks.with_lock("k", ttl=30)
         guard.__enter__()
-        api.then(gate, release)
+        fake_api.then(gate, release)
         clock.nudge(10)
         assert gate.entered.wait(20)
         exiting = threading.Thread(target=guard.__exit__, args=(None, None, None))
@@ -318,19 +322,19 @@ class TestExit:
         assert guard.state is volcano.GuardState.RELEASED
 
     def test_release_answered_after_the_deadline_ends_released(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """The deadline passes while the release is in flight; the server's 204 still ends the
         guard RELEASED, not lost (issue 19, finding 3)."""
 
         def slow_release(request: httpx.Request) -> httpx.Response:
             clock.now += 60  # past the deadline of t=130 while the request is out
-            return api.default(request)
+            return fake_api.default(request)
 
-        api.then(api.default, slow_release)
+        fake_api.then(fake_api.default, slow_release)
         with client.locks.with_lock("k", ttl=30) as guard:
             pass
-        assert len(api.of("release")) == 1
+        assert len(fake_api.of("release")) == 1
         assert guard.state is volcano.GuardState.RELEASED
         assert not guard.lost
         assert guard.lost_reason is None
@@ -343,34 +347,34 @@ class TestExit:
     def test_failed_release_never_masks_the_blocks_exception(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         failure: Callable[..., object],
         caplog: pytest.LogCaptureFixture,
     ) -> None:
         """If the block raises and the release fails, the block's exception propagates."""
-        api.then(api.default, failure)  # the acquisition succeeds, the release fails
+        fake_api.then(fake_api.default, failure)  # the acquisition succeeds, the release fails
         with pytest.raises(KeyError, match="from the block"), client.locks.with_lock("k", ttl=30):
             raise KeyError("from the block")
-        assert len(api.of("release")) == 1
+        assert len(fake_api.of("release")) == 1
         assert any("releasing the lease on k failed" in r.getMessage() for r in caplog.records)
 
     def test_failed_release_is_logged_not_raised(
-        self, client: volcano.Client, api: FakeApi, caplog: pytest.LogCaptureFixture
+        self, client: volcano.Client, fake_api: FakeApi, caplog: pytest.LogCaptureFixture
     ) -> None:
         """A clean block whose release gets a 409 exits normally and logs a warning."""
         with client.locks.with_lock("k", ttl=30):
-            api.then(error(409, "lease_not_held"))
+            fake_api.then(error(409, "lease_not_held"))
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         assert "releasing the lease on k failed" in warnings[0].getMessage()
 
     def test_block_exception_propagates_after_release(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """An exception in the block still releases the lease, then propagates."""
         with pytest.raises(RuntimeError), client.locks.with_lock("k", ttl=30):
             raise RuntimeError
-        assert len(api.of("release")) == 1
+        assert len(fake_api.of("release")) == 1
 
 
 class TestMisuse:
@@ -381,16 +385,16 @@ class TestMisuse:
                 guard.__enter__()
             assert not guard.lost
 
-    def test_single_use(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_single_use(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """A guard that has exited cannot be entered again."""
         guard = client.locks.with_lock("k", ttl=30)
         with guard:
             pass
         with pytest.raises(volcano.GuardStateError, match="with_lock"):
             guard.__enter__()
-        assert len(api.of("acquire")) == 1
+        assert len(fake_api.of("acquire")) == 1
 
-    def test_unentered_guard_has_no_lease(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_unentered_guard_has_no_lease(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Reading lease, lost or wait_lost before entering raises; nothing is sent."""
         guard = client.locks.with_lock("k", ttl=30)
         with pytest.raises(volcano.GuardStateError, match="not been entered"):
@@ -400,19 +404,19 @@ class TestMisuse:
         with pytest.raises(volcano.GuardStateError):
             guard.wait_lost(0)
         assert guard.lost_reason is None
-        assert api.requests == []
+        assert fake_api.requests == []
 
     def test_failed_acquisition_propagates_and_spends_the_guard(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """If acquisition fails, entering raises that error and the guard is spent."""
-        api.then(error(409, "lock_held", retry_after="4"))
+        fake_api.then(error(409, "lock_held", retry_after="4"))
         guard = client.locks.with_lock("k", ttl=30)
         with pytest.raises(volcano.LockHeldError), guard:
             pytest.fail("the block must not run")
         with pytest.raises(volcano.GuardStateError):
             guard.__enter__()
-        assert api.of("release") == []
+        assert fake_api.of("release") == []
 
     @pytest.mark.parametrize(
         ("arguments", "message"),
@@ -425,14 +429,16 @@ class TestMisuse:
         ],
     )
     def test_bad_arguments_are_refused_by_with_lock(
-        self, client: volcano.Client, api: FakeApi, arguments: dict[str, object], message: str
+        self, client: volcano.Client, fake_api: FakeApi, arguments: dict[str, object], message: str
     ) -> None:
         """A bad margin or callback is refused when the guard is made, before any request."""
         with pytest.raises(volcano.InvalidArgumentError, match=message):
             client.locks.with_lock("k", ttl=30, **arguments)  # type: ignore[arg-type]
-        assert api.requests == []
+        assert fake_api.requests == []
 
-    def test_state_and_check_around_the_block(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_state_and_check_around_the_block(
+        self, client: volcano.Client, fake_api: FakeApi
+    ) -> None:
         """state reads NEW, HELD, RELEASED; check() refuses before entry and is quiet while
         held and after a clean exit."""
         guard = client.locks.with_lock("k", ttl=30, at_risk_margin=timedelta(seconds=2))
@@ -445,9 +451,9 @@ class TestMisuse:
         assert guard.state is volcano.GuardState.RELEASED
         guard.check()
 
-    def test_failed_entry_is_a_state(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_failed_entry_is_a_state(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """An entry that raised leaves the guard FAILED, and it cannot be entered again."""
-        api.then(error(409, "lock_held"))
+        fake_api.then(error(409, "lock_held"))
         guard = client.locks.with_lock("k", ttl=30)
         with pytest.raises(volcano.LockHeldError), guard:
             pass
@@ -465,7 +471,7 @@ class TestMisuse:
 
 
 class TestOneThreadPerClient:
-    def test_many_guards_share_one_thread(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_many_guards_share_one_thread(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Hundreds of guards on one client are renewed by a single thread."""
         before = threading.active_count()
         with contextlib.ExitStack() as stack:
@@ -475,10 +481,10 @@ class TestOneThreadPerClient:
             assert threading.active_count() == before + 1
             assert len(renewer_threads()) == 1
             assert not any(g.lost for g in guards)
-        assert len(api.of("release")) == 300
+        assert len(fake_api.of("release")) == 300
 
     def test_due_guards_are_all_renewed(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Guards with different ttls are each renewed when due, by the one thread."""
         with (
@@ -487,7 +493,7 @@ class TestOneThreadPerClient:
         ):
             for _ in range(10):
                 clock.advance(1)  # short is due every second, long once at t=110
-            keys = [r.url.path.split("/")[3] for r in api.of("renew")]
+            keys = [r.url.path.split("/")[3] for r in fake_api.of("renew")]
             assert keys.count("short") == 10
             assert keys.count("long") == 1
             assert not short.lost
@@ -501,7 +507,7 @@ class TestOneThreadPerClient:
 
 class TestRenewerFaults:
     def test_a_bug_in_one_renewal_loses_that_guard_only(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """An unexpected exception while renewing marks the guards of that request lost (here
         one: the other's renewal is not due with it); others go on."""
@@ -509,7 +515,7 @@ class TestRenewerFaults:
             client.locks.with_lock("broken", ttl=30) as broken,
             client.locks.with_lock("fine", ttl=60) as fine,
         ):
-            api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
+            fake_api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
             clock.advance(10)
             assert broken.lost
             assert isinstance(broken.lost_reason, volcano.LockLostError)
@@ -518,7 +524,7 @@ class TestRenewerFaults:
             clock.advance(10)
             assert not fine.lost
             assert len(renewer_threads()) == 1
-        assert [r.url.path for r in api.of("release")] == ["/v1/locks/fine/release"]
+        assert [r.url.path for r in fake_api.of("release")] == ["/v1/locks/fine/release"]
 
     def test_a_stopped_renewer_loses_new_guards_at_once(self, client: volcano.Client) -> None:
         """A guard handed to a client's engine that has stopped is marked lost with the stop
@@ -536,7 +542,7 @@ class TestRenewerFaults:
 
 class TestClientClose:
     def test_close_marks_guards_lost_and_stops_the_thread(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Closing the client stops renewal; its active guards report lost."""
         with client.locks.with_lock("a", ttl=30) as a, client.locks.with_lock("b", ttl=30) as b:
@@ -546,8 +552,8 @@ class TestClientClose:
                 assert guard.lost
                 assert guard.wait_lost(timeout=0)
                 assert isinstance(guard.lost_reason, volcano.ClientClosedError)
-        assert api.of("release") == []  # nothing can be sent any more
-        assert api.of("renew") == []
+        assert fake_api.of("release") == []  # nothing can be sent any more
+        assert fake_api.of("renew") == []
 
     def test_guard_entered_on_a_closed_client(self, client: volcano.Client) -> None:
         """A closed client refuses to acquire for a guard."""

@@ -114,7 +114,7 @@ class Recorder:
         return httpx.Response(self.status, content=self.content)
 
 
-def api(recorder: Recorder) -> Client:
+def generated(recorder: Recorder) -> Client:
     """A generated client around an httpx client of ours, the way the seam makes one."""
     http = httpx.Client(base_url=BASE, transport=httpx.MockTransport(recorder))
     return Client(base_url=BASE, raise_on_unexpected_status=False).set_httpx_client(http)
@@ -193,7 +193,7 @@ class TestOperations:
         back as the parsed model (the seam reads status and headers from the response itself)."""
         method, path, body, status, payload, parsed_type = OPERATIONS[module]
         recorder = Recorder(status, encoded(payload))
-        response = call(module, api(recorder))
+        response = call(module, generated(recorder))
         (request,) = recorder.requests
         assert (request.method, str(request.url)) == (method, BASE + path)
         assert request.headers["X-Request-Id"] == REQUEST_ID
@@ -243,7 +243,7 @@ class TestOperations:
         """A listed error status with a Volcano error body parses to models.Error, the one
         reading of that body the seam uses."""
         for status in (400, 401, 403, 404, 405, 408, 422, 429, 431, 500, 503):
-            response = call(module, api(Recorder(status, encoded(ERROR))))
+            response = call(module, generated(Recorder(status, encoded(ERROR))))
             assert isinstance(response.parsed, models.Error), status
             detail = response.parsed.error
             assert (detail.code, detail.message, detail.request_id) == (
@@ -257,7 +257,7 @@ class TestOperations:
         """A status the spec does not list (418, a proxy's 502 or 504) is parsed to None, never
         raised: the seam reads those bodies itself."""
         for status in (418, 502, 504):
-            assert call(module, api(Recorder(status, encoded(ERROR)))).parsed is None
+            assert call(module, generated(Recorder(status, encoded(ERROR)))).parsed is None
 
     @pytest.mark.parametrize(
         "content",
@@ -273,7 +273,7 @@ class TestOperations:
         _, _, _, status, payload, _ = OPERATIONS[module]
         for answered in (503, status) if payload is not None else (503,):
             with pytest.raises(PARSE_ERRORS):
-                call(module, api(Recorder(answered, content)))
+                call(module, generated(Recorder(answered, content)))
 
     def test_timestamps_are_aware_datetimes(self) -> None:
         """expires_at parses to a timezone-aware datetime ("Z" kept as UTC); the SDK's models
@@ -336,7 +336,7 @@ class TestBatchRenewal:
         entry = models.LeaseRenewal(key="k", owner_token=TOKEN, fencing_token=7, ttl_seconds=30)
         body = models.RenewLeasesRequest(leases=[entry, entry])
         response = renew_leases.sync_detailed(
-            client=api(recorder), body=body, x_request_id=REQUEST_ID
+            client=generated(recorder), body=body, x_request_id=REQUEST_ID
         )
         (request,) = recorder.requests
         assert (request.method, str(request.url)) == ("POST", BASE + "/v1/leases/renew")

@@ -1,7 +1,9 @@
 """Fixtures for the SDK's unit tests (helpers in support.py).
 
-`client` and `aclient` answer from the FakeApi on the FakeClock; `sdk` is either of them
-(`client_kind` runs a test with both) behind the blocking interface of tests/support/sdk.py.
+`client` and `aclient` answer from the FakeApi (`fake_api`) on the FakeClock (`clock`); `sdk` is
+either of them (`client_kind` runs a test with both) behind the blocking interface of
+tests/support/sdk.py; `guards` is either of them behind the awaitable interface of support.py's
+`Guards`, for with_lock guards, whose renewals the clock steps.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 
 import volcano
 from tests.support.sdk import Kind, Sdk
-from tests.unit.sdk.support import ANON_KEY, API_URL, SERVICE_KEY, FakeApi, FakeClock
+from tests.unit.sdk.support import ANON_KEY, API_URL, SERVICE_KEY, FakeApi, FakeClock, Guards
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -78,3 +80,39 @@ def sdk(client_kind: Kind, fake_api: FakeApi, clock: FakeClock) -> Iterator[Sdk]
     clock.follow(client._engine.settled)
     yield made
     made.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+async def make_guards(
+    request: pytest.FixtureRequest,
+    make_client: Callable[..., volcano.Client],
+    fake_api: FakeApi,
+    clock: FakeClock,
+) -> AsyncIterator[Callable[..., Guards]]:
+    """`Guards` of a Client, then of an AsyncClient; keyword arguments override the client's."""
+    made: list[tuple[volcano.AsyncClient, httpx.AsyncClient]] = []
+
+    def make(**overrides: Any) -> Guards:
+        if request.param == "sync":
+            return Guards(make_client(**overrides), clock, fake_api)
+        http = httpx.AsyncClient(transport=httpx.MockTransport(fake_api))
+        arguments: dict[str, Any] = {
+            "anon_key": ANON_KEY,
+            "service_key": SERVICE_KEY,
+            "api_url": API_URL,
+            **overrides,
+        }
+        client = volcano.AsyncClient(**arguments, http_client=http, _clock=clock)
+        clock.follow(client._engine.settled)
+        made.append((client, http))
+        return Guards(client, clock, fake_api)
+
+    yield make
+    for client, http in made:
+        await client.close()
+        await http.aclose()
+
+
+@pytest.fixture
+def guards(make_guards: Callable[..., Guards]) -> Guards:
+    return make_guards()

@@ -34,6 +34,7 @@ __all__ = [
     "Kind",
     "LostSamples",
     "Sdk",
+    "SdkTarget",
     "SendLog",
     "Sent",
     "Stream",
@@ -168,6 +169,34 @@ class LostSamples:
             self.last_false = at
             if self.first_true is not None:
                 self.flips_back += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Where a suite's clients send
+
+
+def _no_transport(kind: Kind) -> None:
+    return None
+
+
+@attrs.frozen
+class SdkTarget:
+    """Where the clients of the `make_sdk` fixture (tests/conftest.py) send, and how.
+
+    Each suite says it in a fixture `sdk_target`: the live server straight (the default), or
+    through a recording wire, or a fault proxy.
+    """
+
+    arguments: Mapping[str, Any]
+    """The clients' keyword arguments (keys, api_url, timeout); `make_sdk` overrides them."""
+    transport: Callable[[Kind], httpx.BaseTransport | httpx.AsyncBaseTransport | None] = (
+        _no_transport
+    )
+    """A fresh transport for a client of that kind (None: httpx's own)."""
+    check: bool = False
+    """Check every answer against openapi.yaml."""
+    own: bool = False
+    """No `http_client`: each client sends through the one it makes for itself."""
 
 
 # --------------------------------------------------------------------------------------------

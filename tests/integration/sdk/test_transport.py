@@ -16,6 +16,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -25,7 +26,7 @@ import trustme
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
-from tests.support.sdk import Kind, Sdk
+from tests.support.sdk import Sdk, SdkTarget
 from tests.support.sockets import closed_url
 from volcano import _transport
 from volcano._transport import AsyncOwnClient, OwnClient, Transport, default_http, direct
@@ -127,27 +128,32 @@ class Scripted:
         try:
             if self._context is not None:
                 sock = self._context.wrap_socket(sock, server_side=True)
-            stream = sock.makefile("rb")
-            while head := self._head(stream):
-                length = int(Arrived(number, head, b"").header("Content-Length") or 0)
-                with self._lock:
-                    self.arrived.append(Arrived(number, head, stream.read(length)))
-                    step = self.replies.pop(0) if self.replies else reply(500)
-                if step.hold is not None:
-                    step.hold.wait(WAIT)
-                sock.sendall(step.data)
-                if step.close:
-                    return
+            with sock.makefile("rb") as stream:
+                self._answer(sock, stream, number)
         except OSError:  # the client closed or reset it
-            return
+            pass
         finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # the client sees the end now, not when collected
             sock.close()
             self.ended.release()
 
+    def _answer(self, sock: socket.socket, stream: Any, number: int) -> None:
+        while head := self._head(stream):
+            length = int(Arrived(number, head, b"").header("Content-Length") or 0)
+            with self._lock:
+                self.arrived.append(Arrived(number, head, stream.read(length)))
+                step = self.replies.pop(0) if self.replies else reply(500)
+            if step.hold is not None:
+                step.hold.wait(WAIT)
+            sock.sendall(step.data)
+            if step.close:
+                return
+
     @staticmethod
-    def _head(stream: object) -> tuple[str, ...]:
+    def _head(stream: Any) -> tuple[str, ...]:
         lines = []
-        while (line := stream.readline()) not in (b"\r\n", b""):  # type: ignore[attr-defined]
+        while (line := stream.readline()) not in (b"\r\n", b""):
             lines.append(line.decode("latin-1").rstrip("\r\n"))
         return tuple(lines)
 
@@ -384,26 +390,16 @@ def proxy(sqlite_server: LiveServer) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def make_own(
-    client_kind: Kind, sqlite_server: LiveServer, proxy: FaultProxy
-) -> Iterator[Callable[..., Sdk]]:
-    """Clients of `client_kind` on the HTTP client each makes for itself, through `proxy`."""
-    made: list[Sdk] = []
-
-    def make(timeout: float = WAIT) -> Sdk:
-        arguments = {**sqlite_server.project.client_args(proxy.url), "timeout": timeout}
-        made.append(Sdk(client_kind, arguments, own=True))
-        return made[-1]
-
-    yield make
-    for sdk in made:
-        sdk.close()
+def sdk_target(sqlite_server: LiveServer, proxy: FaultProxy) -> SdkTarget:
+    """`make_sdk`'s clients (tests/conftest.py) send through `proxy` on the HTTP client each
+    makes for itself."""
+    return SdkTarget({**sqlite_server.project.client_args(proxy.url), "timeout": WAIT}, own=True)
 
 
 class TestOwnClientAgainstTheServer:
-    def test_every_lock_call(self, make_own: Callable[..., Sdk], key: str) -> None:
+    def test_every_lock_call(self, make_sdk: Callable[..., Sdk], key: str) -> None:
         """acquire, renew, get, check, release and force_release work through it."""
-        own = make_own()
+        own = make_sdk()
         lease = own.acquire(key, ttl=30)
         lease = own.renew(key, lease, ttl=20)
         assert own.get(key).fencing_token == lease.fencing_token
@@ -413,11 +409,11 @@ class TestOwnClientAgainstTheServer:
         assert own.force_release(key).released is False
 
     def test_a_lost_answer_is_retried_with_the_same_request(
-        self, make_own: Callable[..., Sdk], proxy: FaultProxy, key: str
+        self, make_sdk: Callable[..., Sdk], proxy: FaultProxy, key: str
     ) -> None:
         """The server grants, the answer is lost (the connection closed): the acquisition is
         sent again, byte for byte, and gets the lease granted the first time."""
-        own = make_own()
+        own = make_sdk()
         proxy.on("POST", r"/acquire$").drop_response()
         lease = own.acquire(key, ttl=30)
         first, retry = proxy.wait_until(lambda records: len(records) >= 2)
@@ -426,20 +422,20 @@ class TestOwnClientAgainstTheServer:
         assert (state.fencing_token, len(state.holders)) == (lease.fencing_token, 1)
 
     def test_a_slow_answer_times_out(
-        self, make_own: Callable[..., Sdk], proxy: FaultProxy, key: str
+        self, make_sdk: Callable[..., Sdk], proxy: FaultProxy, key: str
     ) -> None:
         """No answer within the client's timeout: APITimeoutError."""
-        own = make_own(timeout=0.3)
+        own = make_sdk(timeout=0.3)
         proxy.on("GET", r"/v1/locks/").delay_response(2.0)
         with pytest.raises(volcano.APITimeoutError):
             own.get(key)
 
     def test_a_proxy_page_is_its_status_error(
-        self, make_own: Callable[..., Sdk], proxy: FaultProxy, key: str
+        self, make_sdk: Callable[..., Sdk], proxy: FaultProxy, key: str
     ) -> None:
         """A load balancer's HTML 503 is a ServiceUnavailableError, its status read from the
         response the SDK keeps though the generated parse refused the body."""
-        own = make_own()
+        own = make_sdk()
         proxy.on("GET", r"/v1/locks/").html_error(503)
         with pytest.raises(volcano.ServiceUnavailableError):
             own.get(key)

@@ -268,6 +268,15 @@ def import_seconds(python: str, modules: str) -> float:
     return float(result.stdout)
 
 
+READY = (
+    "volcano, volcano._engine, volcano._models, _volcano_api.api.locks.acquire_lock,"
+    " _volcano_api.models"
+)
+"""What a client's first acquire has loaded: volcano, the renewal machinery its Client makes,
+the values its answer becomes (volcano loads those three on first use), and the generated
+client's operation and models."""
+
+
 def import_time(rounds: int) -> dict[str, Summary]:
     """`import volcano` vs `import httpx` in fresh interpreters of a runtime-only venv, alternating;
     also volcano together with the generated client that its first request loads."""
@@ -275,11 +284,7 @@ def import_time(rounds: int) -> dict[str, Summary]:
     samples: dict[str, list[float]] = {"volcano": [], "volcano_ready": [], "httpx": []}
     for _ in range(rounds):
         samples["volcano"].append(import_seconds(python, "volcano"))
-        samples["volcano_ready"].append(
-            import_seconds(
-                python, "volcano, _volcano_api.api.locks.acquire_lock, _volcano_api.models"
-            )
-        )
+        samples["volcano_ready"].append(import_seconds(python, READY))
         samples["httpx"].append(import_seconds(python, "httpx"))
 
     def ratio(name: str) -> Summary:

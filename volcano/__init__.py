@@ -22,20 +22,10 @@ are not secrets, and are logged). The package adds no handler.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._client import Client, Locks
-from ._elections import (
-    AsyncCampaign,
-    AsyncElections,
-    AsyncLeaderObserver,
-    AsyncLeadership,
-    Campaign,
-    Elections,
-    Leader,
-    LeaderObserver,
-    Leadership,
-)
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -62,14 +52,50 @@ from ._exceptions import (
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
-from ._guard import AsyncLockGuard, LockGuard
-from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
-from ._ownership import GuardState
 from ._version import __version__
-from ._watch import AsyncLockWatch, LockWatch
 
 if TYPE_CHECKING:
     from ._async_client import AsyncClient, AsyncLocks
+    from ._elections import (
+        AsyncCampaign,
+        AsyncElections,
+        AsyncLeaderObserver,
+        AsyncLeadership,
+        Campaign,
+        Elections,
+        Leader,
+        LeaderObserver,
+        Leadership,
+    )
+    from ._guard import AsyncLockGuard, LockGuard
+    from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
+    from ._ownership import GuardState
+    from ._watch import AsyncLockWatch, LockWatch
+
+# Loaded on first use (`__getattr__`), so that `import volcano` brings in neither attrs nor the
+# renewal machinery: the values come with the first answer, the rest with its first user.
+_LAZY = {
+    "AsyncClient": "_async_client",
+    "AsyncLocks": "_async_client",
+    "AsyncCampaign": "_elections",
+    "AsyncElections": "_elections",
+    "AsyncLeaderObserver": "_elections",
+    "AsyncLeadership": "_elections",
+    "Campaign": "_elections",
+    "Elections": "_elections",
+    "Leader": "_elections",
+    "LeaderObserver": "_elections",
+    "Leadership": "_elections",
+    "AsyncLockGuard": "_guard",
+    "LockGuard": "_guard",
+    "ForceReleaseResult": "_models",
+    "LockHolder": "_models",
+    "LockLease": "_models",
+    "LockState": "_models",
+    "GuardState": "_ownership",
+    "AsyncLockWatch": "_watch",
+    "LockWatch": "_watch",
+}
 
 __all__ = [
     "APIConnectionError",
@@ -123,12 +149,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The asyncio client loads on first use: sync-only programs never pay for it.
-    if name in ("AsyncClient", "AsyncLocks"):
-        from . import _async_client
-
-        return getattr(_async_client, name)
-    raise AttributeError(f"module 'volcano' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'volcano' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # found by the next look-up without coming here
+    return value
 
 
 def __dir__() -> list[str]:

@@ -6,16 +6,14 @@ the same code, and only the sending differs.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate, _watch
-from ._async_engine import AsyncEngine
+from . import _config, _requests, _tracing, _validate
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
-from ._elections import AsyncElections
-from ._guard import AsyncLockGuard
 
 if TYPE_CHECKING:
     import uuid
@@ -23,11 +21,15 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from . import _watch
+    from ._async_engine import AsyncEngine
+    from ._elections import AsyncElections
     from ._exceptions import Error
+    from ._guard import AsyncLockGuard
     from ._models import ForceReleaseResult, LockLease, LockState
 
 
-class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
+class AsyncClient(BaseClient[httpx.AsyncClient, "AsyncEngine", "AsyncLocks"]):
     """A client of the Volcano locks API for asyncio code.
 
     Every argument defaults to its environment variable. Use it as an async context manager
@@ -60,6 +62,8 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
         http_client: httpx.AsyncClient | None = None,
         _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        from ._async_engine import AsyncEngine  # the renewal machinery: with the first client
+
         super().__init__(
             httpx.AsyncClient,
             AsyncEngine,
@@ -71,12 +75,13 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
             http_client=http_client,
             clock=_clock,
         )
-        self._elections = AsyncElections(self._engine)
 
-    @property
+    @functools.cached_property
     def elections(self) -> AsyncElections:
         """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
+        from ._elections import AsyncElections  # loaded with the first election
+
+        return AsyncElections(self._engine)
 
     async def __aenter__(self) -> AsyncClient:
         self._engine.check_open()
@@ -183,6 +188,8 @@ class AsyncLocks:
         async context manager. `aclose()` (or leaving the `async with`) ends it at once,
         cancelling a poll under way; so does cancelling the task that reads it.
         """
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.async_watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> AsyncIterator[LockState]:
@@ -191,6 +198,8 @@ class AsyncLocks:
         An async iterator: `async for state in client.locks.list("report-"):`.
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.async_pages(self._engine.send, checked, size)
 
     def with_lock(
@@ -228,4 +237,6 @@ class AsyncLocks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
+        from ._guard import AsyncLockGuard  # loaded with the first guard
+
         return AsyncLockGuard(self._engine, plan)

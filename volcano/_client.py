@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate, _watch
+from . import _config, _requests, _tracing, _validate
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
-from ._elections import Elections
-from ._engine import Engine
-from ._guard import LockGuard
 
 if TYPE_CHECKING:
     import uuid
@@ -19,11 +17,15 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from . import _watch
+    from ._elections import Elections
+    from ._engine import Engine
     from ._exceptions import Error
+    from ._guard import LockGuard
     from ._models import ForceReleaseResult, LockLease, LockState
 
 
-class Client(BaseClient[httpx.Client, Engine, "Locks"]):
+class Client(BaseClient[httpx.Client, "Engine", "Locks"]):
     """A client of the Volcano locks API, for threads and plain synchronous code.
 
     Every argument defaults to its environment variable. Use it as a context manager, or call
@@ -56,6 +58,8 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
         http_client: httpx.Client | None = None,
         _clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        from ._engine import Engine  # the renewal machinery: with the first client
+
         super().__init__(
             httpx.Client,
             Engine,
@@ -67,12 +71,13 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
             http_client=http_client,
             clock=_clock,
         )
-        self._elections = Elections(self._engine)
 
-    @property
+    @functools.cached_property
     def elections(self) -> Elections:
         """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
+        from ._elections import Elections  # loaded with the first election
+
+        return Elections(self._engine)
 
     def __enter__(self) -> Client:
         self._engine.check_open()
@@ -309,6 +314,8 @@ class Locks:
         Returns:
             A `LockWatch`: an iterator, and a context manager that closes it.
         """
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> Iterator[LockState]:
@@ -328,6 +335,8 @@ class Locks:
             page_size: Keys per request, 1 to 500 (default 100).
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.pages(self._engine.send, checked, size)
 
     def with_lock(
@@ -392,4 +401,6 @@ class Locks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
+        from ._guard import LockGuard  # loaded with the first guard
+
         return LockGuard(self._engine, plan)

@@ -36,8 +36,6 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import attrs
-
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -252,11 +250,13 @@ def inject(headers: httpx.Headers) -> None:
     headers.update(carrier)
 
 
-@attrs.define
 class GuardTrace:
     """A with_lock guard's span: started on entering, ended after its release."""
 
-    span: Span
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
 
     @classmethod
     def start(cls, key: str, ttl: float, wait: float) -> GuardTrace | None:

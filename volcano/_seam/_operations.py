@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-import attrs
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from . import _reading
 from ._reading import models
@@ -26,8 +24,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@attrs.frozen
-class Operation:
+class Operation(NamedTuple):
     """One operation of the spec: the generated module that sends it, and its success status."""
 
     name: str
@@ -39,8 +36,7 @@ class Operation:
         return _module(self.module)
 
 
-@attrs.frozen
-class Call(Generic[T]):
+class Call(NamedTuple, Generic[T]):
     """One lock request, ready to send: its operation, arguments, and how to read a success.
 
     `subject` names what it is about in logs: the lock's key (a batch: how many leases).

@@ -140,7 +140,8 @@ def main() -> None:
     parser.add_argument(
         "--base",
         type=Path,
-        help="peers: also run this checkout's server (e.g. an export of main), in the same rounds",
+        help="peers: also run this checkout's server (e.g. an export of main) in the same rounds,"
+        " and its SDK in the client CPU rows",
     )
     args = parser.parse_args()
     # SIGTERM (a timeout, a CI runner) unwinds like Ctrl-C, so the servers and peers each

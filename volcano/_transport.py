@@ -1,10 +1,11 @@
 """The HTTP client the SDK makes for itself when the caller gives none.
 
 A client's CPU per request is mostly its HTTP stack's: httpx's own transport (httpcore and h11)
-took about twice the CPU of the standard library's `http.client` for one request to the
-reference server (bench/README.md, issue 36). So the SDK's own `httpx.Client` sends through
-`Transport`, an `httpx.BaseTransport` (httpx's public interface for transports) over
-`http.client`: HTTP/1.1 keep-alive connections, TLS with httpx's default certificates
+took twice the CPU of the standard library's `http.client` for one request to the reference
+server, and http.client twice that of reading the answer's head with bytes methods (bench/
+README.md, issue 36). So the SDK's own `httpx.Client` sends through `Transport`, an
+`httpx.BaseTransport` (httpx's public interface for transports) whose connections speak
+HTTP/1.1 themselves (`_http11.py`): keep-alive, TLS with httpx's default certificates
 (`httpx.create_ssl_context`, made when the first `https` connection is), the timeouts each
 request carries in `request.extensions["timeout"]`, and every failure raised as the httpx
 exception httpx's own transport raises for it. Like httpx's default pool it has at most
@@ -23,8 +24,7 @@ redirects or cookies of a caller's) that the SDK would want from `httpx.Client.s
 
 from __future__ import annotations
 
-import http.client
-import select
+import socket
 import threading
 import time
 import urllib.request
@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from ._http11 import Connection
+
 if TYPE_CHECKING:
-    import socket
     import ssl
 
 __all__ = [
@@ -112,11 +113,11 @@ def _proxied() -> bool:
 
 
 class Transport(httpx.BaseTransport):
-    """HTTP/1.1 over `http.client`, keep-alive, at most `MAX_CONNECTIONS` requests at once."""
+    """Keep-alive HTTP/1.1 connections (`_http11.Connection`), `MAX_CONNECTIONS` at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: dict[Origin, list[tuple[float, http.client.HTTPConnection]]] = {}
+        self._idle: dict[Origin, list[tuple[float, Connection]]] = {}
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
@@ -144,18 +145,16 @@ class Transport(httpx.BaseTransport):
         url = request.url
         origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
         connection = self._reuse(origin) or self._connect(request, origin, timeouts)
-        done = False
         try:
-            response = _send(connection, request, timeouts)
-            done = True
+            response = connection.exchange(request, timeouts)
         finally:
-            if done and connection.sock is not None:  # not closed by the server's answer
+            if connection.reusable:
                 self._keep(origin, connection)
             else:
                 connection.close()
         return response
 
-    def _reuse(self, origin: Origin) -> http.client.HTTPConnection | None:
+    def _reuse(self, origin: Origin) -> Connection | None:
         """An idle connection to `origin` that is still good, or None."""
         now = time.monotonic()
         while True:
@@ -165,11 +164,11 @@ class Transport(httpx.BaseTransport):
                     return None
                 since, connection = connections.pop()
             # Data or EOF on an idle connection: the server closed it (or broke the protocol).
-            if now - since < KEEPALIVE_EXPIRY and not _readable(connection.sock):
+            if now - since < KEEPALIVE_EXPIRY and connection.idle():
                 return connection
             connection.close()
 
-    def _keep(self, origin: Origin, connection: http.client.HTTPConnection) -> None:
+    def _keep(self, origin: Origin, connection: Connection) -> None:
         with self._lock:
             connections = self._idle.setdefault(origin, [])
             if not self._closed and len(connections) < MAX_IDLE:
@@ -179,27 +178,28 @@ class Transport(httpx.BaseTransport):
 
     def _connect(
         self, request: httpx.Request, origin: Origin, timeouts: dict[str, Any]
-    ) -> http.client.HTTPConnection:
+    ) -> Connection:
         scheme, host, port = origin
-        timeout = _seconds(timeouts.get("connect"))
-        connection: http.client.HTTPConnection
-        if scheme == "https":
-            connection = http.client.HTTPSConnection(
-                host, port, timeout=timeout, context=self._ssl_context()
-            )
-        elif scheme == "http":
-            connection = http.client.HTTPConnection(host, port, timeout=timeout)
-        else:
+        if scheme not in ("http", "https"):
             raise httpx.UnsupportedProtocol(f"the scheme {scheme!r} is not http or https")
+        timeout = _seconds(timeouts.get("connect"))
         try:
-            connection.connect()
+            sock = socket.create_connection((host, port), timeout)
         except TimeoutError as exc:
-            connection.close()
             raise httpx.ConnectTimeout(str(exc) or "timed out", request=request) from exc
-        except OSError as exc:  # refused, unreachable, unknown host, a failed TLS handshake
-            connection.close()
+        except OSError as exc:  # refused, unreachable, an unknown host
             raise httpx.ConnectError(str(exc), request=request) from exc
-        return connection
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if scheme == "https":  # the handshake, within the connect timeout
+                sock = self._ssl_context().wrap_socket(sock, server_hostname=host)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpx.ConnectTimeout(str(exc) or "timed out", request=request) from exc
+        except OSError as exc:  # a failed handshake, an unknown certificate
+            sock.close()
+            raise httpx.ConnectError(str(exc), request=request) from exc
+        return Connection(sock)
 
     def _ssl_context(self) -> ssl.SSLContext:
         # Made on first use: loading the certificates takes tens of milliseconds.
@@ -209,68 +209,5 @@ class Transport(httpx.BaseTransport):
             return self._ssl
 
 
-def _send(
-    connection: http.client.HTTPConnection, request: httpx.Request, timeouts: dict[str, Any]
-) -> httpx.Response:
-    """Write `request` on `connection` and read the answer whole."""
-    body = request.read()
-    sock = connection.sock
-    try:
-        if sock is not None:
-            sock.settimeout(_seconds(timeouts.get("write")))
-        # The request carries its own Host and Accept-Encoding.
-        target = request.url.raw_path.decode("ascii")
-        connection.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
-        for name, value in request.headers.raw:
-            if name.lower() != b"transfer-encoding":  # the body goes whole, with its length
-                connection.putheader(name, value)
-        if body and "Content-Length" not in request.headers:
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body or None)
-    except TimeoutError as exc:
-        raise httpx.WriteTimeout(str(exc) or "timed out", request=request) from exc
-    except OSError as exc:
-        raise httpx.WriteError(str(exc), request=request) from exc
-    try:
-        if sock is not None:
-            sock.settimeout(_seconds(timeouts.get("read")))
-        answer = connection.getresponse()
-        content = answer.read()
-    except TimeoutError as exc:
-        raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
-    except http.client.RemoteDisconnected as exc:
-        raise httpx.RemoteProtocolError(
-            "Server disconnected without sending a response.", request=request
-        ) from exc
-    except http.client.HTTPException as exc:  # a malformed or cut-short answer
-        raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__, request=request) from exc
-    except OSError as exc:
-        raise httpx.ReadError(str(exc), request=request) from exc
-    # http.client reads header bytes as latin-1: encoding them back gives the bytes sent.
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.getheaders()]
-    return httpx.Response(
-        answer.status,
-        headers=headers,
-        content=content,
-        request=request,
-        extensions={
-            "http_version": b"HTTP/1.1" if answer.version == 11 else b"HTTP/1.0",
-            "reason_phrase": answer.reason.encode("latin-1", "replace"),
-        },
-    )
-
-
 def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
-
-
-def _readable(sock: socket.socket | None) -> bool:
-    """Whether `sock` has data or EOF waiting (as httpcore asks of an idle connection)."""
-    if sock is None:
-        return True
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)

@@ -1,4 +1,4 @@
-"""volcano/_transport.py: the client the SDK makes for itself, and its transport over http.client.
+"""volcano/_transport.py and _http11.py: the client the SDK makes for itself, and its transport.
 
 `Scripted` is a loopback HTTP/1.1 server in a thread that answers each request with the next of
 the replies a test gives it, recording what arrived and on which connection, so a test sees what
@@ -29,6 +29,7 @@ from tests.support.proxy import FaultProxy
 from tests.support.sdk import Sdk, SdkTarget
 from tests.support.sockets import closed_url
 from volcano import _transport
+from volcano._http11 import Connection
 from volcano._transport import AsyncOwnClient, OwnClient, Transport, default_http, direct
 
 WAIT = 10.0
@@ -158,6 +159,16 @@ class Scripted:
         return tuple(lines)
 
 
+class Counting(socket.socket):
+    """A socket that counts its sends."""
+
+    sends = 0
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.sends += 1
+        super().sendall(data, flags)
+
+
 @pytest.fixture
 def servers() -> Iterator[list[Scripted]]:
     """The scripted servers a test starts (`serve`), closed after it."""
@@ -221,12 +232,42 @@ class TestTransport:
             assert post(transport, server.url).status_code == 200
         assert [a.connection for a in server.arrived] == [1, 1, 1]
 
+    @pytest.mark.parametrize(
+        "last",
+        [
+            reply(200, b"{}", "Connection: close", close=True),
+            Reply(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", close=True),
+            Reply(b"HTTP/1.1 200 OK\r\n\r\n{}", close=True),
+        ],
+        ids=["connection-close", "http-1.0", "until-closed"],
+    )
     def test_a_connection_closed_by_its_answer_is_not_reused(
+        self, transport: Transport, servers: list[Scripted], last: Reply
+    ) -> None:
+        """After an answer with `Connection: close`, an HTTP/1.0 answer, or one whose body runs
+        until the connection closes, the next request takes a new connection."""
+        server = serve(servers, last, reply())
+        assert post(transport, server.url).content == b"{}"
+        assert post(transport, server.url).status_code == 200
+        assert [a.connection for a in server.arrived] == [1, 2]
+
+    def test_an_interim_answer_is_skipped(
         self, transport: Transport, servers: list[Scripted]
     ) -> None:
-        """After an answer with `Connection: close`, the next request takes a new connection
-        (http.client gives up a connection its answer closes: `sock` is None)."""
-        server = serve(servers, reply(200, b"{}", "Connection: close", close=True), reply())
+        """A 100 Continue before the answer is read past; the connection is kept."""
+        interim = b"HTTP/1.1 100 Continue\r\nX-Early: yes\r\n\r\n"
+        server = serve(servers, Reply(interim + reply(201).data), reply())
+        response = post(transport, server.url)
+        assert (response.status_code, response.headers.get("X-Early")) == (201, None)
+        assert post(transport, server.url).status_code == 200
+        assert [a.connection for a in server.arrived] == [1, 1]
+
+    def test_bytes_after_an_answer_make_its_connection_unfit(
+        self, transport: Transport, servers: list[Scripted]
+    ) -> None:
+        """A server that sends more than the answer it was asked for: the connection is not
+        reused, so the extra bytes never pass for the next answer."""
+        server = serve(servers, Reply(reply().data + b"HTTP/1.1 200 OK\r\n"), reply())
         assert post(transport, server.url).status_code == 200
         assert post(transport, server.url).status_code == 200
         assert [a.connection for a in server.arrived] == [1, 2]
@@ -256,7 +297,7 @@ class TestTransport:
     def test_a_chunked_gzipped_answer_is_read_whole(
         self, transport: Transport, servers: list[Scripted]
     ) -> None:
-        """http.client undoes the chunked transfer coding, httpx the gzip content coding; the
+        """The transport undoes the chunked transfer coding, httpx the gzip content coding; the
         connection is kept."""
         packed = gzip.compress(b'{"ok": true}')
         chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (packed[:5], packed[5:]))
@@ -272,14 +313,34 @@ class TestTransport:
             SILENCE,
             Reply(b"NOT HTTP\r\n\r\n", close=True),
             Reply(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", close=True),
+            Reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"),
+            Reply(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\nContent-Length: 0\r\n\r\n"),
+            Reply(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n"),
+            Reply(b"HTTP/1.1 200 OK\r\n" + b"X-F: 1\r\n" * 101 + b"Content-Length: 0\r\n\r\n"),
+            Reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+            Reply(b"HTTP/1.1 101 Switching Protocols\r\n\r\n"),
         ],
-        ids=["closed", "malformed", "cut-short"],
+        ids=[
+            "closed",
+            "malformed",
+            "cut-short",
+            "two-lengths",
+            "folded",
+            "line-too-long",
+            "too-many-fields",
+            "not-chunked",
+            "bad-chunk",
+            "switching",
+        ],
     )
     def test_a_broken_answer_is_a_remote_protocol_error(
         self, transport: Transport, servers: list[Scripted], broken: Reply
     ) -> None:
-        """A connection closed instead of an answer, a malformed one, or a body cut short:
-        httpx.RemoteProtocolError, as httpx's own transport raises, naming the request; the
+        """A connection closed instead of an answer, or an answer that breaks HTTP/1.1 (a body
+        cut short, two lengths, a folded or overlong line, too many fields, a transfer coding
+        not ending in chunked, a malformed chunk, a switch of protocols): httpx.
+        RemoteProtocolError, as httpx's own transport raises, naming the request; the
         connection is not kept."""
         server = serve(servers, broken, reply())
         with pytest.raises(httpx.RemoteProtocolError) as raised:
@@ -287,6 +348,29 @@ class TestTransport:
         assert raised.value.request.url.path == "/v1/locks/k/acquire"
         assert post(transport, server.url).status_code == 200
         assert [a.connection for a in server.arrived] == [1, 2]
+
+    def test_a_request_goes_out_in_one_write(self) -> None:
+        """Head and body leave in one send, so that the server wakes once for a request."""
+        client, server = socket.socketpair()
+        counted = Counting(fileno=client.detach())
+        server.sendall(reply().data)
+        connection = Connection(counted)
+        request = httpx.Request("POST", "http://volcano.test/v1/locks/k/acquire", json={"a": 1})
+        assert connection.exchange(request, httpx.Timeout(WAIT).as_dict()).status_code == 200
+        assert counted.sends == 1
+        assert server.recv(65536).endswith(b'\r\n\r\n{"a":1}')
+        connection.close()
+        server.close()
+
+    def test_a_header_it_would_not_send_is_a_local_protocol_error(self) -> None:
+        """A header value with a line break (an injected field) is refused before sending."""
+        client, server = socket.socketpair()
+        connection = Connection(client)
+        request = httpx.Request("GET", "http://volcano.test/", headers={"X-A": "1\r\nX-B: 2"})
+        with pytest.raises(httpx.LocalProtocolError):
+            connection.exchange(request, httpx.Timeout(WAIT).as_dict())
+        connection.close()
+        server.close()
 
     def test_a_refused_connection_is_a_connect_error(self, transport: Transport) -> None:
         """Nothing listening: httpx.ConnectError."""

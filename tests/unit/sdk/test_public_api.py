@@ -37,6 +37,7 @@ INTERNAL = {
     "BatchesUnsupported",
     "Call",
     "Clock",
+    "Connection",
     "Engine",
     "EngineBase",
     "Event",

@@ -4,7 +4,8 @@
 
 One SQLite server (this checkout's, `synchronous=FULL`) and one single-node ZooKeeper
 (bench/_peers.py, installed if missing), and, in shuffled turns within each round, one client
-process per variant looping uncontended acquire + release: `http.client` sending the SDK's
+process per variant looping uncontended acquire + release (each turn also takes the server's CPU
+per cycle: what that client's requests cost the server it talks to): `http.client` sending the SDK's
 requests (the floor), a bare httpx client, the SDK on its own HTTP client, the SDK on a plain
 `httpx.Client` (what a caller passes: httpx's transport, through its `send`), their asyncio
 twins, and kazoo's `Lock`; with `--base`, that checkout's SDK too (`... (base)`: its `volcano`
@@ -22,12 +23,16 @@ import contextlib
 import os
 import random
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.support.server import ServerProcess
+
 from . import _peers
+from ._cycles import WARMUP_SECONDS
 from ._measure import Workers
-from ._servers import Deployment, Keys, deployment
+from ._servers import Deployment, Keys, make_keys
 
 VARIANTS = (
     "raw_http_client",
@@ -46,10 +51,17 @@ OVER = {"http.client": "raw_http_client", "raw httpx": "raw_httpx", "kazoo Lock"
 
 
 def client_cpu(
-    volcano: Deployment, zookeeper: str, rounds: int, seconds: float, base: Path | None = None
+    volcano: Deployment,
+    zookeeper: str,
+    rounds: int,
+    seconds: float,
+    base: Path | None = None,
+    servers: tuple[int, int] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Client CPU per cycle, microseconds, per row (median, min, max over the rounds), and
-    its ratio to each row of OVER (the median of the per-round ratios)."""
+    its ratio to each row of OVER (the median of the per-round ratios); with `servers` (the
+    pids of the Volcano server and the ZooKeeper), the server's CPU per cycle of each row too
+    (what a client's requests cost the server it talks to)."""
     peer = Deployment("zookeeper", "", (zookeeper,), Keys("", ""))
     ours, theirs = Workers(1), Workers(1, base) if base is not None else None
     rows: dict[str, tuple[str, Workers, Deployment]] = {
@@ -60,6 +72,7 @@ def client_cpu(
         for variant in BASE_VARIANTS:
             rows[f"{variant} (base)"] = (variant, theirs, volcano)
     samples: dict[str, list[float]] = {name: [] for name in rows}
+    server: dict[str, list[float]] = {name: [] for name in rows}
     try:
         order = list(rows)
         for number in range(1, rounds + 1):
@@ -67,7 +80,13 @@ def client_cpu(
             random.shuffle(order)
             for name in order:
                 variant, workers, target = rows[name]
-                samples[name].append(workers.client_cpu(target, variant, seconds) * 1e6)
+                pid = None if servers is None else servers[target is peer]
+                before = 0.0 if pid is None else _cpu_seconds(pid)
+                rate, cpu = workers.client_cpu(target, variant, seconds)
+                samples[name].append(cpu * 1e6)
+                if pid is not None:
+                    cycles = rate * (seconds + WARMUP_SECONDS)  # the warm-up's cycles cost too
+                    server[name].append((_cpu_seconds(pid) - before) / cycles * 1e6)
     finally:
         ours.close()
         if theirs is not None:
@@ -75,6 +94,8 @@ def client_cpu(
     found: dict[str, dict[str, float]] = {}
     for name, values in samples.items():
         row = {"us_per_cycle": statistics.median(values), "min": min(values), "max": max(values)}
+        if server[name]:
+            row["server_us_per_cycle"] = statistics.median(server[name])
         for label, over in OVER.items():
             ratios = [v / o for v, o in zip(values, samples[over], strict=True)]
             row[f"over {label}"] = statistics.median(ratios)
@@ -88,8 +109,8 @@ def table(found: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| client, 1 process, uncontended | CPU us per cycle | "
         + " | ".join(f"over {label}" for label in OVER)
-        + " |",
-        "|---|---|" + "---|" * len(OVER),
+        + " | server CPU us per cycle |",
+        "|---|---|" + "---|" * len(OVER) + "---|",
     ]
     for name, row in found.items():
         ratios = [
@@ -97,12 +118,18 @@ def table(found: dict[str, dict[str, Any]]) -> str:
             f" {row[f'over {label} max']:.2f}]"
             for label in OVER
         ]
+        served = row.get("server_us_per_cycle")
         lines.append(
             f"| {name} | {row['us_per_cycle']:.0f} [{row['min']:.0f}, {row['max']:.0f}] | "
             + " | ".join(ratios)
-            + " |"
+            + f" | {'n/a' if served is None else f'{served:.0f}'} |"
         )
     return "\n".join(lines)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _load() -> str:
@@ -117,10 +144,22 @@ def main() -> None:
     args = parser.parse_args()
     _peers.install("zookeeper", "kazoo")
     with contextlib.ExitStack() as stack:
-        volcano = stack.enter_context(deployment("sqlite"))
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="volcano-")))
+        url = f"sqlite:///{directory / 'bench.db'}"
+        keys = make_keys(url)
+        server = stack.enter_context(ServerProcess(url, "--no-access-log"))
+        assert server.process is not None
+        volcano = Deployment("sqlite", url, (server.url,), keys)
         zookeeper = stack.enter_context(_peers.zookeeper())
         started = _load()
-        found = client_cpu(volcano, zookeeper.address, args.rounds, args.seconds, args.base)
+        found = client_cpu(
+            volcano,
+            zookeeper.address,
+            args.rounds,
+            args.seconds,
+            args.base,
+            servers=(server.process.pid, zookeeper.pid),
+        )
     print(
         f"\n{args.rounds} rounds of {args.seconds:g} s per row; load {started} before,"
         f" {_load()} after"

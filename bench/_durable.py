@@ -245,7 +245,8 @@ def peers_rounds(
             sqlite = next(s for s in systems if s.name == "volcano (sqlite)")
             zookeeper = next(s for s in systems if s.name == ZOOKEEPER)
             target = Deployment("sqlite", "", sqlite.urls, Keys(sqlite.anon, sqlite.service))
-            client = client_cpu(target, zookeeper.peer, rounds, client_seconds, base)
+            pids = (sqlite.pids()[0], zookeeper.pids()[0])
+            client = client_cpu(target, zookeeper.peer, rounds, client_seconds, base, pids)
         return {
             "rounds": rounds,
             "seconds": seconds,

@@ -75,8 +75,11 @@ class Workers:
             )
         return sum(self._pool.map(run_job, jobs))
 
-    def client_cpu(self, deployment: Deployment, variant: str, seconds: float) -> float:
-        """One process running `variant`: its CPU seconds (user + system) per cycle."""
+    def client_cpu(
+        self, deployment: Deployment, variant: str, seconds: float
+    ) -> tuple[float, float]:
+        """One process running `variant`: its cycles per second, and its CPU seconds (user +
+        system) per cycle."""
         job = Job(
             variant,
             deployment.urls,
@@ -86,8 +89,8 @@ class Workers:
             0,
             time.time() + 0.8,
         )
-        _, cpu = self._pool.submit(run_job_with_cpu, job).result()
-        return cpu
+        rate, cpu = self._pool.submit(run_job_with_cpu, job).result()
+        return rate, cpu
 
     def close(self) -> None:
         self._pool.shutdown()

@@ -60,7 +60,8 @@ class Connection:
 
         Such a connection may carry another request (httpcore checks one so before reuse).
         """
-        if self._buffer:
+        pending = getattr(self.sock, "pending", None)  # TLS: bytes decrypted, not yet read
+        if self._buffer or (pending is not None and pending()):
             return False
         if hasattr(select, "poll"):
             poller = select.poll()

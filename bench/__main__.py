@@ -149,7 +149,8 @@ def main() -> None:
     parser.add_argument(
         "--base",
         type=Path,
-        help="peers: also run this checkout's server (e.g. an export of main), in the same rounds",
+        help="peers: also run this checkout's server (e.g. an export of main) in the same rounds,"
+        " and its SDK in the client CPU rows; import: its `import volcano` too",
     )
     args = parser.parse_args()
     # SIGTERM (a timeout, a CI runner) unwinds like Ctrl-C, so the servers and peers each
@@ -216,8 +217,12 @@ def main() -> None:
             results["scale"][f"guards_{kind}"] = values
     if "import" not in args.skip:
         print("... import time", flush=True)
-        found = import_time(plan.import_rounds)
+        found = import_time(plan.import_rounds, args.base)
         results["figures"]["import_ratio_volcano_vs_httpx"] = _figure(found["ratio"], "x", goal=1.3)
+        if args.base is not None:
+            results["figures"]["import_ratio_volcano_base_vs_httpx"] = _figure(
+                found["base_ratio"], "x"
+            )
         results["figures"]["import_ratio_volcano_and_generated_vs_httpx"] = _figure(
             found["ready_ratio"], "x"
         )

@@ -154,8 +154,8 @@ def raw_httpx(job: Job) -> float:
 
 
 def sdk(job: Job, *, plain: bool = False) -> float:
-    """acquire + release with volcano.Client (`plain`: given a plain httpx.Client, as the SDK's
-    own was before it sent each request in one write)."""
+    """acquire + release with volcano.Client (`plain`: given a plain httpx.Client, as a caller's
+    own client is: httpx's transport, through its `send`)."""
     import httpx
 
     import volcano
@@ -288,6 +288,27 @@ def raw_http_client(job: Job) -> float:
             conn.close()
 
 
+def kazoo_lock(job: Job) -> float:
+    """kazoo's Lock acquire + release on the ZooKeeper at `job.urls[0]` (host:port): the peer
+    client of the peers section (bench/_durable.py)."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=job.urls[0], timeout=30)
+    client.start(timeout=30)
+    lock = client.Lock(f"/bench/{_key(job)}", f"worker-{job.worker}")
+
+    def cycle(_: int) -> None:
+        if not lock.acquire(timeout=10):
+            raise RuntimeError("the kazoo lock was held")
+        lock.release()
+
+    try:
+        return _timed(job, cycle)
+    finally:
+        client.stop()
+        client.close()
+
+
 def redis_lock(job: Job) -> float:
     """redis-py's Lock acquire + release against the local Redis (127.0.0.1:6379)."""
     import redis
@@ -316,5 +337,6 @@ VARIANTS: dict[str, Callable[[Job], float]] = {
     "sdk_plain_httpx": lambda job: sdk(job, plain=True),
     "sdk_async_plain_httpx": lambda job: sdk_async(job, plain=True),
     "raw_http_client": raw_http_client,
+    "kazoo_lock": kazoo_lock,
     "redis": redis_lock,
 }

@@ -24,9 +24,11 @@ whatever else uses it). Fsyncs per grant are counted once per system, outside th
 by `strace -f -c` on the server processes over a 1-process run (fsync, fdatasync and
 sync_file_range calls, over its grants).
 
-Then the SDK's client CPU per cycle (1 process, uncontended, against the SQLite server): the
-standard library's `http.client` sending the same requests is the floor; raw httpx, the SDK,
-and their async versions beside it, every ratio taken within a round.
+Then the client CPU per uncontended cycle (bench/_client_cpu.py: 1 process, against the SQLite
+server and the ZooKeeper): the standard library's `http.client` sending the same requests is the
+floor; raw httpx, the SDK (on its own HTTP client, and on a plain httpx.Client), their async
+versions and kazoo's `Lock` beside it (with `--base`, that checkout's SDK too), every ratio
+taken within a round.
 
 Ratios are taken within each round (both sides measured back to back), then their median over
 the rounds with min and max.
@@ -53,8 +55,9 @@ import attrs
 from tests.support.server import ServerProcess
 
 from . import _peers
+from ._client_cpu import client_cpu
+from ._client_cpu import table as client_table
 from ._contention import Figures, Pool, as_dict, run_system
-from ._measure import Workers
 from ._servers import Deployment, Keys, fresh_database, make_keys, postgres_admin_url
 
 SETTINGS: tuple[tuple[str, int, float], ...] = (
@@ -67,15 +70,6 @@ CPU_SETTING = "4 workers, hold 0: grants/s"
 """The setting whose runs give the handoff percentiles and the server CPU per grant."""
 
 ETCD, ZOOKEEPER = "etcd lock", "zookeeper (kazoo Lock)"
-CLIENT_VARIANTS = (
-    "raw_http_client",
-    "raw_httpx",
-    "sdk",
-    "sdk_plain_httpx",
-    "raw_httpx_async",
-    "sdk_async",
-    "sdk_async_plain_httpx",
-)
 FSYNC_CALLS = "fsync,fdatasync,sync_file_range"
 
 
@@ -221,7 +215,6 @@ def peers_rounds(
     """Every system in every setting, `rounds` times, and the client CPU rows."""
     _peers.install("zookeeper", "etcd", "kazoo")
     pool = Pool(8)
-    workers = Workers(1)
     try:
         with contextlib.ExitStack() as stack:
             systems = _systems(stack, postgres, base)
@@ -250,7 +243,10 @@ def peers_rounds(
                         found.setdefault(setting, {})[system.name] = row
                 runs.append(found)
             sqlite = next(s for s in systems if s.name == "volcano (sqlite)")
-            client = _client_cpu(workers, sqlite, rounds, client_seconds)
+            zookeeper = next(s for s in systems if s.name == ZOOKEEPER)
+            target = Deployment("sqlite", "", sqlite.urls, Keys(sqlite.anon, sqlite.service))
+            pids = (sqlite.pids()[0], zookeeper.pids()[0])
+            client = client_cpu(target, zookeeper.peer, rounds, client_seconds, base, pids)
         return {
             "rounds": rounds,
             "seconds": seconds,
@@ -264,7 +260,6 @@ def peers_rounds(
         }
     finally:
         pool.close()
-        workers.close()
 
 
 def _systems(stack: contextlib.ExitStack, postgres: bool, base: Path | None) -> list[System]:
@@ -329,33 +324,6 @@ def _systems(stack: contextlib.ExitStack, postgres: bool, base: Path | None) -> 
             )
         )
     return systems
-
-
-def _client_cpu(
-    workers: Workers, sqlite: System, rounds: int, seconds: float
-) -> dict[str, dict[str, float]]:
-    """Client CPU per uncontended cycle, microseconds, per variant; and per round over
-    http.client's."""
-    target = Deployment("sqlite", "", sqlite.urls, Keys(sqlite.anon, sqlite.service))
-    samples: dict[str, list[float]] = {variant: [] for variant in CLIENT_VARIANTS}
-    order = list(CLIENT_VARIANTS)
-    for number in range(1, rounds + 1):
-        print(f"... client CPU per cycle, round {number}/{rounds}", flush=True)
-        random.shuffle(order)
-        for variant in order:
-            samples[variant].append(workers.client_cpu(target, variant, seconds) * 1e6)
-    floor = samples["raw_http_client"]
-    return {
-        variant: {
-            "us_per_cycle": statistics.median(values),
-            "min": min(values),
-            "max": max(values),
-            "over_http_client": statistics.median(
-                [v / f for v, f in zip(values, floor, strict=True)]
-            ),
-        }
-        for variant, values in samples.items()
-    }
 
 
 def _load() -> str:
@@ -429,19 +397,6 @@ def ratios(found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def client_table(found: dict[str, Any]) -> str:
-    lines = [
-        "| client, 1 process, uncontended | CPU us per cycle | over http.client |",
-        "|---|---|---|",
-    ]
-    for variant, row in found["client_cpu"].items():
-        lines.append(
-            f"| {variant} | {row['us_per_cycle']:.0f} [{row['min']:.0f}, {row['max']:.0f}]"
-            f" | {row['over_http_client']:.2f} |"
-        )
-    return "\n".join(lines)
-
-
 def print_peers(found: dict[str, Any]) -> None:
     print(
         f"\n== peers: {found['rounds']} interleaved round(s) of {found['seconds']:g} s,"
@@ -451,7 +406,7 @@ def print_peers(found: dict[str, Any]) -> None:
     print()
     print(ratios(found))
     print()
-    print(client_table(found))
+    print(client_table(found["client_cpu"]))
     print("\ndurability:")
     for name, system in found["systems"].items():
         print(f"- {name}: {system['durability']}")

@@ -7,11 +7,14 @@ ratio is taken within a round (both sides measured back to back) before its medi
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import attrs
 
@@ -34,11 +37,20 @@ class Summary:
 
 
 class Workers:
-    """A pool of client processes, started once (spawned: no state inherited)."""
+    """A pool of client processes, started once (spawned: no state inherited).
 
-    def __init__(self, count: int) -> None:
+    With `checkout`, its processes import that checkout's `volcano` (and generated client)
+    instead of this one's: the SDK as it was, measured beside the SDK as it is.
+    """
+
+    def __init__(self, count: int, checkout: Path | None = None) -> None:
         self.count = count
-        self._pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(
+            count,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_first_on_path,
+            initargs=(None if checkout is None else str(checkout.resolve()),),
+        )
 
     def run(self, deployment: Deployment, variant: str, processes: int, seconds: float) -> float:
         """Total cycles per second of `processes` workers running `variant` together."""
@@ -63,8 +75,11 @@ class Workers:
             )
         return sum(self._pool.map(run_job, jobs))
 
-    def client_cpu(self, deployment: Deployment, variant: str, seconds: float) -> float:
-        """One process running `variant`: its CPU seconds (user + system) per cycle."""
+    def client_cpu(
+        self, deployment: Deployment, variant: str, seconds: float
+    ) -> tuple[float, float]:
+        """One process running `variant`: its cycles per second, and its CPU seconds (user +
+        system) per cycle."""
         job = Job(
             variant,
             deployment.urls,
@@ -74,11 +89,16 @@ class Workers:
             0,
             time.time() + 0.8,
         )
-        _, cpu = self._pool.submit(run_job_with_cpu, job).result()
-        return cpu
+        rate, cpu = self._pool.submit(run_job_with_cpu, job).result()
+        return rate, cpu
 
     def close(self) -> None:
         self._pool.shutdown()
+
+
+def _first_on_path(checkout: str | None) -> None:
+    if checkout is not None:
+        sys.path[:0] = [checkout, os.path.join(checkout, "generated")]
 
 
 def interleaved(

@@ -268,27 +268,60 @@ def import_seconds(python: str, modules: str) -> float:
     return float(result.stdout)
 
 
-def import_time(rounds: int) -> dict[str, Summary]:
+READY = (
+    "volcano, volcano._engine, volcano._models, _volcano_api.api.locks.acquire_lock,"
+    " _volcano_api.models"
+)
+"""What a client's first acquire has loaded: volcano, the renewal machinery its Client makes,
+the values its answer becomes (volcano loads those three on first use), and the generated
+client's operation and models."""
+
+
+def import_time(rounds: int, base: Path | None = None) -> dict[str, Summary]:
     """`import volcano` vs `import httpx` in fresh interpreters of a runtime-only venv, alternating;
-    also volcano together with the generated client that its first request loads."""
-    python = runtime_only_python()
-    samples: dict[str, list[float]] = {"volcano": [], "volcano_ready": [], "httpx": []}
-    for _ in range(rounds):
-        samples["volcano"].append(import_seconds(python, "volcano"))
-        samples["volcano_ready"].append(
-            import_seconds(
-                python, "volcano, _volcano_api.api.locks.acquire_lock, _volcano_api.models"
-            )
+    also volcano together with what its first request loads (`READY`). With `base`, that
+    checkout's volcano too, from a runtime-only venv of its own, in the same rounds."""
+    pythons = {"": runtime_only_python()}
+    if base is not None:
+        pythons["base_"] = runtime_only_python(
+            base.resolve(), ROOT / ".cache" / "bench-import-base"
         )
-        samples["httpx"].append(import_seconds(python, "httpx"))
+    samples: dict[str, list[float]] = {"httpx": []}
+    for _ in range(rounds):
+        for prefix, python in pythons.items():
+            samples.setdefault(f"{prefix}volcano", []).append(import_seconds(python, "volcano"))
+            samples.setdefault(f"{prefix}volcano_ready", []).append(import_seconds(python, READY))
+        samples["httpx"].append(import_seconds(pythons[""], "httpx"))
 
     def ratio(name: str) -> Summary:
         return Summary.of([v / h for v, h in zip(samples[name], samples["httpx"], strict=True)])
 
-    return {
-        "volcano_s": Summary.of(samples["volcano"]),
-        "volcano_ready_s": Summary.of(samples["volcano_ready"]),
-        "httpx_s": Summary.of(samples["httpx"]),
-        "ratio": ratio("volcano"),
-        "ready_ratio": ratio("volcano_ready"),
-    }
+    found = {"httpx_s": Summary.of(samples["httpx"])}
+    for prefix in pythons:
+        found[f"{prefix}volcano_s"] = Summary.of(samples[f"{prefix}volcano"])
+        found[f"{prefix}volcano_ready_s"] = Summary.of(samples[f"{prefix}volcano_ready"])
+        found[f"{prefix}ratio"] = ratio(f"{prefix}volcano")
+        found[f"{prefix}ready_ratio"] = ratio(f"{prefix}volcano_ready")
+    return found
+
+
+def main() -> None:
+    """`python -m bench._scale --import [--base CHECKOUT] [--rounds N]`: the import figures."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench._scale")
+    parser.add_argument("--import", dest="imports", action="store_true", required=True)
+    parser.add_argument("--base", type=Path)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    found = import_time(args.rounds, args.base)
+    for name, summary in found.items():
+        scale, unit = (1000, "ms") if name.endswith("_s") else (1, "x")
+        print(
+            f"{name:24} {summary.median * scale:.3f} [{summary.low * scale:.3f},"
+            f" {summary.high * scale:.3f}] {unit}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -14,7 +15,7 @@ import pytest
 
 from tests.support.conformance import check_response
 from tests.support.databases import fresh_postgres_database
-from tests.support.sdk import Kind
+from tests.support.sdk import Kind, Sdk, SdkTarget
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
 
@@ -123,6 +124,44 @@ def client_kind(request: pytest.FixtureRequest) -> Kind:
     """Which client a test's `sdk` is (tests/support/sdk.py): each test runs with both."""
     kind: Kind = request.param
     return kind
+
+
+@pytest.fixture
+def sdk_target(live_server: LiveServer) -> SdkTarget:
+    """Where `make_sdk`'s clients send: the live server's main project, straight (a suite
+    overrides it: through a wire, or a proxy)."""
+    return SdkTarget(live_server.project.client_args(live_server.url))
+
+
+@pytest.fixture
+def make_sdk(client_kind: Kind, sdk_target: SdkTarget) -> Iterator[Callable[..., Sdk]]:
+    """Clients of `client_kind` (tests/support/sdk.py) aimed at `sdk_target`; keyword
+    arguments override the Client's. Each is closed after the test."""
+    made: list[Sdk] = []
+
+    def make(**overrides: Any) -> Sdk:
+        arguments = {**sdk_target.arguments, **overrides}
+        transport = sdk_target.transport(client_kind)
+        made.append(
+            Sdk(
+                client_kind,
+                arguments,
+                transport=transport,
+                check=sdk_target.check,
+                own=sdk_target.own,
+            )
+        )
+        return made[-1]
+
+    yield make
+    for sdk in made:
+        sdk.close()
+
+
+@pytest.fixture
+def sdk(make_sdk: Callable[..., Sdk]) -> Sdk:
+    """One client from `make_sdk`."""
+    return make_sdk()
 
 
 @pytest.fixture

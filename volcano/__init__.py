@@ -22,22 +22,12 @@ are not secrets, and are logged). The package adds no handler.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
 from typing import TYPE_CHECKING, Any
 
 from ._client import Client, Locks
-from ._elections import (
-    AsyncCampaign,
-    AsyncElections,
-    AsyncLeaderObserver,
-    AsyncLeadership,
-    Campaign,
-    Elections,
-    Leader,
-    LeaderObserver,
-    Leadership,
-)
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -72,18 +62,65 @@ from ._exceptions import (
     UnexpectedResponseError,
     UnprocessableEntityError,
 )
-from ._group_models import GroupMember, GroupState, MemberRemoval, Membership
-from ._group_watch import AsyncGroupWatch, GroupWatch
-from ._groups import AsyncGroups, Groups
-from ._guard import AsyncLockGuard, LockGuard
-from ._membership import AsyncMembershipGuard, MembershipGuard
-from ._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
-from ._ownership import GuardState
 from ._version import __version__
-from ._watch import AsyncLockWatch, LockWatch
 
 if TYPE_CHECKING:
     from ._async_client import AsyncClient, AsyncLocks
+    from ._elections import (
+        AsyncCampaign,
+        AsyncElections,
+        AsyncLeaderObserver,
+        AsyncLeadership,
+        Campaign,
+        Elections,
+        Leader,
+        LeaderObserver,
+        Leadership,
+    )
+    from ._group_models import GroupMember, GroupState, MemberRemoval, Membership
+    from ._group_watch import AsyncGroupWatch, GroupWatch
+    from ._groups import AsyncGroups, Groups
+    from ._guard import AsyncLockGuard, LockGuard
+    from ._membership import AsyncMembershipGuard, MembershipGuard
+    from ._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
+    from ._ownership import GuardState
+    from ._watch import AsyncLockWatch, LockWatch
+
+# Loaded on first use (`__getattr__`), so that `import volcano` brings in neither attrs nor the
+# renewal machinery: the values come with the first answer, the rest with its first user.
+_LAZY = {
+    "AsyncClient": "_async_client",
+    "AsyncLocks": "_async_client",
+    "AsyncCampaign": "_elections",
+    "AsyncElections": "_elections",
+    "AsyncLeaderObserver": "_elections",
+    "AsyncLeadership": "_elections",
+    "Campaign": "_elections",
+    "Elections": "_elections",
+    "Leader": "_elections",
+    "LeaderObserver": "_elections",
+    "Leadership": "_elections",
+    "GroupMember": "_group_models",
+    "GroupState": "_group_models",
+    "MemberRemoval": "_group_models",
+    "Membership": "_group_models",
+    "AsyncGroupWatch": "_group_watch",
+    "GroupWatch": "_group_watch",
+    "AsyncGroups": "_groups",
+    "Groups": "_groups",
+    "AsyncLockGuard": "_guard",
+    "LockGuard": "_guard",
+    "AsyncMembershipGuard": "_membership",
+    "MembershipGuard": "_membership",
+    "ForceReleaseResult": "_models",
+    "LockHolder": "_models",
+    "LockLease": "_models",
+    "LockMode": "_models",
+    "LockState": "_models",
+    "GuardState": "_ownership",
+    "AsyncLockWatch": "_watch",
+    "LockWatch": "_watch",
+}
 
 __all__ = [
     "APIConnectionError",
@@ -181,14 +218,13 @@ del _name
 
 
 def __getattr__(name: str) -> Any:
-    # The asyncio client loads on first use: sync-only programs never pay for it.
-    if name in ("AsyncClient", "AsyncLocks"):
-        from . import _async_client
-
-        found = getattr(_async_client, name)
-        _publish(found)
-        return found
-    raise AttributeError(f"module 'volcano' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'volcano' has no attribute {name!r}")
+    found = getattr(importlib.import_module(f".{module}", __name__), name)
+    _publish(found)
+    globals()[name] = found  # found by the next look-up without coming here
+    return found
 
 
 def __dir__() -> list[str]:

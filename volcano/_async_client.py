@@ -6,17 +6,14 @@ the same code, and only the sending differs.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate, _watch
-from ._async_engine import AsyncEngine
+from . import _config, _requests, _tracing, _validate
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
-from ._elections import AsyncElections
-from ._groups import AsyncGroups
-from ._guard import AsyncLockGuard
 
 if TYPE_CHECKING:
     import uuid
@@ -24,11 +21,16 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from . import _watch
+    from ._async_engine import AsyncEngine
+    from ._elections import AsyncElections
     from ._exceptions import Error
+    from ._groups import AsyncGroups
+    from ._guard import AsyncLockGuard
     from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 
 
-class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
+class AsyncClient(BaseClient[httpx.AsyncClient, "AsyncEngine", "AsyncLocks"]):
     """A client of the Volcano locks API for asyncio code.
 
     Every argument defaults to its environment variable. Use it as an async context manager
@@ -60,6 +62,8 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
         http_client: httpx.AsyncClient | None = None,
         _clock: Clock = SYSTEM_CLOCK,  # for tests: the clock of renewals and retries
     ) -> None:
+        from ._async_engine import AsyncEngine  # the renewal machinery: with the first client
+
         super().__init__(
             httpx.AsyncClient,
             AsyncEngine,
@@ -71,18 +75,20 @@ class AsyncClient(BaseClient[httpx.AsyncClient, AsyncEngine, "AsyncLocks"]):
             http_client=http_client,
             clock=_clock,
         )
-        self._elections = AsyncElections(self._engine)
-        self._groups = AsyncGroups(self._engine)
 
-    @property
+    @functools.cached_property
     def elections(self) -> AsyncElections:
         """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
+        from ._elections import AsyncElections  # loaded with the first election
 
-    @property
+        return AsyncElections(self._engine)
+
+    @functools.cached_property
     def groups(self) -> AsyncGroups:
         """Groups of members with capabilities: create, join, members, watch, campaign..."""
-        return self._groups
+        from ._groups import AsyncGroups  # loaded with the first group call
+
+        return AsyncGroups(self._engine)
 
     async def __aenter__(self) -> AsyncClient:
         self._engine.check_open()
@@ -197,6 +203,8 @@ class AsyncLocks:
         async context manager. `aclose()` (or leaving the `async with`) ends it at once,
         cancelling a poll under way; so does cancelling the task that reads it.
         """
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.async_watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> AsyncIterator[LockState]:
@@ -205,6 +213,8 @@ class AsyncLocks:
         An async iterator: `async for state in client.locks.list("report-"):`.
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.async_pages(
             self._engine.send,
             lambda after: _requests.list_page(checked, after=after, page_size=size),
@@ -220,6 +230,8 @@ class AsyncLocks:
             _validate.key(key),
             _validate.page_size(page_size, _validate.HOLDERS_PAGE_MAX),
         )
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.async_pages(
             self._engine.send,
             lambda after: _requests.holders_page(checked, after=after, page_size=size),
@@ -263,4 +275,6 @@ class AsyncLocks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
+        from ._guard import AsyncLockGuard  # loaded with the first guard
+
         return AsyncLockGuard(self._engine, plan)

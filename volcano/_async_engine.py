@@ -53,19 +53,14 @@ class AsyncEngine(EngineBase):
         self._waiting = False
 
     async def send(
-        self, call: Call[T], *, request_timeout: float | None = None, sent_at: float | None = None
-    ) -> Answer[T]:
-        """Send `call` once; see `Engine.send`."""
-        return await self._resend(call, False, request_timeout=request_timeout, sent_at=sent_at)
-
-    async def _resend(
         self,
         call: Call[T],
-        resend: bool,
         *,
+        resend: bool = False,
         request_timeout: float | None = None,
         sent_at: float | None = None,
     ) -> Answer[T]:
+        """Send `call` once; see `Engine.send`."""
         self.check_open()
         first = self.clock.monotonic() if sent_at is None else sent_at
         return await self._sender.send(
@@ -79,7 +74,7 @@ class AsyncEngine(EngineBase):
         while True:
             call, wait = chain.next_call(clock.monotonic())
             send = functools.partial(
-                self._resend, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
+                self.send, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
             )
             try:
                 return await retry_once_async(send, clock.async_sleep, f"acquire {call.subject}")

@@ -52,7 +52,7 @@ class BaseClient(Generic[HttpT, EngineT, LocksT]):
             )
         self._owns_http = http_client is None
         if http_client is None:
-            from ._coalesce import default_http  # httpcore: imported once a client is made
+            from ._transport import default_http
 
             self._http: HttpT = default_http(http_type)
         else:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import httpx
 
-from . import _config, _requests, _tracing, _validate, _watch
+from . import _config, _requests, _tracing, _validate
 from ._base import BaseClient
 from ._clock import SYSTEM_CLOCK, Clock
-from ._elections import Elections
-from ._engine import Engine
-from ._groups import Groups
-from ._guard import LockGuard
 
 if TYPE_CHECKING:
     import uuid
@@ -20,11 +17,16 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from . import _watch
+    from ._elections import Elections
+    from ._engine import Engine
     from ._exceptions import Error
+    from ._groups import Groups
+    from ._guard import LockGuard
     from ._models import ForceReleaseResult, LockHolder, LockLease, LockState
 
 
-class Client(BaseClient[httpx.Client, Engine, "Locks"]):
+class Client(BaseClient[httpx.Client, "Engine", "Locks"]):
     """A client of the Volcano locks API, for threads and plain synchronous code.
 
     Every argument defaults to its environment variable. Use it as a context manager, or call
@@ -56,6 +58,8 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
         http_client: httpx.Client | None = None,
         _clock: Clock = SYSTEM_CLOCK,  # for tests: the clock of renewals and retries
     ) -> None:
+        from ._engine import Engine  # the renewal machinery: with the first client
+
         super().__init__(
             httpx.Client,
             Engine,
@@ -67,18 +71,20 @@ class Client(BaseClient[httpx.Client, Engine, "Locks"]):
             http_client=http_client,
             clock=_clock,
         )
-        self._elections = Elections(self._engine)
-        self._groups = Groups(self._engine)
 
-    @property
+    @functools.cached_property
     def elections(self) -> Elections:
         """Leader elections on locks: campaign, leader, observe."""
-        return self._elections
+        from ._elections import Elections  # loaded with the first election
 
-    @property
+        return Elections(self._engine)
+
+    @functools.cached_property
     def groups(self) -> Groups:
         """Groups of members with capabilities: create, join, members, watch, campaign..."""
-        return self._groups
+        from ._groups import Groups  # loaded with the first group call
+
+        return Groups(self._engine)
 
     def __enter__(self) -> Client:
         self._engine.check_open()
@@ -343,6 +349,8 @@ class Locks:
         Returns:
             A `LockWatch`: an iterator, and a context manager that closes it.
         """
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.watch(self._engine, key, after_version)
 
     def list(self, prefix: str = "", *, page_size: int = 100) -> Iterator[LockState]:
@@ -362,6 +370,8 @@ class Locks:
             page_size: Keys per request, 1 to 500 (default 100).
         """
         checked, size = _validate.prefix(prefix), _validate.page_size(page_size)
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.pages(
             self._engine.send,
             lambda after: _requests.list_page(checked, after=after, page_size=size),
@@ -389,6 +399,8 @@ class Locks:
             _validate.key(key),
             _validate.page_size(page_size, _validate.HOLDERS_PAGE_MAX),
         )
+        from . import _watch  # loaded with the first watch or listing
+
         return _watch.pages(
             self._engine.send,
             lambda after: _requests.holders_page(checked, after=after, page_size=size),
@@ -461,4 +473,6 @@ class Locks:
             on_lost=on_lost,
             on_at_risk=on_at_risk,
         )
+        from ._guard import LockGuard  # loaded with the first guard
+
         return LockGuard(self._engine, plan)

@@ -9,9 +9,8 @@ no URL was named: they would otherwise go to the hosted default (`_keys_stay_hom
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-import attrs
 import httpx
 
 from . import _validate
@@ -32,14 +31,16 @@ LOCAL_KEY_PREFIX = "vk_local_"
 USER_AGENT = f"volcano-python/{__version__}"
 
 
-@attrs.frozen
-class Settings:
+class Settings(NamedTuple):
     """What every request of one client shares. The keys never appear in `repr()`."""
 
-    anon_key: str = attrs.field(repr=False)
-    service_key: str = attrs.field(repr=False)
+    anon_key: str
+    service_key: str
     api_url: str
     timeout: float
+
+    def __repr__(self) -> str:
+        return f"Settings(api_url={self.api_url!r}, timeout={self.timeout!r})"
 
     def headers(self) -> dict[str, str]:
         """The credential and identification headers of every lock request."""

@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
-import attrs
-
 from . import _requests, _validate, _watch
 from ._exceptions import Error, GuardStateError, InvalidArgumentError, LeaseNotHeldError
 from ._guard import AsyncLockGuard, LockGuard
@@ -260,10 +258,8 @@ class _Attempts:
         if self._tries == 1:
             return self._plan
         left = max(0.0, self._deadline - now) if math.isfinite(self._deadline) else math.inf
-        acquisition = attrs.evolve(
-            self._plan.acquisition, wait=left, request_id=_validate.new_uuid()
-        )
-        return attrs.evolve(self._plan, acquisition=acquisition)
+        acquisition = self._plan.acquisition._replace(wait=left, request_id=_validate.new_uuid())
+        return self._plan._replace(acquisition=acquisition)
 
 
 class Campaign:

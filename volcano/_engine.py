@@ -128,20 +128,17 @@ class Engine(EngineBase):
         self._waiting = False
 
     def send(
-        self, call: Call[T], *, request_timeout: float | None = None, sent_at: float | None = None
-    ) -> Answer[T]:
-        """Send `call` once; `sent_at`: when its request id was first sent (default: now)."""
-        return self._resend(call, False, request_timeout=request_timeout, sent_at=sent_at)
-
-    def _resend(
         self,
         call: Call[T],
-        resend: bool,
         *,
+        resend: bool = False,
         request_timeout: float | None = None,
         sent_at: float | None = None,
     ) -> Answer[T]:
-        """Send `call`, the first time or (`resend`) again with its request id."""
+        """Send `call` once: the first time, or (`resend`) again with its request id.
+
+        `sent_at`: when its request id was first sent (default: now).
+        """
         self.check_open()
         first = self.clock.monotonic() if sent_at is None else sent_at
         return self._sender.send(
@@ -159,7 +156,7 @@ class Engine(EngineBase):
         while True:
             call, wait = chain.next_call(clock.monotonic())
             send = functools.partial(
-                self._resend, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
+                self.send, call, request_timeout=self.timeout + wait, sent_at=clock.monotonic()
             )
             try:
                 return retry_once(send, clock.sleep, f"acquire {call.subject}")

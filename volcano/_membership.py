@@ -253,8 +253,8 @@ def join(engine: Engine, joining: Joining) -> Answer[Membership]:
     call = joining.call()
     first = engine.clock.monotonic()
 
-    def attempt(_resend: bool) -> Answer[Membership]:
-        return engine.send(call, sent_at=first)
+    def attempt(*, resend: bool) -> Answer[Membership]:
+        return engine.send(call, sent_at=first, resend=resend)
 
     return retry_once(attempt, engine.clock.sleep, f"join {call.subject}")
 
@@ -264,7 +264,7 @@ async def join_async(engine: AsyncEngine, joining: Joining) -> Answer[Membership
     call = joining.call()
     first = engine.clock.monotonic()
 
-    async def attempt(_resend: bool) -> Answer[Membership]:
-        return await engine.send(call, sent_at=first)
+    async def attempt(*, resend: bool) -> Answer[Membership]:
+        return await engine.send(call, sent_at=first, resend=resend)
 
     return await retry_once_async(attempt, engine.clock.async_sleep, f"join {call.subject}")

@@ -7,9 +7,7 @@ becomes a fresh UUID, and one supplied is kept exactly as spelled.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-import attrs
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import _seam, _validate
 
@@ -25,22 +23,28 @@ FOREVER = math.inf
 """The `wait` of an acquisition that waits as long as it takes (a campaign's, by default)."""
 
 
-@attrs.frozen
-class Acquisition:
+class Acquisition(NamedTuple):
     """An acquisition, checked: one request, or a chain of them when it waits long.
 
     Every request of the chain carries the same owner token (the server keeps its place in line
-    between them); the first one carries `request_id`, the others fresh ones.
+    between them); the first one carries `request_id`, the others fresh ones. Its repr leaves
+    the owner token out.
     """
 
     key: str
-    owner_token: str = attrs.field(repr=False)
+    owner_token: str
     ttl: float
     wait: float
     request_id: str
     limit: int = 1
     label: str | None = None
     shared: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Acquisition(key={self.key!r}, ttl={self.ttl!r}, wait={self.wait!r},"
+            f" request_id={self.request_id!r}, limit={self.limit!r}, label={self.label!r})"
+        )
 
     def call(self, *, wait: float, request_id: str) -> Call[LockLease]:
         """The request of this acquisition that waits up to `wait` seconds."""
@@ -56,8 +60,7 @@ class Acquisition:
         )
 
 
-@attrs.frozen
-class GuardPlan:
+class GuardPlan(NamedTuple):
     """What a with_lock guard is made of: its acquisition and how it reports on the lease."""
 
     acquisition: Acquisition

@@ -8,7 +8,7 @@ that the server recovers the lease if the first attempt took effect. Nothing els
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ._exceptions import APIConnectionError, Error, ServiceUnavailableError
 
@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger("volcano")
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Attempt(Protocol[T_co]):
+    """One attempt at a request: `resend` says it repeats the first, with its request id."""
+
+    def __call__(self, *, resend: bool) -> T_co: ...
+
 
 AFTER_TRANSPORT_FAILURE = 0.05
 """Seconds to wait before retrying after a transport failure."""
@@ -38,14 +46,14 @@ def retry_delay(error: Error) -> float | None:
     return None
 
 
-def retry_once(attempt: Callable[[bool], T], sleep: Callable[[float], None], what: str) -> T:
-    """Run `attempt(False)`; after a retryable failure wait and run `attempt(True)`, the retry.
+def retry_once(attempt: Attempt[T], sleep: Callable[[float], None], what: str) -> T:
+    """Run `attempt(resend=False)`; after a retryable failure wait, then `attempt(resend=True)`.
 
     The retry's failure propagates; the first failure is in its `__context__` chain and named
     in a note.
     """
     try:
-        return attempt(False)
+        return attempt(resend=False)
     except Error as first:
         delay = retry_delay(first)
         if delay is None:
@@ -53,18 +61,18 @@ def retry_once(attempt: Callable[[bool], T], sleep: Callable[[float], None], wha
         _log_retry(what, first, delay)
         sleep(delay)
         try:
-            return attempt(True)
+            return attempt(resend=True)
         except Error as second:
             _note_first(second, first)
             raise
 
 
 async def retry_once_async(
-    attempt: Callable[[bool], Awaitable[T]], sleep: Callable[[float], Awaitable[None]], what: str
+    attempt: Attempt[Awaitable[T]], sleep: Callable[[float], Awaitable[None]], what: str
 ) -> T:
     """The async twin of `retry_once`."""
     try:
-        return await attempt(False)
+        return await attempt(resend=False)
     except Error as first:
         delay = retry_delay(first)
         if delay is None:
@@ -72,7 +80,7 @@ async def retry_once_async(
         _log_retry(what, first, delay)
         await sleep(delay)
         try:
-            return await attempt(True)
+            return await attempt(resend=True)
         except Error as second:
             _note_first(second, first)
             raise

@@ -14,12 +14,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ._exceptions import InvalidArgumentError
-from ._models import LockLease
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._exceptions import Error
+    from ._models import LockLease
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 KEY_MAX_LENGTH = 255
@@ -213,6 +213,8 @@ def new_uuid() -> str:
 
 def lease_for(key_value: str, lease: object) -> LockLease:
     """Return `lease` when it is a LockLease for `key_value`; renew and release act on no other."""
+    from ._models import LockLease  # attrs: never needed before a lease exists
+
     if not isinstance(lease, LockLease):
         raise InvalidArgumentError(f"lease must be a volcano.LockLease, got {type(lease).__name__}")
     if lease.key != key_value:

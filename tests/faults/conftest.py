@@ -1,9 +1,10 @@
 """Fixtures for the fault suite: the real SDK -> a real FaultProxy -> the real reference server.
 
-`sdk` is a volcano client, sync or async (`client_kind` runs each test with both), behind the one
-blocking interface of tests/support/sdk.py, so that one test body covers both. `other` is a second
-party talking to the server directly (no proxy), to observe the lock or take it behind the SDK's
-back.
+`sdk` (and each client of `make_sdk`, tests/conftest.py) is a volcano client, sync or async
+(`client_kind` runs each test with both), behind the one blocking interface of
+tests/support/sdk.py, so that one test body covers both; `sdk_target` aims them at the proxy.
+`other` is a second party talking to the server directly (no proxy), to observe the lock or take
+it behind the SDK's back.
 
 `target` is the server behind the proxy: the session's `live_server` (SQLite and PostgreSQL) by
 default; a module may override it with `sqlite_server` where the backend does not matter.
@@ -11,7 +12,7 @@ default; a module may override it with `sqlite_server` where the backend does no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
-from tests.support.sdk import TLS, Kind, Sdk
+from tests.support.sdk import TLS, SdkTarget
 
 
 @pytest.fixture
@@ -37,26 +38,10 @@ def proxy(target: LiveServer) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def make_sdk(
-    client_kind: Kind, proxy: FaultProxy, target: LiveServer
-) -> Iterator[Callable[..., Sdk]]:
-    """Clients of `client_kind` that talk to the server through `proxy`."""
-    made: list[Sdk] = []
-
-    def make(*, timeout: float = 5.0) -> Sdk:
-        arguments = {**target.project.client_args(proxy.url), "timeout": timeout}
-        sdk = Sdk(client_kind, arguments)
-        made.append(sdk)
-        return sdk
-
-    yield make
-    for sdk in made:
-        sdk.close()
-
-
-@pytest.fixture
-def sdk(make_sdk: Callable[..., Sdk]) -> Sdk:
-    return make_sdk()
+def sdk_target(proxy: FaultProxy, target: LiveServer) -> SdkTarget:
+    """`make_sdk`'s clients (tests/conftest.py) talk to the server through `proxy`, with a
+    timeout of 5 s unless a test gives another."""
+    return SdkTarget({**target.project.client_args(proxy.url), "timeout": 5.0})
 
 
 @pytest.fixture

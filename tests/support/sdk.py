@@ -34,6 +34,7 @@ __all__ = [
     "Kind",
     "LostSamples",
     "Sdk",
+    "SdkTarget",
     "SendLog",
     "Sent",
     "Stream",
@@ -171,6 +172,34 @@ class LostSamples:
 
 
 # --------------------------------------------------------------------------------------------
+# Where a suite's clients send
+
+
+def _no_transport(kind: Kind) -> None:
+    return None
+
+
+@attrs.frozen
+class SdkTarget:
+    """Where the clients of the `make_sdk` fixture (tests/conftest.py) send, and how.
+
+    Each suite says it in a fixture `sdk_target`: the live server straight (the default), or
+    through a recording wire, or a fault proxy.
+    """
+
+    arguments: Mapping[str, Any]
+    """The clients' keyword arguments (keys, api_url, timeout); `make_sdk` overrides them."""
+    transport: Callable[[Kind], httpx.BaseTransport | httpx.AsyncBaseTransport | None] = (
+        _no_transport
+    )
+    """A fresh transport for a client of that kind (None: httpx's own)."""
+    check: bool = False
+    """Check every answer against openapi.yaml."""
+    own: bool = False
+    """No `http_client`: each client sends through the one it makes for itself."""
+
+
+# --------------------------------------------------------------------------------------------
 # One blocking interface over Client and AsyncClient
 
 
@@ -214,6 +243,8 @@ class Sdk:
         transport: the httpx transport under the client, of the kind's flavour (sync or
             async); httpx's own by default.
         check: check every answer against openapi.yaml.
+        own: no `http_client`: the client sends through the one it makes for itself (then
+            `log` stays empty, and `transport` and `check` must not be given).
     """
 
     def __init__(
@@ -223,22 +254,35 @@ class Sdk:
         *,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         check: bool = False,
+        own: bool = False,
     ) -> None:
         self.kind = kind
         self.log = SendLog()
         self._loop: _LoopThread | None = None
-        if kind == "sync":
+        self._http: Any = None
+        if own:
+            assert transport is None
+            assert not check
+            if kind == "sync":
+                self.client: Any = volcano.Client(**arguments)
+            else:
+                self._loop = _LoopThread()
+                self.client = self._loop.run(self._make_own(arguments))
+        elif kind == "sync":
             assert transport is None or isinstance(transport, httpx.BaseTransport)
             hooks: dict[str, list[Callable[..., Any]]] = {
                 "request": [self.log.on_request],
                 "response": [self.log.on_response] + ([check_response] if check else []),
             }
-            self._http: Any = httpx.Client(transport=transport, event_hooks=hooks, verify=TLS)
-            self.client: Any = volcano.Client(**arguments, http_client=self._http)
+            self._http = httpx.Client(transport=transport, event_hooks=hooks, verify=TLS)
+            self.client = volcano.Client(**arguments, http_client=self._http)
         else:
             assert transport is None or isinstance(transport, httpx.AsyncBaseTransport)
             self._loop = _LoopThread()
             self.client = self._loop.run(self._make_async(arguments, transport, check))
+
+    async def _make_own(self, arguments: Mapping[str, Any]) -> volcano.AsyncClient:
+        return volcano.AsyncClient(**arguments)
 
     async def _make_async(
         self,
@@ -451,14 +495,16 @@ class Sdk:
     def close(self) -> None:
         if self._loop is None:
             self.client.close()
-            self._http.close()
+            if self._http is not None:
+                self._http.close()
             return
         self._loop.run(self._aclose())
         self._loop.close()
 
     async def _aclose(self) -> None:
         await self.client.close()
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
 
 
 class Stream:

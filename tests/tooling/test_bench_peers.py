@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from bench import _peers
-from bench._durable import CLIENT_VARIANTS, SETTINGS
+from bench._client_cpu import VARIANTS as CLIENT_VARIANTS
+from bench._durable import SETTINGS
 from bench._servers import postgres_available
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-import attrs
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from . import _reading
 from ._reading import models
@@ -27,8 +25,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)  # a frozen value: read only
 
 
-@attrs.frozen
-class Operation:
+class Operation(NamedTuple):
     """One operation of the spec: the generated module that sends it, and its success status.
 
     `tag` is the spec's tag of the operation, the package the generator put its module in.
@@ -44,8 +41,7 @@ class Operation:
         return _module(self.tag, self.module)
 
 
-@attrs.frozen
-class Call(Generic[T_co]):
+class Call(NamedTuple, Generic[T_co]):
     """One lock request, ready to send: its operation, arguments, and how to read a success.
 
     `subject` names what it is about in logs: the lock's key (a batch: how many leases).

@@ -4,6 +4,9 @@ The generated functions parse a body before they return; what they parsed is che
 field by field (a body that breaks the spec is an `UnexpectedResponseError`, never a generated
 type or an `Unset` passed on); a batch's refused entry becomes the `APIStatusError` of its
 status and code (`status_error`), as a whole answer's does.
+
+The SDK's values (`volcano._models`) are imported with the first answer read, like the
+generated models: both bring in attrs, which `import volcano` itself does not need.
 """
 
 from __future__ import annotations
@@ -11,9 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-import attrs
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from .._exceptions import (
     APIStatusError,
@@ -21,12 +22,13 @@ from .._exceptions import (
     UnexpectedResponseError,
     status_error,
 )
-from .._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
 from .._validate import FENCING_TOKEN_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import ModuleType
+
+    from .._models import ForceReleaseResult, LockHolder, LockLease, LockMode, LockState
 
 
 T = TypeVar("T")
@@ -37,12 +39,11 @@ T_co = TypeVar("T_co", covariant=True)  # a frozen value: read only
 # once a response has arrived, so they never hide a failure to build or send the request.
 PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 
-Renewed = LockLease | APIStatusError
+Renewed: TypeAlias = "LockLease | APIStatusError"
 """One lease's result in a batch renewal: the renewed lease, or the refusal in its place."""
 
 
-@attrs.frozen
-class Answer(Generic[T_co]):
+class Answer(NamedTuple, Generic[T_co]):
     """A successful answer: the value, when its request was first sent, whether replayed.
 
     `sent_at` (the client's monotonic clock) is the only send time the SDK uses: the server made
@@ -101,6 +102,8 @@ def lease(
     parsed: object, *, key: str, owner_token: str, fencing_token: int | None = None
 ) -> LockLease:
     """A LockLease body, which must describe the lease asked for (renew: its fencing token)."""
+    from .._models import LockLease  # with the first answer: see the module docstring
+
     body = _body(parsed, models().LockLease, "LockLease")
     made = _value(
         LockLease,
@@ -182,6 +185,8 @@ def live(parsed: object, *, key: str, fencing_token: int) -> bool:
 
 def state(parsed: object, *, key: str) -> LockState:
     """A LockState body, which must be the state of `key`."""
+    from .._models import LockState
+
     body = _body(parsed, models().LockState, "LockState")
     made = _value(
         LockState,
@@ -204,8 +209,7 @@ _I = TypeVar("_I")
 _C = TypeVar("_C")
 
 
-@attrs.frozen
-class Page(Generic[_I, _C]):
+class Page(NamedTuple, Generic[_I, _C]):
     """One page of a listing: its items, and the `after` of the next page (or None)."""
 
     items: tuple[_I, ...]
@@ -247,6 +251,8 @@ def holders_page(parsed: object, *, after: int) -> Page[LockHolder, int]:
 def force_release(parsed: object, *, key: str) -> ForceReleaseResult:
     """A ForceReleaseResult body, which must be about `key`."""
     body = _body(parsed, models().ForceReleaseResult, "ForceReleaseResult")
+    from .._models import ForceReleaseResult
+
     made = ForceReleaseResult(
         key=_string(body.key, "key"),
         released=_boolean(body.released, "released"),
@@ -269,6 +275,8 @@ def _body(parsed: object, cls: type[_B], name: str) -> _B:
 
 
 def _holder(holder: object) -> LockHolder:
+    from .._models import LockHolder
+
     body = _body(holder, models().LockHolder, "LockHolder")
     label = body.label
     if label is not None and not isinstance(label, str):
@@ -294,6 +302,8 @@ def _holder_count(value: object, shown: int) -> int:
 
 def _mode(value: object) -> LockMode:
     # The generated LockMode is a StrEnum: its value names the SDK's member.
+    from .._models import LockMode
+
     if not isinstance(value, str):
         raise SpecMismatchError("a holder's mode is not a string")
     try:

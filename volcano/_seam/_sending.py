@@ -1,26 +1,29 @@
 """Sending: every request of the SDK goes out through `Sender.send` (or `AsyncSender.send`).
 
-Each request goes through the generated client's own extension point, `set_httpx_client`,
-given a `_Routed` client: an `httpx.Client` subclass that builds requests for the API (base
-URL, credentials, and that request's timeout, since a renewal may wait only as long as its
-lease has left) and sends them through the caller's `httpx.Client`, keeping the response, so
-that a non-JSON page the generated parse refuses (a proxy's 503, say) still lets the status
-decide the error. What went wrong becomes its `volcano` error here, and nowhere else.
+Each request goes through the generated client's own extension point, `set_httpx_client`: the
+generated function is handed an `_Exchange`, an `httpx.Client` subclass lent to one request at a
+time, whose `request()` builds the request for the API (`_Route`: base URL, credentials, the
+caller's default headers, cookies and query parameters, and that request's timeout in
+`request.extensions["timeout"]`, where httpx carries a request's own, since a renewal may wait
+only as long as its lease has left) and sends it through the caller's `httpx.Client` (or
+straight to the transport of the client the SDK made for itself: `_transport.direct`), keeping
+the response, so that a non-JSON page the generated parse refuses (a proxy's 503, say) still
+lets the status decide the error. What went wrong becomes its `volcano` error here, and nowhere
+else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import time
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from .. import _tracing
+from .. import _tracing, _transport
 from .._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -50,13 +53,24 @@ T = TypeVar("T")
 # redirects) and HTTPStatusError; the other three stand apart in httpx's tree.
 _HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError)
 
+# What the generated functions pass to `request()` (tests/unit/sdk/test_seam.py pins it).
+_OPTIONS = frozenset({"json", "params", "headers"})
+
+URLS_KEPT = 256
+"""Parsed URLs each client keeps, by path: httpx checks every character of a URL it parses,
+about a fifth of building a request, and a lock's requests repeat the same few paths."""
+
 
 class Sender:
-    """Sends Calls through the caller's `httpx.Client`."""
+    """Sends Calls through the caller's `httpx.Client` (or the SDK's own transport)."""
 
     def __init__(self, http: httpx.Client, settings: Settings) -> None:
-        self._routed = _Routed(http, settings)
+        direct = _transport.direct(http)
+        self._route = _Route(http, settings)
+        self._through = http
+        self._direct = direct if isinstance(direct, httpx.BaseTransport) else None
         self._settings = settings
+        self._free: list[_Exchange] = []  # lent to one request at a time
 
     def send(
         self,
@@ -75,28 +89,42 @@ class Sender:
             resend: Whether this is such a retry (its span says so).
             request_timeout: Seconds it may take; the client's timeout by default.
         """
-        with _request_span(call, self._settings, resend) as answered:
-            routed = self._routed.for_request(request_timeout)
-            api = _generated_client(self._settings).set_httpx_client(routed)
-            started = time.monotonic()
-            try:
-                detailed = call.operation.generated().sync_detailed(
-                    client=api, x_request_id=call.request_id, **call.kwargs
-                )
-            except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
-                _refused_body(call, exc, routed.response, self._settings, started)
-                detailed = None
-            response = _received(routed.response)
-            answered(response.status_code)
-            return _answer(call, response, detailed, sent_at, started)
+        exchange = self._lend()
+        exchange.seconds = request_timeout
+        try:
+            with _request_span(call, self._settings, resend) as answered:
+                started = time.monotonic()
+                try:
+                    detailed = call.operation.generated().sync_detailed(
+                        client=exchange.api, x_request_id=call.request_id, **call.kwargs
+                    )
+                except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
+                    _refused_body(call, exc, exchange.response, self._settings, started)
+                    detailed = None
+                response = _received(exchange.response)
+                answered(response.status_code)
+                return _answer(call, response, detailed, sent_at, started)
+        finally:
+            exchange.response = None
+            self._free.append(exchange)
+
+    def _lend(self) -> _Exchange:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return _Exchange(self._route, self._through, self._direct)
 
 
 class AsyncSender:
     """Sends Calls through the caller's `httpx.AsyncClient`; see `Sender`."""
 
     def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
-        self._routed = _AsyncRouted(http, settings)
+        direct = _transport.direct(http)
+        self._route = _Route(http, settings)
+        self._through = http
+        self._direct = direct if isinstance(direct, httpx.AsyncBaseTransport) else None
         self._settings = settings
+        self._free: list[_AsyncExchange] = []
 
     async def send(
         self,
@@ -107,24 +135,85 @@ class AsyncSender:
         request_timeout: float | None = None,
     ) -> Answer[T]:
         """Send `call` once; return its answer or raise a `volcano.Error`; see `Sender.send`."""
-        with _request_span(call, self._settings, resend) as answered:
-            routed = self._routed.for_request(request_timeout)
-            api = _generated_client(self._settings).set_async_httpx_client(routed)
-            started = time.monotonic()
-            try:
-                detailed = await call.operation.generated().asyncio_detailed(
-                    client=api, x_request_id=call.request_id, **call.kwargs
-                )
-            except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
-                _refused_body(call, exc, routed.response, self._settings, started)
-                detailed = None
-            response = _received(routed.response)
-            answered(response.status_code)
-            return _answer(call, response, detailed, sent_at, started)
+        exchange = self._lend()
+        exchange.seconds = request_timeout
+        try:
+            with _request_span(call, self._settings, resend) as answered:
+                started = time.monotonic()
+                try:
+                    detailed = await call.operation.generated().asyncio_detailed(
+                        client=exchange.api, x_request_id=call.request_id, **call.kwargs
+                    )
+                except Exception as exc:  # noqa: BLE001 - _refused_body raises all but a refused body
+                    _refused_body(call, exc, exchange.response, self._settings, started)
+                    detailed = None
+                response = _received(exchange.response)
+                answered(response.status_code)
+                return _answer(call, response, detailed, sent_at, started)
+        finally:
+            exchange.response = None
+            self._free.append(exchange)
+
+    def _lend(self) -> _AsyncExchange:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return _AsyncExchange(self._route, self._through, self._direct)
+
+
+class _Route:
+    """How every request of one client is built.
+
+    Its URL under the API's, its headers (the caller's client's default headers with the
+    credentials), cookies and query parameters (the caller's, read once, here), and its timeout
+    where httpx carries a request's own. The caller's client then sends it, so its auth, event
+    hooks, redirects, proxies and connection pool apply.
+    """
+
+    def __init__(self, through: httpx.Client | httpx.AsyncClient, settings: Settings) -> None:
+        headers = httpx.Headers(through.headers)
+        headers.update(settings.headers())
+        self._headers = headers
+        self._cookies = httpx.Cookies(through.cookies) if through.cookies else None
+        self._params = httpx.QueryParams(through.params)
+        self.base = settings.api_url
+        self._timeout = httpx.Timeout(settings.timeout).as_dict()
+        self._url = functools.lru_cache(maxsize=URLS_KEPT)(self._parse)
+
+    def _parse(self, path: str) -> httpx.URL:
+        return httpx.URL(self.base + path)
+
+    def build(
+        self, method: str, url: httpx.URL | str, seconds: float | None, **options: Any
+    ) -> httpx.Request:
+        """The request a generated function asks for, taking `seconds` (None: the client's).
+
+        `options` are what the function passes to `httpx.Client.request`.
+        """
+        unexpected = options.keys() - _OPTIONS
+        if unexpected:  # a regenerated client passing more: never drop it silently
+            raise TypeError(f"volcano cannot send a request with {sorted(unexpected)}")
+        headers = self._headers.copy()
+        if options.get("headers"):
+            headers.update(options["headers"])
+        params = options.get("params")
+        query = self._params.merge(params) if params else self._params
+        timeout = self._timeout if seconds is None else httpx.Timeout(seconds).as_dict()
+        request = httpx.Request(
+            method,
+            self._url(str(url)),
+            json=options.get("json"),
+            params=query or None,
+            headers=headers,
+            cookies=self._cookies,
+            extensions={"timeout": timeout},
+        )
+        _tracing.inject(request.headers)
+        return request
 
 
 class _NoTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
-    """The transport of a `_Routed` client, which never sends through its own."""
+    """The transport of an exchange, which never sends through its own."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         raise RuntimeError("volcano sends every request through the caller's httpx client")
@@ -136,66 +225,59 @@ class _NoTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
 _NO_TRANSPORT = _NoTransport()
 
 
-class _Routing:
-    """What both routed clients share: a copy per request, which keeps that request's response.
+class _Exchange(httpx.Client):
+    """The httpx client a generated function is handed, lent to one request at a time.
 
-    A routed client builds each request as httpx does, under the API's base URL with the
-    credentials (and the caller's default headers, cookies and query parameters as they were
-    when the volcano client was made); its `send` hands it to the caller's client, so their
-    auth, event hooks, redirects, proxies and connection pool apply. The generated functions
-    parse the body before they return the status, and raise on a body they cannot read: the
+    It builds that request (`_Route`), sends it, and keeps its response: the generated functions
+    parse the body before they return the status, and raise on a body they cannot read, and the
     kept response still tells the status.
     """
 
-    timeout: httpx.Timeout
-    response: httpx.Response | None = None
-
-    def for_request(self, timeout: float | None) -> Self:
-        """A copy for one request: `timeout` seconds (None: the client's), its own response."""
-        routed = copy.copy(self)
-        if timeout is not None:
-            routed.timeout = httpx.Timeout(timeout)
-        return routed
-
-
-class _Routed(_Routing, httpx.Client):
-    """An `httpx.Client` that builds requests for the API and sends them through the caller's."""
-
-    def __init__(self, through: httpx.Client, settings: Settings) -> None:
-        super().__init__(transport=_NO_TRANSPORT, trust_env=False, **_defaults(through, settings))
+    def __init__(
+        self, route: _Route, through: httpx.Client, direct: httpx.BaseTransport | None
+    ) -> None:
+        super().__init__(transport=_NO_TRANSPORT, trust_env=False)
+        self._route = route
         self._through = through
+        self._direct = direct
+        self.api = _generated_client(route.base).set_httpx_client(self)
+        self.seconds: float | None = None
+        self.response: httpx.Response | None = None
 
-    def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
-        """Send `request` through the caller's client, and keep its response."""
-        _tracing.inject(request.headers)
-        self.response = self._through.send(request, **options)
+    def request(self, method: str, url: httpx.URL | str, **options: Any) -> httpx.Response:
+        """Build the request, send it, and keep its response."""
+        request = self._route.build(method, url, self.seconds, **options)
+        if self._direct is None:
+            self.response = self._through.send(request)
+        else:
+            self.response = self._direct.handle_request(request)
+            self.response.read()
         return self.response
 
 
-class _AsyncRouted(_Routing, httpx.AsyncClient):
-    """The asyncio twin of `_Routed`."""
+class _AsyncExchange(httpx.AsyncClient):
+    """The asyncio twin of `_Exchange`."""
 
-    def __init__(self, through: httpx.AsyncClient, settings: Settings) -> None:
-        super().__init__(transport=_NO_TRANSPORT, trust_env=False, **_defaults(through, settings))
+    def __init__(
+        self, route: _Route, through: httpx.AsyncClient, direct: httpx.AsyncBaseTransport | None
+    ) -> None:
+        super().__init__(transport=_NO_TRANSPORT, trust_env=False)
+        self._route = route
         self._through = through
+        self._direct = direct
+        self.api = _generated_client(route.base).set_async_httpx_client(self)
+        self.seconds: float | None = None
+        self.response: httpx.Response | None = None
 
-    async def send(self, request: httpx.Request, **options: Any) -> httpx.Response:
-        """Send `request` through the caller's client, and keep its response."""
-        _tracing.inject(request.headers)
-        self.response = await self._through.send(request, **options)
+    async def request(self, method: str, url: httpx.URL | str, **options: Any) -> httpx.Response:
+        """Build the request, send it, and keep its response."""
+        request = self._route.build(method, url, self.seconds, **options)
+        if self._direct is None:
+            self.response = await self._through.send(request)
+        else:
+            self.response = await self._direct.handle_async_request(request)
+            await self.response.aread()
         return self.response
-
-
-def _defaults(through: httpx.Client | httpx.AsyncClient, settings: Settings) -> dict[str, Any]:
-    headers = httpx.Headers(through.headers)
-    headers.update(settings.headers())
-    return {
-        "base_url": settings.api_url,
-        "headers": headers,
-        "cookies": through.cookies,
-        "params": through.params,
-        "timeout": settings.timeout,
-    }
 
 
 def _request_span(
@@ -239,9 +321,9 @@ def _client_class() -> type[GeneratedClient]:
     return Client
 
 
-def _generated_client(settings: Settings) -> GeneratedClient:
+def _generated_client(base_url: str) -> GeneratedClient:
     # Undocumented statuses come back as `parsed=None`, never as an exception.
-    return _client_class()(base_url=settings.api_url, raise_on_unexpected_status=False)
+    return _client_class()(base_url=base_url, raise_on_unexpected_status=False)
 
 
 def _answer(

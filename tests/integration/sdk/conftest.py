@@ -1,8 +1,9 @@
 """Fixtures for the SDK's integration tests: real clients, the real server, and a second party.
 
-`sdk` is a `volcano.Client` or `volcano.AsyncClient` (`client_kind` runs each test with both)
-behind the one blocking interface of tests/support/sdk.py, so that one test body covers both.
-It sends through a `Wire`: the real HTTP transport with a record of every exchange (so a test can
+`sdk` (and each client of `make_sdk`, tests/conftest.py) is a `volcano.Client` or
+`volcano.AsyncClient` (`client_kind` runs each test with both) behind the one blocking
+interface of tests/support/sdk.py, so that one test body covers both. It sends through a `Wire`
+(`sdk_target`): the real HTTP transport with a record of every exchange (so a test can
 count what reached the server) and two switchable faults, a refused connection and a lost answer,
 for what a real network does without a proxy; every answer is checked against openapi.yaml.
 `aclient` is an `AsyncClient` alone, for what only asyncio has (cancellation). `server` is
@@ -13,8 +14,7 @@ SDK's back or to read the server's state independently.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import attrs
 import httpx
@@ -23,7 +23,7 @@ import pytest
 import volcano
 from tests.conftest import LiveServer
 from tests.support.raw import Locks, operation
-from tests.support.sdk import TLS, Kind, Sdk
+from tests.support.sdk import TLS, Kind, SdkTarget
 
 WAIT = 10.0
 """Upper bound (seconds) on waiting for something that should happen much sooner."""
@@ -147,25 +147,11 @@ def wire() -> Wire:
 
 
 @pytest.fixture
-def make_sdk(
-    client_kind: Kind, live_server: LiveServer, wire: Wire
-) -> Iterator[Callable[..., Sdk]]:
-    """Clients of `client_kind` that send through `wire`, every answer checked against
-    openapi.yaml; keyword arguments override the Client's."""
-    made: list[Sdk] = []
+def sdk_target(live_server: LiveServer, wire: Wire) -> SdkTarget:
+    """`make_sdk`'s clients send to the live server through `wire`, every answer checked
+    against openapi.yaml."""
 
-    def make(**overrides: Any) -> Sdk:
-        transport = SyncWire(wire) if client_kind == "sync" else AsyncWire(wire)
-        arguments = {**credentials(live_server), **overrides}
-        sdk = Sdk(client_kind, arguments, transport=transport, check=True)
-        made.append(sdk)
-        return sdk
+    def transport(kind: Kind) -> SyncWire | AsyncWire:
+        return SyncWire(wire) if kind == "sync" else AsyncWire(wire)
 
-    yield make
-    for sdk in made:
-        sdk.close()
-
-
-@pytest.fixture
-def sdk(make_sdk: Callable[..., Sdk]) -> Sdk:
-    return make_sdk()
+    return SdkTarget(credentials(live_server), transport, check=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -240,12 +241,12 @@ def fail(exc: Exception) -> Responder:
 class FakeClock:
     """A clock that moves only when told; it also steps the clients' renewal loops.
 
-    A Client's loop thread waits through `wait()`, which blocks until notified instead of for
-    a real time. `advance()` moves the time, wakes the thread, and returns once every loop that
-    `follow()` was given is asleep again with no renewal under way, so a test knows exactly
-    which renewals ran. An AsyncClient's loop waits through `async_wait()`: while no renewal
-    is under way, time jumps to the end of the wait at once; while one is (a held request),
-    time stands still until it ends or the test moves it.
+    Both loops wait through the clock, until woken by their client (an answer came back) or by
+    the test: a Client's thread in `wait()`, an AsyncClient's task in `async_wait()`, neither for
+    a real time. `advance()` (`async_advance()` for an AsyncClient, from its event loop) moves
+    the time, wakes the loop, and returns once every loop that `follow()` was given is asleep
+    again with no renewal under way, so a test knows exactly which renewals ran. `sleep()` and
+    `async_sleep()` (a retry's pause, a watch's backoff) move the time by what they were asked.
     """
 
     def __init__(self, now: float = 100.0) -> None:
@@ -253,6 +254,7 @@ class FakeClock:
         self.sleeps: list[float] = []
         self.waits = 0
         self._condition: threading.Condition | None = None
+        self._event: asyncio.Event | None = None
         self._renewer_waiting = threading.Event()
         self._settled: list[Callable[[], bool]] = []
 
@@ -280,14 +282,8 @@ class FakeClock:
         condition.wait()
 
     async def async_wait(self, event: asyncio.Event, seconds: float | None) -> None:
+        self._event = event
         self.waits += 1
-        for _ in range(5):  # let renewals that are about to end report first
-            if event.is_set():
-                return
-            await asyncio.sleep(0)
-        if seconds is not None and self.settled():
-            self.now += seconds
-            return
         await event.wait()
 
     def settled(self) -> bool:
@@ -306,6 +302,32 @@ class FakeClock:
                 condition.wait(0.05)
         raise AssertionError("the renewal thread did not go back to waiting")
 
+    async def async_advance(self, seconds: float) -> None:
+        """Move time on, and return once the renewal task has caught up with it."""
+        await self._async_settle()
+        self.now += seconds
+        seen = self.waits
+        if self._event is not None:
+            self._event.set()
+        await self._async_settle(seen)
+
+    async def async_nudge(self, seconds: float) -> None:
+        """Move time on and wake the renewal task, without waiting for it to settle."""
+        await self._async_settle()
+        self.now += seconds
+        if self._event is not None:
+            self._event.set()
+        await asyncio.sleep(0)
+
+    async def _async_settle(self, seen: int | None = None) -> None:
+        """Yield until every loop followed is settled (and, after `seen` waits, has waited
+        again: a task that was woken has stepped); a task that ended never waits again."""
+        for turn in range(1000):  # a guard against hanging, not a timing assertion
+            if self.settled() and (seen is None or self.waits != seen or turn > 20):
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the renewal task did not go back to waiting")
+
     def nudge(self, seconds: float) -> None:
         """Move time on and wake the renewal thread, without waiting for it."""
         condition = self._renewer_condition()
@@ -317,3 +339,145 @@ class FakeClock:
         assert self._renewer_waiting.wait(20), "the renewal thread never started waiting"
         assert self._condition is not None
         return self._condition
+
+
+class Gate:
+    """A responder that holds a request until opened, then answers it with the default.
+
+    For a Client: it blocks the renewal thread that sends, not the test.
+    """
+
+    def __init__(self, fake_api: FakeApi) -> None:
+        self.fake_api = fake_api
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        self.done = threading.Event()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.entered.set()
+        assert self.opened.wait(20), "the gate was never opened"
+        response = self.fake_api.default(request)
+        self.done.set()
+        return response
+
+    async def arrival(self) -> None:
+        assert self.entered.wait(20), "no request reached the gate"
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+class AsyncGate:
+    """The asyncio twin of `Gate`, for an AsyncClient: it suspends only the request's task."""
+
+    def __init__(self, fake_api: FakeApi) -> None:
+        self.fake_api = fake_api
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.entered.set()
+        await self.opened.wait()
+        return self.fake_api.default(request)
+
+    async def arrival(self) -> None:
+        await self.entered.wait()
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+class Guards:
+    """with_lock guards of a Client or an AsyncClient behind one awaitable interface, with the
+    FakeClock that steps their renewals: one test body covers both (the `guards` fixture).
+
+    A test is a coroutine either way; the Client's calls block (its renewal thread does not need
+    the test's event loop), the AsyncClient's are awaited on it.
+    """
+
+    def __init__(self, client: Any, clock: FakeClock, fake_api: FakeApi) -> None:
+        self.client = client
+        self.clock = clock
+        self.fake_api = fake_api
+        self.asynchronous = not hasattr(client, "__enter__")
+
+    def __repr__(self) -> str:
+        return f"<Guards {'async' if self.asynchronous else 'sync'}>"
+
+    def with_lock(self, key: str = "k", **kwargs: Any) -> Any:
+        """`client.locks.with_lock(key, ...)`: the guard, not entered."""
+        return self.client.locks.with_lock(key, **kwargs)
+
+    async def enter(self, guard: Any) -> Any:
+        return (await guard.__aenter__()) if self.asynchronous else guard.__enter__()
+
+    async def exit(self, guard: Any, exc: BaseException | None = None) -> None:
+        args = (None, None, None) if exc is None else (type(exc), exc, exc.__traceback__)
+        if self.asynchronous:
+            await guard.__aexit__(*args)
+        else:
+            guard.__exit__(*args)
+
+    @contextlib.asynccontextmanager
+    async def entered(self, guard: Any) -> AsyncIterator[Any]:
+        """`with guard` / `async with guard`: an exception from the block reaches its exit."""
+        await self.enter(guard)
+        try:
+            yield guard
+        except BaseException as exc:
+            await self.exit(guard, exc)
+            raise
+        await self.exit(guard)
+
+    def lock(self, key: str = "k", **kwargs: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """`with client.locks.with_lock(key, ...) as guard:` for either client."""
+        return self.entered(self.with_lock(key, **kwargs))
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock on; return once the renewal loop has done everything due by then."""
+        if self.asynchronous:
+            await self.clock.async_advance(seconds)
+        else:
+            self.clock.advance(seconds)
+
+    async def nudge(self, seconds: float) -> None:
+        """Move the clock on and wake the renewal loop, without waiting for what it sends."""
+        if self.asynchronous:
+            await self.clock.async_nudge(seconds)
+        else:
+            self.clock.nudge(seconds)
+
+    def gate(self) -> Gate | AsyncGate:
+        """A responder that holds a request until opened (`then()` it)."""
+        return AsyncGate(self.fake_api) if self.asynchronous else Gate(self.fake_api)
+
+    async def wait_lost(self, guard: Any, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        result = guard.wait_lost(timeout)
+        return bool(await result) if self.asynchronous else bool(result)
+
+    def waiting(self, guard: Any) -> Callable[[], Awaitable[bool]]:
+        """Start `guard.wait_lost()` in a thread (a task), and give what awaits its result."""
+        if self.asynchronous:
+            task = asyncio.get_running_loop().create_task(guard.wait_lost())
+
+            async def awaited() -> bool:
+                return bool(await task)
+
+            return awaited
+        results: list[bool] = []
+        waiter = threading.Thread(target=lambda: results.append(guard.wait_lost()))
+        waiter.start()
+
+        async def joined() -> bool:
+            waiter.join(20)
+            (result,) = results
+            return result
+
+        return joined
+
+    async def close(self) -> None:
+        """`client.close()`, awaited for an AsyncClient."""
+        if self.asynchronous:
+            await self.client.close()
+        else:
+            self.client.close()

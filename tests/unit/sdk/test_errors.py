@@ -90,10 +90,10 @@ def make_httpx_exception(cls: type[Exception]) -> Exception:
 class TestStatusMapping:
     @pytest.mark.parametrize(("status", "code", "cls"), DOCUMENTED)
     def test_documented_status(
-        self, client: volcano.Client, api: FakeApi, status: int, code: str, cls: type
+        self, client: volcano.Client, fake_api: FakeApi, status: int, code: str, cls: type
     ) -> None:
         """Each documented status and code raises its own class with the body's fields."""
-        api.then(error(status, code, message="what went wrong", retry_after="3"))
+        fake_api.then(error(status, code, message="what went wrong", retry_after="3"))
         with pytest.raises(volcano.APIStatusError) as caught:
             client.locks.get("daily-report")
         err = caught.value
@@ -107,14 +107,14 @@ class TestStatusMapping:
     def test_every_operation_maps_every_status(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         operation: str,
         status: int,
         code: str,
         cls: type,
     ) -> None:
         """Whatever the operation, a status maps to the same class (nothing is swallowed)."""
-        api.then(error(status, code), error(status, code))  # acquire may retry a 503
+        fake_api.then(error(status, code), error(status, code))  # acquire may retry a 503
         with pytest.raises(cls):
             OPERATIONS[operation](client)
 
@@ -132,29 +132,29 @@ class TestStatusMapping:
         ],
     )
     def test_undocumented_status(
-        self, client: volcano.Client, api: FakeApi, status: int, cls: type
+        self, client: volcano.Client, fake_api: FakeApi, status: int, cls: type
     ) -> None:
         """Other 5xx are InternalServerError; any other status is UnexpectedResponseError."""
-        api.then(raw(status, b"<html>proxy</html>"))
+        fake_api.then(raw(status, b"<html>proxy</html>"))
         with pytest.raises(cls) as caught:
             client.locks.get("daily-report")
         assert caught.value.status_code == status
         assert caught.value.code is None
 
     def test_undocumented_status_with_volcano_body_keeps_its_code(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """A Volcano error body on an undocumented status still gives code and message."""
-        api.then(error(418, "teapot", message="short and stout"))
+        fake_api.then(error(418, "teapot", message="short and stout"))
         with pytest.raises(volcano.UnexpectedResponseError) as caught:
             client.locks.get("daily-report")
         assert (caught.value.code, caught.value.message) == ("teapot", "short and stout")
 
     def test_success_status_of_another_operation_is_unexpected(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """A 200 to release (which answers 204) is not taken as success."""
-        api.then(body(200, {}))
+        fake_api.then(body(200, {}))
         with pytest.raises(volcano.UnexpectedResponseError) as caught:
             client.locks.release("daily-report", _lease())
         assert caught.value.status_code == 200
@@ -171,10 +171,10 @@ class TestStatusMapping:
         "content", [b"<html>Service Unavailable</html>", b"", b"[1, 2]", b'{"error": "x"}']
     )
     def test_status_without_volcano_body_keeps_its_class(
-        self, client: volcano.Client, api: FakeApi, status: int, cls: type, content: bytes
+        self, client: volcano.Client, fake_api: FakeApi, status: int, cls: type, content: bytes
     ) -> None:
         """A body that is not a Volcano error still maps by status, with code None."""
-        api.then(raw(status, content, {"Retry-After": "2"}))
+        fake_api.then(raw(status, content, {"Retry-After": "2"}))
         with pytest.raises(cls) as caught:
             client.locks.get("daily-report", request_id=REQUEST_ID)
         assert type(caught.value) is cls
@@ -187,31 +187,31 @@ class TestStatusMapping:
         [({"limit": 4}, 4), ({}, None), ({"limit": "4"}, None), ({"limit": True}, None)],
     )
     def test_limit_mismatch_carries_the_keys_limit(
-        self, client: volcano.Client, api: FakeApi, extra: dict[str, object], limit: int | None
+        self, client: volcano.Client, fake_api: FakeApi, extra: dict[str, object], limit: int | None
     ) -> None:
         """LimitMismatchError.limit is the body's `limit` when it is one; else None, and the
         error is still a LimitMismatchError."""
-        api.then(error(409, "limit_mismatch", message="in use with limit 4", **extra))
+        fake_api.then(error(409, "limit_mismatch", message="in use with limit 4", **extra))
         with pytest.raises(volcano.LimitMismatchError) as caught:
             client.locks.acquire("daily-report", ttl=30)
         assert caught.value.limit == limit
         assert caught.value.message == "in use with limit 4"
 
     def test_request_id_falls_back_to_the_response_header(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """Without a Volcano body, request_id comes from the X-Request-Id response header."""
-        api.then(raw(503, b"down", {"X-Request-Id": SERVER_REQUEST_ID}))
+        fake_api.then(raw(503, b"down", {"X-Request-Id": SERVER_REQUEST_ID}))
         with pytest.raises(volcano.ServiceUnavailableError) as caught:
             client.locks.get("daily-report")
         assert caught.value.request_id == SERVER_REQUEST_ID
 
     @pytest.mark.parametrize("header", ["soon", "-1", "nan", ""])
     def test_unreadable_retry_after_is_none(
-        self, client: volcano.Client, api: FakeApi, header: str
+        self, client: volcano.Client, fake_api: FakeApi, header: str
     ) -> None:
         """A Retry-After that is not a number of seconds is ignored."""
-        api.then(error(429, "rate_limited", retry_after=header))
+        fake_api.then(error(429, "rate_limited", retry_after=header))
         with pytest.raises(volcano.RateLimitError) as caught:
             client.locks.get("daily-report")
         assert caught.value.retry_after is None
@@ -277,23 +277,23 @@ class TestBrokenSuccessBodies:
         ],
     )
     def test_lease_body_that_breaks_the_spec(
-        self, client: volcano.Client, api: FakeApi, payload: Any
+        self, client: volcano.Client, fake_api: FakeApi, payload: Any
     ) -> None:
         """A 200 whose body is not the LockLease the spec promises is UnexpectedResponseError."""
-        api.then(body(200, payload))
+        fake_api.then(body(200, payload))
         with pytest.raises(volcano.UnexpectedResponseError) as caught:
             client.locks.acquire("daily-report", ttl=30, token=TOKEN)
         assert caught.value.status_code == 200
         assert caught.value.code is None
-        assert len(api.requests) == 1  # not retried
+        assert len(fake_api.requests) == 1  # not retried
         assert TOKEN not in str(caught.value)
 
     @pytest.mark.parametrize("content", [b"not json", b"{", b"\xff\xfe", b"<html>ok</html>", b""])
     def test_non_json_success_body(
-        self, client: volcano.Client, api: FakeApi, content: bytes
+        self, client: volcano.Client, fake_api: FakeApi, content: bytes
     ) -> None:
         """A 200 that is not JSON is UnexpectedResponseError, not a crash."""
-        api.then(raw(200, content))
+        fake_api.then(raw(200, content))
         with pytest.raises(volcano.UnexpectedResponseError):
             client.locks.get("daily-report")
 
@@ -311,10 +311,10 @@ class TestBrokenSuccessBodies:
         ],
     )
     def test_state_body_that_breaks_the_spec(
-        self, client: volcano.Client, api: FakeApi, payload: Any
+        self, client: volcano.Client, fake_api: FakeApi, payload: Any
     ) -> None:
         """A LockState with wrong types or missing fields is UnexpectedResponseError."""
-        api.then(body(200, payload))
+        fake_api.then(body(200, payload))
         with pytest.raises(volcano.UnexpectedResponseError):
             client.locks.get("daily-report")
 
@@ -327,21 +327,21 @@ class TestBrokenSuccessBodies:
         ],
     )
     def test_force_release_body_that_breaks_the_spec(
-        self, client: volcano.Client, api: FakeApi, payload: Any
+        self, client: volcano.Client, fake_api: FakeApi, payload: Any
     ) -> None:
         """A ForceReleaseResult with wrong types or missing fields is UnexpectedResponseError."""
-        api.then(body(200, payload))
+        fake_api.then(body(200, payload))
         with pytest.raises(volcano.UnexpectedResponseError):
             client.locks.force_release("daily-report")
 
-    def test_unknown_fields_are_ignored(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_unknown_fields_are_ignored(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """A later minor version may add response fields; they are ignored."""
-        api.then(body(200, _with(region="eu-west")))
+        fake_api.then(body(200, _with(region="eu-west")))
         assert client.locks.acquire("daily-report", ttl=30, token=TOKEN).fencing_token == 7
 
-    def test_offsets_become_utc(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_offsets_become_utc(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """An expires_at with a non-zero offset is converted to UTC."""
-        api.then(body(200, _with(expires_at="2026-11-29T23:15:30.250000+02:00")))
+        fake_api.then(body(200, _with(expires_at="2026-11-29T23:15:30.250000+02:00")))
         lease = client.locks.acquire("daily-report", ttl=30, token=TOKEN)
         assert lease.expires_at.isoformat() == "2026-11-29T21:15:30.250000+00:00"
 
@@ -349,12 +349,12 @@ class TestBrokenSuccessBodies:
 class TestTransportErrors:
     @pytest.mark.parametrize("cls", httpx_exception_classes(), ids=lambda c: c.__name__)
     def test_every_httpx_exception_is_mapped(
-        self, sdk: Sdk, api: FakeApi, cls: type[Exception]
+        self, sdk: Sdk, fake_api: FakeApi, cls: type[Exception]
     ) -> None:
         """No httpx exception reaches the caller of either client: each becomes a volcano.Error
         caused by it."""
         exc = make_httpx_exception(cls)
-        api.then(fail(exc))
+        fake_api.then(fail(exc))
         with pytest.raises(volcano.Error) as caught:
             sdk.get("daily-report", request_id=REQUEST_ID)
         assert caught.value.__cause__ is exc
@@ -372,20 +372,22 @@ class TestTransportErrors:
         assert issubclass(volcano.APITimeoutError, volcano.APIConnectionError)
 
     def test_secret_in_an_httpx_message_is_scrubbed(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """If httpx quotes a header value in its message, the key is redacted from ours."""
-        api.then(fail(httpx.LocalProtocolError(f"bad header b'Bearer {api.service_key}'")))
+        fake_api.then(
+            fail(httpx.LocalProtocolError(f"bad header b'Bearer {fake_api.service_key}'"))
+        )
         with pytest.raises(volcano.APIConnectionError) as caught:
             client.locks.get("daily-report")
-        assert api.service_key not in str(caught.value)
+        assert fake_api.service_key not in str(caught.value)
         assert "<redacted>" in str(caught.value)
 
     def test_unrelated_exceptions_are_not_swallowed(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """A bug (not an httpx failure) is not dressed up as a volcano error."""
-        api.then(fail(ZeroDivisionError("bug")))
+        fake_api.then(fail(ZeroDivisionError("bug")))
         with pytest.raises(ZeroDivisionError):
             client.locks.get("daily-report")
 

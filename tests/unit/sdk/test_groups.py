@@ -72,13 +72,13 @@ class GroupsApi(FakeApi):
 
 
 @pytest.fixture
-def api() -> FakeApi:
+def fake_api() -> FakeApi:
     return GroupsApi()
 
 
-def renewals(api: FakeApi) -> list[str]:
+def renewals(fake_api: FakeApi) -> list[str]:
     """Each renewal request's path: a batch of memberships', a single one's, a lock's."""
-    return [r.url.path for r in api.requests if r.url.path.endswith("/renew")]
+    return [r.url.path for r in fake_api.requests if r.url.path.endswith("/renew")]
 
 
 @contextlib.contextmanager
@@ -89,15 +89,15 @@ def memberships(client: volcano.Client, *names: str) -> Iterator[list[volcano.Me
 
 class TestBatches:
     def test_memberships_due_together_go_out_in_one_request(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Two memberships due at 110: one POST /v1/members/renew carries both, each with its
         own tokens, and each guard takes its own renewed membership."""
         with memberships(client, "a", "b") as held:
             joined = [guard.membership for guard in held]
             clock.advance(10)
-            assert renewals(api) == [MEMBERS_BATCH]
-            (batch,) = [r for r in api.requests if r.url.path == MEMBERS_BATCH]
+            assert renewals(fake_api) == [MEMBERS_BATCH]
+            (batch,) = [r for r in fake_api.requests if r.url.path == MEMBERS_BATCH]
             assert json.loads(batch.content) == {
                 "memberships": [
                     {
@@ -113,73 +113,73 @@ class TestBatches:
             assert all(guard.state is volcano.GuardState.HELD for guard in held)
 
     def test_leases_and_memberships_go_in_requests_of_their_own(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """A lock guard and two memberships due at once: a batch of memberships, and the
         lock's own renewal; never one request mixing them."""
         with client.locks.with_lock("k", ttl=30), memberships(client, "a", "b"):
             clock.advance(10)
-            assert sorted(renewals(api)) == sorted([MEMBERS_BATCH, "/v1/locks/k/renew"])
+            assert sorted(renewals(fake_api)) == sorted([MEMBERS_BATCH, "/v1/locks/k/renew"])
 
     def test_a_lone_membership_is_a_plain_renewal(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """One membership due on its own goes out on its own renew path."""
         with memberships(client, "a"):
             clock.advance(10)
-        assert renewals(api) == ["/v1/groups/g/members/a/renew"]
+        assert renewals(fake_api) == ["/v1/groups/g/members/a/renew"]
 
     def test_a_transient_failure_is_retried_and_the_memberships_stay_held(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """A 503 for the batch: the memberships are retried after their backoff, together
         again, and renewed; neither guard was lost."""
         with memberships(client, "a", "b") as held:
-            api.then(error(503, "unavailable"))
+            fake_api.then(error(503, "unavailable"))
             clock.advance(10)
-            assert renewals(api) == [MEMBERS_BATCH]
+            assert renewals(fake_api) == [MEMBERS_BATCH]
             clock.advance(1)
-            assert renewals(api) == [MEMBERS_BATCH, MEMBERS_BATCH]
+            assert renewals(fake_api) == [MEMBERS_BATCH, MEMBERS_BATCH]
             assert [guard.state for guard in held] == [volcano.GuardState.HELD] * 2
 
     def test_a_membership_refused_in_a_batch_loses_only_its_guard(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """The first result is 409 lease_not_held: that guard is lost, the other renewed."""
 
         def first_refused(request: httpx.Request) -> httpx.Response:
-            results = json.loads(api.default(request).content)["results"]
+            results = json.loads(fake_api.default(request).content)["results"]
             detail = {"code": "lease_not_held", "message": "removed", "request_id": "r"}
             results[0] = {"group": "g", "member": "a", "status": 409, "error": detail}
             return httpx.Response(200, json={"results": results}, headers=echo(request))
 
         with memberships(client, "a", "b") as (first, second):
-            api.then(first_refused)
+            fake_api.then(first_refused)
             clock.advance(10)
             assert first.lost
             assert isinstance(first.lost_reason, volcano.LeaseNotHeldError)
             assert not second.lost
-        leaves = [r.url.path for r in api.requests if r.url.path.endswith("/leave")]
+        leaves = [r.url.path for r in fake_api.requests if r.url.path.endswith("/leave")]
         assert leaves == ["/v1/groups/g/members/b/leave"]
 
 
 class TestJoin:
     def test_a_join_is_retried_once_with_the_same_request(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """A 503 is retried once: same request id, same owner token, same body."""
-        api.then(error(503, "unavailable"))
+        fake_api.then(error(503, "unavailable"))
         membership = client.groups.join("g", "m", ttl=30, capabilities={"port": 80})
-        first, second = [r for r in api.requests if r.url.path.endswith("/join")]
+        first, second = [r for r in fake_api.requests if r.url.path.endswith("/join")]
         assert first.headers["X-Request-Id"] == second.headers["X-Request-Id"]
         assert first.content == second.content
         assert json.loads(first.content)["capabilities"] == {"json": {"port": 80}}
         assert membership.owner_token == json.loads(first.content)["owner_token"]
 
-    def test_bytes_go_as_base64(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_bytes_go_as_base64(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Bytes capabilities are sent as `{base64}`, any bytes-like object as bytes."""
         client.groups.join("g", "m", ttl=timedelta(seconds=5), capabilities=bytearray(b"\x00\xff"))
-        (join,) = [r for r in api.requests if r.url.path.endswith("/join")]
+        (join,) = [r for r in fake_api.requests if r.url.path.endswith("/join")]
         sent = json.loads(join.content)
         assert sent["capabilities"] == {"base64": base64.b64encode(b"\x00\xff").decode()}
         assert sent["ttl_seconds"] == 5
@@ -213,18 +213,18 @@ class TestArguments:
         ],
     )
     def test_refused_before_sending(
-        self, client: volcano.Client, api: FakeApi, call: Any, message: str
+        self, client: volcano.Client, fake_api: FakeApi, call: Any, message: str
     ) -> None:
         """A bad argument is an InvalidArgumentError naming it, and nothing is sent."""
         with pytest.raises(volcano.InvalidArgumentError, match=message):
             call(client)  # an iterator (members) checks its arguments when made
-        assert api.requests == []
+        assert fake_api.requests == []
 
-    def test_the_bound_is_exact(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_the_bound_is_exact(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """65,538 bytes of capabilities are sent, in either form."""
         client.groups.join("g", "b", ttl=1, capabilities=b"x" * 65_538)
         client.groups.join("g", "j", ttl=1, capabilities="x" * 65_536)
-        assert len(api.requests) == 2
+        assert len(fake_api.requests) == 2
 
 
 class TestErrors:
@@ -240,10 +240,10 @@ class TestErrors:
         ],
     )
     def test_each_code_has_its_error(
-        self, sdk: Sdk, api: FakeApi, status: int, code: str, error_class: type[Exception]
+        self, sdk: Sdk, fake_api: FakeApi, status: int, code: str, error_class: type[Exception]
     ) -> None:
         """The group errors are chosen by status and code, and keep their parents' classes."""
-        api.then(error(status, code))
+        fake_api.then(error(status, code))
         with pytest.raises(error_class) as raised:
             sdk.groups("create", "g")
         assert isinstance(raised.value, volcano.NotFoundError | volcano.ConflictError)

@@ -1,8 +1,13 @@
-"""LockGuard: acquisition, background renewal on one thread per client, loss, and exit.
+"""with_lock guards: acquisition, background renewal, loss, and exit, for both clients.
 
-Time is a FakeClock: `clock.advance(s)` moves it and returns once the client's renewal thread
-has done everything due by then, so each test knows exactly which renewals ran. The guard is
-acquired at t=100 with ttl=30: first renewal due at t=110, deadline t=130.
+One body runs with a `LockGuard` and an `AsyncLockGuard` (the `guards` fixture) wherever the
+two behave alike; what only one has (the sync client's one renewal thread, the async client's
+letting go of a renewal under way) has tests of its own, here and in test_async_guard.py.
+
+Time is a FakeClock: `guards.advance(s)` moves it and returns once the client's renewal loop
+(a thread, or a task) has done everything due by then, so each test knows exactly which
+renewals ran. The guard is acquired at t=100 with ttl=30: first renewal due at t=110, deadline
+t=130.
 """
 
 from __future__ import annotations
@@ -18,12 +23,34 @@ import httpx
 import pytest
 
 import volcano
-from tests.unit.sdk.support import EXPIRES, REQUEST_ID, TOKEN, FakeApi, FakeClock, error, fail
+from tests.unit.sdk.support import (
+    EXPIRES,
+    REQUEST_ID,
+    TOKEN,
+    FakeApi,
+    FakeClock,
+    Gate,
+    Guards,
+    error,
+    fail,
+)
 from volcano._ownership import Ownership
 from volcano._seam import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+TRANSIENT = pytest.mark.parametrize(
+    "failure",
+    [
+        fail(httpx.ReadTimeout("slow")),
+        fail(httpx.ConnectError("refused")),
+        error(500, "internal"),
+        error(503, "unavailable"),
+        error(429, "rate_limited", retry_after="1"),
+    ],
+    ids=["timeout", "connect", "500", "503", "429"],
+)
 
 
 def lease() -> volcano.LockLease:
@@ -36,181 +63,191 @@ def renewer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "volcano-renewer"]
 
 
-def wait_for(predicate: Callable[[], bool]) -> None:
-    """Wait until another thread makes `predicate` true (a guard against hangs, not timing)."""
-    done = threading.Event()
-    for _ in range(2000):
-        if predicate():
-            return
-        done.wait(0.005)
-    raise AssertionError("condition never became true")
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
-class Gate:
-    """A responder that holds a request until opened, then answers it with the default."""
-
-    def __init__(self, api: FakeApi) -> None:
-        self.api = api
-        self.entered = threading.Event()
-        self.opened = threading.Event()
-        self.done = threading.Event()
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.entered.set()
-        assert self.opened.wait(20), "the gate was never opened"
-        response = self.api.default(request)
-        self.done.set()
-        return response
-
-
+@pytest.mark.anyio
 class TestSchedule:
-    def test_renews_a_third_into_each_lease(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
+    async def test_renews_a_third_into_each_lease(self, guards: Guards, fake_api: FakeApi) -> None:
         """The first renewal comes when a third of the ttl has passed, then every third."""
-        with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
-            clock.advance(9)
-            assert api.of("renew") == []
-            clock.advance(1)
-            clock.advance(9)
-            clock.advance(1)
-            assert api.times_of("renew") == [110.0, 120.0]
+        async with guards.lock(ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
+            await guards.advance(9)
+            assert fake_api.of("renew") == []
+            await guards.advance(1)
+            await guards.advance(9)
+            await guards.advance(1)
+            assert fake_api.times_of("renew") == [110.0, 120.0]
             assert not guard.lost
 
-    def test_renewals_carry_the_lease_and_fresh_request_ids(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    async def test_renewals_carry_the_lease_and_fresh_request_ids(
+        self, guards: Guards, fake_api: FakeApi
     ) -> None:
         """Renewals send the lease's token, fencing token and ttl, each with a new request id."""
-        with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID):
-            clock.advance(10)
-            clock.advance(10)
-        renewals = api.of("renew")
+        async with guards.lock(ttl=30, token=TOKEN, request_id=REQUEST_ID):
+            await guards.advance(10)
+            await guards.advance(10)
+        renewals = fake_api.of("renew")
         assert [json.loads(r.content) for r in renewals] == [
             {"owner_token": TOKEN, "fencing_token": 7, "ttl_seconds": 30.0}
         ] * 2
-        ids = [r.headers["X-Request-Id"] for r in api.requests]
+        ids = [r.headers["X-Request-Id"] for r in fake_api.requests]
         assert ids[0] == REQUEST_ID
-        assert len(set(ids)) == len(ids)  # acquire, 2 renewals, release: all different
+        assert len(set(ids)) == len(ids) == 4  # acquire, 2 renewals, release: all different
 
-    def test_lease_is_the_latest_renewal(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
+    async def test_lease_is_the_latest_renewal(self, guards: Guards) -> None:
         """guard.lease is replaced by each renewal; earlier leases stay as they were."""
-        with client.locks.with_lock("k", ttl=30) as guard:
+        async with guards.lock(ttl=30) as guard:
             first = guard.lease
             first_expiry = first.expires_at
-            clock.advance(10)
+            await guards.advance(10)
             second = guard.lease
             assert second is not first
             assert second.expires_at > first_expiry
             assert first.expires_at == first_expiry
             assert second.owner_token == first.owner_token
 
-    def test_each_attempt_is_bounded_by_the_time_left(
-        self, make_client: Callable[..., volcano.Client], api: FakeApi, clock: FakeClock
+    async def test_each_attempt_is_bounded_by_the_time_left(
+        self, make_guards: Callable[..., Guards], fake_api: FakeApi
     ) -> None:
         """A renewal may not wait past the deadline: its timeout is min(timeout, time left)."""
-        client = make_client(timeout=10)
-        with client.locks.with_lock("k", ttl=6):  # deadline 106, first attempt at 102
-            api.then(fail(httpx.ConnectError("refused")))
-            clock.advance(2)
-            clock.advance(0.5)
-        timeouts = [r.extensions["timeout"]["read"] for r in api.of("renew")]
+        guards = make_guards(timeout=10)
+        async with guards.lock(ttl=6):  # deadline 106, first attempt at 102
+            fake_api.then(fail(httpx.ConnectError("refused")))
+            await guards.advance(2)
+            await guards.advance(0.5)
+        timeouts = [r.extensions["timeout"]["read"] for r in fake_api.of("renew")]
         assert timeouts == [pytest.approx(4.0), pytest.approx(3.5)]
 
-    def test_acquisition_retries_once(self, client: volcano.Client, api: FakeApi) -> None:
-        """Entering retries a 503 once with the same identifiers, like acquire."""
-        api.then(error(503, "unavailable"))
-        with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
-            assert guard.lease.owner_token == TOKEN
-        first, second = api.of("acquire")
+    @pytest.mark.parametrize("status", [503, 0], ids=["503", "connect"])
+    async def test_acquisition_retries_once_then_spends_the_guard(
+        self, guards: Guards, fake_api: FakeApi, status: int
+    ) -> None:
+        """Entering retries a 503 or a transport failure once, with the same identifiers and
+        body, like acquire; when the retry fails too, entering raises it, the block never runs,
+        nothing is released, and the guard is spent."""
+        failure = error(503, "unavailable") if status else fail(httpx.ConnectError("refused"))
+        fake_api.then(failure, failure)
+        guard = guards.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
+        raised = volcano.ServiceUnavailableError if status else volcano.APIConnectionError
+        with pytest.raises(raised):
+            async with guards.entered(guard):
+                pytest.fail("the block must not run")
+        first, second = fake_api.of("acquire")
         assert first.content == second.content
         assert first.headers["X-Request-Id"] == second.headers["X-Request-Id"] == REQUEST_ID
+        assert fake_api.of("release") == []
+        assert guard.state is volcano.GuardState.FAILED
+        with pytest.raises(volcano.GuardStateError, match="has been used"):
+            await guards.enter(guard)
 
-
-class TestTransientFailures:
-    @pytest.mark.parametrize(
-        "failure",
-        [
-            fail(httpx.ReadTimeout("slow")),
-            fail(httpx.ConnectError("refused")),
-            error(500, "internal"),
-            error(503, "unavailable"),
-            error(429, "rate_limited", retry_after="1"),
-        ],
-        ids=["timeout", "connect", "500", "503", "429"],
-    )
-    def test_survives_a_failed_attempt(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock, failure: Callable[..., object]
+    async def test_acquisition_recovers_on_its_retry(
+        self, guards: Guards, fake_api: FakeApi
     ) -> None:
-        """A transient failure is retried shortly after; the lease is still held."""
-        with client.locks.with_lock("k", ttl=30) as guard:
+        """A 503 then a lease: the guard holds the lease of the retry."""
+        fake_api.then(error(503, "unavailable"))
+        async with guards.lock(ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
+            assert guard.lease.owner_token == TOKEN
+        assert len(fake_api.of("acquire")) == 2
+
+
+@pytest.mark.anyio
+class TestTransientFailures:
+    @TRANSIENT
+    async def test_survives_a_failed_attempt(
+        self, guards: Guards, fake_api: FakeApi, failure: Callable[..., object]
+    ) -> None:
+        """A transient failure is retried shortly after (0.1 s) and renewal goes on on
+        schedule; the lease is still held."""
+        async with guards.lock(ttl=30) as guard:
             acquired = guard.lease
-            api.then(failure)
-            clock.advance(10)
+            fake_api.then(failure)
+            await guards.advance(10)
             assert not guard.lost
             assert guard.lease == acquired
-            clock.advance(0.1)
-            assert len(api.of("renew")) == 2
+            await guards.advance(0.1)
+            assert len(fake_api.of("renew")) == 2
             assert not guard.lost
             assert guard.lease.expires_at > acquired.expires_at
-        assert len(api.of("release")) == 1
+            await guards.advance(10)
+        assert fake_api.times_of("renew") == [110.0, pytest.approx(110.1), pytest.approx(120.1)]
+        assert len(fake_api.of("release")) == 1
 
-    def test_lost_at_the_deadline_with_only_failures(
-        self,
-        client: volcano.Client,
-        api: FakeApi,
-        clock: FakeClock,
-        caplog: pytest.LogCaptureFixture,
+    async def test_lost_at_the_deadline_with_only_failures(
+        self, guards: Guards, fake_api: FakeApi, caplog: pytest.LogCaptureFixture
     ) -> None:
         """With every attempt failing, the guard is held until the deadline (at risk from a
-        third of the ttl before it) and lost at it."""
+        third of the ttl before it), retried all along, and lost at it, not before."""
         caplog.set_level(logging.INFO, logger="volcano")
-        with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(*[error(503, "unavailable")] * 100)
+        async with guards.lock(ttl=30) as guard:
+            fake_api.then(*[error(503, "unavailable")] * 100)
             for _ in range(19):
-                clock.advance(1)  # t=101 .. 119
+                await guards.advance(1)  # t=101 .. 119
             assert guard.state is volcano.GuardState.HELD
             for _ in range(10):
-                clock.advance(1)  # t=120 .. 129
+                await guards.advance(1)  # t=120 .. 129
                 assert guard.state is volcano.GuardState.AT_RISK
             assert not guard.lost
-            assert len(api.of("renew")) > 5  # retried all along
-            clock.advance(1)  # t=130: the deadline
+            assert len(fake_api.of("renew")) > 5  # retried all along
+            await guards.advance(1)  # t=130: the deadline
             assert guard.lost
-            assert guard.wait_lost(timeout=0)
+            assert await guards.wait_lost(guard, timeout=0)
             reason = guard.lost_reason
             assert isinstance(reason, volcano.LockLostError)
             assert isinstance(reason.__cause__, volcano.ServiceUnavailableError)
-            attempts = len(api.of("renew"))
-            clock.advance(5)
-            assert len(api.of("renew")) == attempts  # no renewal after loss
-        assert api.of("release") == []
-        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert all(t < 130.0 for t in fake_api.times_of("renew"))
+            attempts = len(fake_api.of("renew"))
+            await guards.advance(5)
+            assert len(fake_api.of("renew")) == attempts  # no renewal after loss
+        assert fake_api.of("release") == []
+        warnings = warnings_of(caplog)
         assert len(warnings) == 2
         assert warnings[0].startswith("the lease on k is at risk: 503 unavailable")
         assert warnings[1].startswith("lost the lease on k")
 
-    def test_held_is_never_reported_past_the_deadline(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    async def test_held_is_never_reported_past_the_deadline(
+        self, guards: Guards, fake_api: FakeApi, clock: FakeClock
     ) -> None:
-        """Even while a renewal hangs, the guard reports lost once the deadline passes."""
-        gate = Gate(api)
-        with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(gate)
-            clock.nudge(10)
-            assert gate.entered.wait(20)
+        """While a renewal hangs, the guard reports lost once the deadline passes (and
+        wait_lost says so at once); a late answer does not bring the lease back."""
+        gate = guards.gate()
+        async with guards.lock(ttl=30) as guard:
+            fake_api.then(gate)
+            await guards.nudge(10)
+            await gate.arrival()
             clock.now = 129.999
             assert not guard.lost
             clock.now = 130.0
             assert guard.lost
             assert isinstance(guard.lost_reason, volcano.LockLostError)
-            gate.opened.set()
-            clock.advance(0)  # let the late success arrive
-            assert guard.lost  # a late answer does not bring the lease back
-        assert api.of("release") == []
+            assert await guards.wait_lost(guard, timeout=0)
+            gate.open()
+            await guards.advance(0)  # let the late success arrive
+            assert guard.lost
+        assert fake_api.of("release") == []
+
+    async def test_a_bug_in_one_renewal_loses_that_guard_only(
+        self, guards: Guards, fake_api: FakeApi
+    ) -> None:
+        """An unexpected exception while renewing marks the guards of that request lost (here
+        one: the other's renewal is not due with it), caused by it; others go on."""
+        async with (
+            guards.lock("broken", ttl=30) as broken,
+            guards.lock("fine", ttl=60) as fine,
+        ):
+            fake_api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
+            await guards.advance(10)
+            assert broken.lost
+            assert await guards.wait_lost(broken, timeout=0)
+            assert isinstance(broken.lost_reason, volcano.LockLostError)
+            assert isinstance(broken.lost_reason.__cause__, ZeroDivisionError)
+            assert not fine.lost
+            await guards.advance(10)
+            assert not fine.lost
+        assert [r.url.path for r in fake_api.of("release")] == ["/v1/locks/fine/release"]
 
 
+@pytest.mark.anyio
 class TestRefusals:
     @pytest.mark.parametrize(
         ("status", "code", "cls"),
@@ -221,116 +258,80 @@ class TestRefusals:
             (422, "validation_error", volcano.UnprocessableEntityError),
         ],
     )
-    def test_lost_at_once(
-        self,
-        client: volcano.Client,
-        api: FakeApi,
-        clock: FakeClock,
-        status: int,
-        code: str,
-        cls: type,
+    async def test_lost_at_once(
+        self, guards: Guards, fake_api: FakeApi, status: int, code: str, cls: type
     ) -> None:
-        """A 409 (or another refusal) on renewal makes the guard lost immediately."""
-        with client.locks.with_lock("k", ttl=30) as guard:
-            api.then(error(status, code))
-            clock.advance(10)
+        """A 409 (or another refusal) on renewal makes the guard lost immediately, and no
+        renewal follows."""
+        async with guards.lock(ttl=30) as guard:
+            fake_api.then(error(status, code))
+            await guards.advance(10)
             assert guard.lost
             assert type(guard.lost_reason) is cls
-            clock.advance(10)
-            assert len(api.of("renew")) == 1
-        assert api.of("release") == []
+            await guards.advance(10)
+            assert len(fake_api.of("renew")) == 1
+        assert fake_api.of("release") == []
         assert guard.lost  # still reported after exit
 
-    def test_wait_lost_wakes_on_loss(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
-        """A thread blocked in wait_lost() returns True when the lease is lost."""
-        results: list[bool] = []
-        with client.locks.with_lock("k", ttl=30) as guard:
-            assert guard.wait_lost(timeout=0) is False
-            waiter = threading.Thread(target=lambda: results.append(guard.wait_lost()))
-            waiter.start()
-            api.then(error(409, "lease_not_held"))
-            clock.advance(10)
-            waiter.join(20)
-        assert results == [True]
+    async def test_wait_lost_wakes_on_loss(self, guards: Guards, fake_api: FakeApi) -> None:
+        """A thread (a task) waiting in wait_lost() gets True when the lease is lost."""
+        async with guards.lock(ttl=30) as guard:
+            assert await guards.wait_lost(guard, timeout=0) is False
+            waiting = guards.waiting(guard)
+            fake_api.then(error(409, "lease_not_held"))
+            await guards.advance(10)
+            assert await waiting() is True
 
-    def test_wait_lost_returns_false_when_the_guard_exits(
-        self, client: volcano.Client, clock: FakeClock
-    ) -> None:
-        """A thread blocked in wait_lost() returns False when the block ends without loss."""
-        results: list[bool] = []
-        with client.locks.with_lock("k", ttl=30) as guard:
-            waiter = threading.Thread(target=lambda: results.append(guard.wait_lost()))
-            waiter.start()
-        waiter.join(20)
-        assert results == [False]
-        assert guard.wait_lost() is False
+    async def test_wait_lost_returns_false_when_the_guard_exits(self, guards: Guards) -> None:
+        """A thread (a task) waiting in wait_lost() gets False when the block ends without
+        loss; so does wait_lost() afterwards."""
+        async with guards.lock(ttl=30) as guard:
+            waiting = guards.waiting(guard)
+            await guards.advance(0)
+        assert await waiting() is False
+        assert await guards.wait_lost(guard) is False
 
 
+@pytest.mark.anyio
 class TestExit:
-    def test_releases_the_latest_lease(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
-        """Leaving the block releases the latest lease with a fresh request id."""
-        with client.locks.with_lock("k", ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
-            clock.advance(10)
+    async def test_releases_the_latest_lease(self, guards: Guards, fake_api: FakeApi) -> None:
+        """Leaving the block releases the latest lease (a renewal's) with a fresh request id;
+        the guard then holds that lease, not lost."""
+        async with guards.lock(ttl=30, token=TOKEN, request_id=REQUEST_ID) as guard:
+            acquired = guard.lease
+            await guards.advance(10)
             latest = guard.lease
-        (release,) = api.of("release")
+            assert latest.expires_at > acquired.expires_at
+        (release,) = fake_api.of("release")
         assert json.loads(release.content) == {"owner_token": TOKEN, "fencing_token": 7}
-        assert release.headers["X-Request-Id"] != REQUEST_ID
+        assert release.headers["X-Request-Id"] not in (REQUEST_ID, *renewal_ids(fake_api))
         assert guard.lease == latest
         assert not guard.lost
         assert guard.lost_reason is None
+        assert await guards.wait_lost(guard) is False
 
-    def test_no_renewal_after_exit(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
+    async def test_no_renewal_after_exit(self, guards: Guards, fake_api: FakeApi) -> None:
         """Once the block is left, the lease is no longer renewed."""
-        with client.locks.with_lock("k", ttl=30):
+        async with guards.lock(ttl=30):
             pass
-        clock.advance(10)
-        clock.advance(10)
-        assert api.of("renew") == []
+        await guards.advance(10)
+        await guards.advance(10)
+        assert fake_api.of("renew") == []
 
-    def test_exit_waits_for_an_inflight_renewal(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
-        """Exit lets a renewal under way finish, then releases (never concurrently)."""
-        gate = Gate(api)
-        renewal_done_at_release: list[bool] = []
-
-        def release(request: httpx.Request) -> httpx.Response:
-            renewal_done_at_release.append(gate.done.is_set())
-            return api.default(request)
-
-        guard = client.locks.with_lock("k", ttl=30)
-        guard.__enter__()
-        api.then(gate, release)
-        clock.nudge(10)
-        assert gate.entered.wait(20)
-        exiting = threading.Thread(target=guard.__exit__, args=(None, None, None))
-        exiting.start()
-        wait_for(lambda: guard.state is volcano.GuardState.RELEASING)
-        gate.opened.set()
-        exiting.join(20)
-        assert renewal_done_at_release == [True]
-        assert guard.state is volcano.GuardState.RELEASED
-
-    def test_release_answered_after_the_deadline_ends_released(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    async def test_release_answered_after_the_deadline_ends_released(
+        self, guards: Guards, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """The deadline passes while the release is in flight; the server's 204 still ends the
         guard RELEASED, not lost (issue 19, finding 3)."""
 
         def slow_release(request: httpx.Request) -> httpx.Response:
             clock.now += 60  # past the deadline of t=130 while the request is out
-            return api.default(request)
+            return fake_api.default(request)
 
-        api.then(api.default, slow_release)
-        with client.locks.with_lock("k", ttl=30) as guard:
+        fake_api.then(fake_api.default, slow_release)
+        async with guards.lock(ttl=30) as guard:
             pass
-        assert len(api.of("release")) == 1
+        assert len(fake_api.of("release")) == 1
         assert guard.state is volcano.GuardState.RELEASED
         assert not guard.lost
         assert guard.lost_reason is None
@@ -340,79 +341,85 @@ class TestExit:
         [error(500, "internal"), error(409, "lease_not_held"), fail(httpx.ConnectError("x"))],
         ids=["500", "409", "connect"],
     )
-    def test_failed_release_never_masks_the_blocks_exception(
+    async def test_failed_release_never_masks_the_blocks_exception(
         self,
-        client: volcano.Client,
-        api: FakeApi,
+        guards: Guards,
+        fake_api: FakeApi,
         failure: Callable[..., object],
         caplog: pytest.LogCaptureFixture,
     ) -> None:
-        """If the block raises and the release fails, the block's exception propagates."""
-        api.then(api.default, failure)  # the acquisition succeeds, the release fails
-        with pytest.raises(KeyError, match="from the block"), client.locks.with_lock("k", ttl=30):
-            raise KeyError("from the block")
-        assert len(api.of("release")) == 1
-        assert any("releasing the lease on k failed" in r.getMessage() for r in caplog.records)
-
-    def test_failed_release_is_logged_not_raised(
-        self, client: volcano.Client, api: FakeApi, caplog: pytest.LogCaptureFixture
-    ) -> None:
-        """A clean block whose release gets a 409 exits normally and logs a warning."""
-        with client.locks.with_lock("k", ttl=30):
-            api.then(error(409, "lease_not_held"))
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        """If the block raises and the release fails, the block's exception propagates, and
+        the failed release is logged once."""
+        fake_api.then(fake_api.default, failure)  # the acquisition succeeds, the release fails
+        with pytest.raises(KeyError, match="from the block"):
+            async with guards.lock(ttl=30):
+                raise KeyError("from the block")
+        assert len(fake_api.of("release")) == 1
+        warnings = warnings_of(caplog)
         assert len(warnings) == 1
-        assert "releasing the lease on k failed" in warnings[0].getMessage()
+        assert warnings[0].startswith("releasing the lease on k failed")
 
-    def test_block_exception_propagates_after_release(
-        self, client: volcano.Client, api: FakeApi
+    async def test_failed_release_is_logged_not_raised(
+        self, guards: Guards, fake_api: FakeApi, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A clean block whose release gets a 409 exits normally and logs one warning."""
+        async with guards.lock(ttl=30):
+            fake_api.then(error(409, "lease_not_held"))
+        warnings = warnings_of(caplog)
+        assert len(warnings) == 1
+        assert warnings[0].startswith("releasing the lease on k failed")
+
+    async def test_block_exception_propagates_after_release(
+        self, guards: Guards, fake_api: FakeApi
     ) -> None:
         """An exception in the block still releases the lease, then propagates."""
-        with pytest.raises(RuntimeError), client.locks.with_lock("k", ttl=30):
-            raise RuntimeError
-        assert len(api.of("release")) == 1
+        with pytest.raises(RuntimeError):
+            async with guards.lock(ttl=30):
+                raise RuntimeError
+        assert len(fake_api.of("release")) == 1
 
 
+@pytest.mark.anyio
 class TestMisuse:
-    def test_not_reentrant(self, client: volcano.Client) -> None:
-        """Entering a guard that is already entered raises GuardStateError."""
-        with client.locks.with_lock("k", ttl=30) as guard:
+    async def test_not_reentrant_and_single_use(self, guards: Guards, fake_api: FakeApi) -> None:
+        """Entering twice, or again after exit, raises GuardStateError; the lease is held
+        meanwhile, and acquired once."""
+        guard = guards.with_lock("k", ttl=30)
+        async with guards.entered(guard):
             with pytest.raises(volcano.GuardStateError, match="already entered"):
-                guard.__enter__()
+                await guards.enter(guard)
             assert not guard.lost
-
-    def test_single_use(self, client: volcano.Client, api: FakeApi) -> None:
-        """A guard that has exited cannot be entered again."""
-        guard = client.locks.with_lock("k", ttl=30)
-        with guard:
-            pass
         with pytest.raises(volcano.GuardStateError, match="with_lock"):
-            guard.__enter__()
-        assert len(api.of("acquire")) == 1
+            await guards.enter(guard)
+        assert len(fake_api.of("acquire")) == 1
 
-    def test_unentered_guard_has_no_lease(self, client: volcano.Client, api: FakeApi) -> None:
+    async def test_unentered_guard_has_no_lease(self, guards: Guards, fake_api: FakeApi) -> None:
         """Reading lease, lost or wait_lost before entering raises; nothing is sent."""
-        guard = client.locks.with_lock("k", ttl=30)
+        guard = guards.with_lock("k", ttl=30)
         with pytest.raises(volcano.GuardStateError, match="not been entered"):
             _ = guard.lease
         with pytest.raises(volcano.GuardStateError):
             _ = guard.lost
         with pytest.raises(volcano.GuardStateError):
-            guard.wait_lost(0)
+            await guards.wait_lost(guard, 0)
         assert guard.lost_reason is None
-        assert api.requests == []
+        assert fake_api.requests == []
 
-    def test_failed_acquisition_propagates_and_spends_the_guard(
-        self, client: volcano.Client, api: FakeApi
+    async def test_failed_acquisition_propagates_and_spends_the_guard(
+        self, guards: Guards, fake_api: FakeApi
     ) -> None:
-        """If acquisition fails, entering raises that error and the guard is spent."""
-        api.then(error(409, "lock_held", retry_after="4"))
-        guard = client.locks.with_lock("k", ttl=30)
-        with pytest.raises(volcano.LockHeldError), guard:
-            pytest.fail("the block must not run")
-        with pytest.raises(volcano.GuardStateError):
-            guard.__enter__()
-        assert api.of("release") == []
+        """A lock held by another (not retried): entering raises LockHeldError, the guard is
+        FAILED and spent, and nothing is released."""
+        fake_api.then(error(409, "lock_held", retry_after="4"))
+        guard = guards.with_lock("k", ttl=30)
+        with pytest.raises(volcano.LockHeldError):
+            async with guards.entered(guard):
+                pytest.fail("the block must not run")
+        assert guard.state is volcano.GuardState.FAILED
+        with pytest.raises(volcano.GuardStateError, match="has been used"):
+            await guards.enter(guard)
+        assert len(fake_api.of("acquire")) == 1
+        assert fake_api.of("release") == []
 
     @pytest.mark.parametrize(
         ("arguments", "message"),
@@ -424,48 +431,70 @@ class TestMisuse:
             ({"on_at_risk": 3}, "on_at_risk must be callable, got int"),
         ],
     )
-    def test_bad_arguments_are_refused_by_with_lock(
-        self, client: volcano.Client, api: FakeApi, arguments: dict[str, object], message: str
+    async def test_bad_arguments_are_refused_by_with_lock(
+        self, guards: Guards, fake_api: FakeApi, arguments: dict[str, object], message: str
     ) -> None:
         """A bad margin or callback is refused when the guard is made, before any request."""
         with pytest.raises(volcano.InvalidArgumentError, match=message):
-            client.locks.with_lock("k", ttl=30, **arguments)  # type: ignore[arg-type]
-        assert api.requests == []
+            guards.with_lock("k", ttl=30, **arguments)
+        assert fake_api.requests == []
 
-    def test_state_and_check_around_the_block(self, client: volcano.Client, api: FakeApi) -> None:
+    async def test_state_and_check_around_the_block(self, guards: Guards) -> None:
         """state reads NEW, HELD, RELEASED; check() refuses before entry and is quiet while
         held and after a clean exit."""
-        guard = client.locks.with_lock("k", ttl=30, at_risk_margin=timedelta(seconds=2))
+        guard = guards.with_lock("k", ttl=30, at_risk_margin=timedelta(seconds=2))
         assert guard.state is volcano.GuardState.NEW
         with pytest.raises(volcano.GuardStateError):
             guard.check()
-        with guard:
+        async with guards.entered(guard):
             assert guard.state is volcano.GuardState.HELD
             guard.check()
         assert guard.state is volcano.GuardState.RELEASED
         guard.check()
 
-    def test_failed_entry_is_a_state(self, client: volcano.Client, api: FakeApi) -> None:
-        """An entry that raised leaves the guard FAILED, and it cannot be entered again."""
-        api.then(error(409, "lock_held"))
-        guard = client.locks.with_lock("k", ttl=30)
-        with pytest.raises(volcano.LockHeldError), guard:
-            pass
-        assert guard.state is volcano.GuardState.FAILED
-        with pytest.raises(volcano.GuardStateError, match="has been used"):
-            guard.__enter__()
+    async def test_repr(self, guards: Guards) -> None:
+        """A guard's repr names its class, key and state, never the token."""
+        guard = guards.with_lock("k", ttl=30, token=TOKEN)
+        name = "AsyncLockGuard" if guards.asynchronous else "LockGuard"
+        assert repr(guard) == f"<{name} key='k' new>"
+        async with guards.entered(guard):
+            assert repr(guard) == f"<{name} key='k' held>"
+        assert repr(guard) == f"<{name} key='k' released>"
 
-    def test_repr(self, client: volcano.Client) -> None:
-        """A guard's repr names its key and state, never the token."""
-        guard = client.locks.with_lock("k", ttl=30, token=TOKEN)
-        assert repr(guard) == "<LockGuard key='k' new>"
-        with guard:
-            assert repr(guard) == "<LockGuard key='k' held>"
-        assert repr(guard) == "<LockGuard key='k' released>"
+
+@pytest.mark.anyio
+class TestClientClose:
+    async def test_close_marks_guards_lost(self, guards: Guards, fake_api: FakeApi) -> None:
+        """Closing the client stops renewal; its active guards report lost (wait_lost too),
+        and nothing more is sent, their releases included."""
+        async with guards.lock("a", ttl=30) as a, guards.lock("b", ttl=30) as b:
+            await guards.close()
+            for guard in (a, b):
+                assert guard.lost
+                assert await guards.wait_lost(guard, timeout=0)
+                assert isinstance(guard.lost_reason, volcano.ClientClosedError)
+        assert fake_api.of("release") == []
+        assert fake_api.of("renew") == []
+
+    async def test_guard_entered_on_a_closed_client(
+        self, guards: Guards, fake_api: FakeApi
+    ) -> None:
+        """A closed client refuses to acquire for a guard, sending nothing."""
+        await guards.close()
+        with pytest.raises(volcano.ClientClosedError):
+            async with guards.lock(ttl=30):
+                pytest.fail("the block must not run")
+        assert fake_api.requests == []
+
+
+def renewal_ids(fake_api: FakeApi) -> list[str]:
+    return [r.headers["X-Request-Id"] for r in fake_api.of("renew")]
 
 
 class TestOneThreadPerClient:
-    def test_many_guards_share_one_thread(self, client: volcano.Client, api: FakeApi) -> None:
+    """The Client's renewals run on one thread of its own (an AsyncClient's: one task)."""
+
+    def test_many_guards_share_one_thread(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Hundreds of guards on one client are renewed by a single thread."""
         before = threading.active_count()
         with contextlib.ExitStack() as stack:
@@ -475,10 +504,10 @@ class TestOneThreadPerClient:
             assert threading.active_count() == before + 1
             assert len(renewer_threads()) == 1
             assert not any(g.lost for g in guards)
-        assert len(api.of("release")) == 300
+        assert len(fake_api.of("release")) == 300
 
     def test_due_guards_are_all_renewed(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Guards with different ttls are each renewed when due, by the one thread."""
         with (
@@ -487,38 +516,24 @@ class TestOneThreadPerClient:
         ):
             for _ in range(10):
                 clock.advance(1)  # short is due every second, long once at t=110
-            keys = [r.url.path.split("/")[3] for r in api.of("renew")]
+            keys = [r.url.path.split("/")[3] for r in fake_api.of("renew")]
             assert keys.count("short") == 10
             assert keys.count("long") == 1
             assert not short.lost
             assert not long.lost
+            assert len(renewer_threads()) == 1
 
     def test_no_thread_until_a_guard_is_entered(self, client: volcano.Client) -> None:
         """Plain lock calls start no thread; the renewer starts with the first guard."""
         client.locks.acquire("k", ttl=30)
         assert renewer_threads() == []
 
-
-class TestRenewerFaults:
-    def test_a_bug_in_one_renewal_loses_that_guard_only(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
-    ) -> None:
-        """An unexpected exception while renewing marks the guards of that request lost (here
-        one: the other's renewal is not due with it); others go on."""
-        with (
-            client.locks.with_lock("broken", ttl=30) as broken,
-            client.locks.with_lock("fine", ttl=60) as fine,
-        ):
-            api.then(fail(ZeroDivisionError("bug")))  # the first renewal due: "broken"
-            clock.advance(10)
-            assert broken.lost
-            assert isinstance(broken.lost_reason, volcano.LockLostError)
-            assert isinstance(broken.lost_reason.__cause__, ZeroDivisionError)
-            assert not fine.lost
-            clock.advance(10)
-            assert not fine.lost
+    def test_close_stops_the_thread(self, client: volcano.Client) -> None:
+        """Closing the client ends its renewal thread, though guards were still held."""
+        with client.locks.with_lock("k", ttl=30):
             assert len(renewer_threads()) == 1
-        assert [r.url.path for r in api.of("release")] == ["/v1/locks/fine/release"]
+            client.close()
+            assert renewer_threads() == []
 
     def test_a_stopped_renewer_loses_new_guards_at_once(self, client: volcano.Client) -> None:
         """A guard handed to a client's engine that has stopped is marked lost with the stop
@@ -533,24 +548,37 @@ class TestRenewerFaults:
         assert isinstance(guard.reason(100.0), volcano.ClientClosedError)
         assert renewer_threads() == []
 
-
-class TestClientClose:
-    def test_close_marks_guards_lost_and_stops_the_thread(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+    def test_exit_waits_for_an_inflight_renewal(
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
-        """Closing the client stops renewal; its active guards report lost."""
-        with client.locks.with_lock("a", ttl=30) as a, client.locks.with_lock("b", ttl=30) as b:
-            client.close()
-            assert renewer_threads() == []
-            for guard in (a, b):
-                assert guard.lost
-                assert guard.wait_lost(timeout=0)
-                assert isinstance(guard.lost_reason, volcano.ClientClosedError)
-        assert api.of("release") == []  # nothing can be sent any more
-        assert api.of("renew") == []
+        """Exit lets a renewal under way finish, then releases (never concurrently); an
+        AsyncLockGuard lets go of it instead (test_async_guard.py)."""
+        gate = Gate(fake_api)
+        renewal_done_at_release: list[bool] = []
 
-    def test_guard_entered_on_a_closed_client(self, client: volcano.Client) -> None:
-        """A closed client refuses to acquire for a guard."""
-        client.close()
-        with pytest.raises(volcano.ClientClosedError), client.locks.with_lock("k", ttl=30):
-            pytest.fail("the block must not run")
+        def release(request: httpx.Request) -> httpx.Response:
+            renewal_done_at_release.append(gate.done.is_set())
+            return fake_api.default(request)
+
+        guard = client.locks.with_lock("k", ttl=30)
+        guard.__enter__()
+        fake_api.then(gate, release)
+        clock.nudge(10)
+        assert gate.entered.wait(20)
+        exiting = threading.Thread(target=guard.__exit__, args=(None, None, None))
+        exiting.start()
+        wait_for(lambda: guard.state is volcano.GuardState.RELEASING)
+        gate.opened.set()
+        exiting.join(20)
+        assert renewal_done_at_release == [True]
+        assert guard.state is volcano.GuardState.RELEASED
+
+
+def wait_for(predicate: Callable[[], bool]) -> None:
+    """Wait until another thread makes `predicate` true (a guard against hangs, not timing)."""
+    done = threading.Event()
+    for _ in range(2000):
+        if predicate():
+            return
+        done.wait(0.005)
+    raise AssertionError("condition never became true")

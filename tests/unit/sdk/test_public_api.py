@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import pickle
@@ -34,13 +35,16 @@ MODULES = [
 INTERNAL = {
     "Acquisition",
     "Answer",
+    "Attempt",
     "AsyncEngine",
+    "AsyncOwnClient",
     "AsyncSender",
     "BaseClient",
     "Batch",
     "BatchesUnsupported",
     "Call",
     "Clock",
+    "Connection",
     "Engine",
     "EngineBase",
     "Event",
@@ -49,6 +53,7 @@ INTERNAL = {
     "Notice",
     "Operation",
     "Outcome",
+    "OwnClient",
     "Ownership",
     "Page",
     "Renewal",
@@ -57,6 +62,7 @@ INTERNAL = {
     "Settings",
     "SpecMismatchError",
     "Timeline",
+    "Transport",
     "Work",
     "WaitChain",
     "WatchCursor",
@@ -132,6 +138,8 @@ def signature_texts() -> list[tuple[str, str]]:
     for cls in PUBLIC_CLASSES:
         for name, member in public_members(cls):
             target = member.fget if isinstance(member, property) else member
+            if isinstance(member, functools.cached_property):
+                target = member.func
             if callable(target):
                 texts.append((f"{cls.__name__}.{name}", str(inspect.signature(target))))
         if attrs.has(cls):
@@ -240,6 +248,8 @@ class TestDocstrings:
                     undocumented.append(name)
                 for member_name, member in public_members(obj):
                     target = member.fget if isinstance(member, property) else member
+                    if isinstance(member, functools.cached_property):
+                        target = member.func
                     dunder = member_name.startswith("__")
                     if callable(target) and not dunder and not inspect.getdoc(target):
                         undocumented.append(f"{name}.{member_name}")

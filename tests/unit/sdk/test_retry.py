@@ -87,24 +87,24 @@ def lease() -> volcano.LockLease:
 class TestAcquireRetry:
     @pytest.mark.parametrize("first", RETRIED, ids=RETRIED_IDS)
     def test_retried_once_identically(
-        self, sdk: Sdk, api: FakeApi, first: Callable[..., object]
+        self, sdk: Sdk, fake_api: FakeApi, first: Callable[..., object]
     ) -> None:
         """A transport failure or 503, then success: two identical requests, and the lease."""
-        api.then(first)
+        fake_api.then(first)
         lease = sdk.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
-        assert len(api.requests) == 2
-        assert fingerprint(api.requests[0]) == fingerprint(api.requests[1])
-        assert api.requests[1].headers["X-Request-Id"] == REQUEST_ID
+        assert len(fake_api.requests) == 2
+        assert fingerprint(fake_api.requests[0]) == fingerprint(fake_api.requests[1])
+        assert fake_api.requests[1].headers["X-Request-Id"] == REQUEST_ID
         assert lease.owner_token == TOKEN
 
     def test_generated_identifiers_are_reused_by_the_retry(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """Without token= or request_id=, the retry still repeats the ones made for the call."""
-        api.then(fail(httpx.ConnectError("refused")))
+        fake_api.then(fail(httpx.ConnectError("refused")))
         lease = client.locks.acquire("k", ttl=30)
-        assert fingerprint(api.requests[0]) == fingerprint(api.requests[1])
-        assert f'"owner_token":"{lease.owner_token}"'.encode() in api.requests[0].content
+        assert fingerprint(fake_api.requests[0]) == fingerprint(fake_api.requests[1])
+        assert f'"owner_token":"{lease.owner_token}"'.encode() in fake_api.requests[0].content
 
     @pytest.mark.parametrize(
         ("retry_after", "pause"), [(None, 0.1), ("1", 1.0), ("30", 2.0), ("0", 0.0)]
@@ -112,31 +112,31 @@ class TestAcquireRetry:
     def test_pause_after_503(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         clock: FakeClock,
         retry_after: str | None,
         pause: float,
     ) -> None:
         """Before retrying a 503 it waits Retry-After, at most 2 s (0.1 s without one)."""
-        api.then(error(503, "unavailable", retry_after=retry_after))
+        fake_api.then(error(503, "unavailable", retry_after=retry_after))
         client.locks.acquire("k", ttl=30)
         assert clock.sleeps == [pause]
 
     def test_short_pause_after_transport_failure(
-        self, client: volcano.Client, api: FakeApi, clock: FakeClock
+        self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """After a transport failure it waits a moment (0.05 s) before the retry."""
-        api.then(fail(httpx.ConnectError("refused")))
+        fake_api.then(fail(httpx.ConnectError("refused")))
         client.locks.acquire("k", ttl=30)
         assert clock.sleeps == [0.05]
 
-    def test_both_attempts_failing_raises_the_second(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_both_attempts_failing_raises_the_second(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """When the retry fails too, its error is raised, with the first as its context."""
         first, second = httpx.ConnectError("one"), httpx.ReadTimeout("two")
-        api.then(fail(first), fail(second))
+        fake_api.then(fail(first), fail(second))
         with pytest.raises(volcano.APITimeoutError) as caught:
             sdk.acquire("k", ttl=30, token=TOKEN, request_id=REQUEST_ID)
-        assert len(api.requests) == 2
+        assert len(fake_api.requests) == 2
         assert caught.value.__cause__ is second
         first_error = earlier_errors(caught.value)[0]
         assert isinstance(first_error, volcano.APIConnectionError)
@@ -144,39 +144,39 @@ class TestAcquireRetry:
         assert "first attempt failed with APIConnectionError" in caught.value.__notes__[0]
         assert caught.value.request_id == REQUEST_ID
 
-    def test_a_503_then_a_transport_failure(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_a_503_then_a_transport_failure(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """A 503, then a transport failure: the second is raised, the 503 as its context."""
-        api.then(error(503, "unavailable"), fail(httpx.ConnectError("x")))
+        fake_api.then(error(503, "unavailable"), fail(httpx.ConnectError("x")))
         with pytest.raises(volcano.APIConnectionError) as caught:
             sdk.acquire("k", ttl=30)
         assert [type(e) for e in earlier_errors(caught.value)] == [volcano.ServiceUnavailableError]
-        assert len(api.requests) == 2
+        assert len(fake_api.requests) == 2
 
-    def test_only_once(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_only_once(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Two 503s in a row: the second is raised; there is no third attempt."""
-        api.then(error(503, "unavailable"), error(503, "unavailable"))
+        fake_api.then(error(503, "unavailable"), error(503, "unavailable"))
         with pytest.raises(volcano.ServiceUnavailableError):
             client.locks.acquire("k", ttl=30)
-        assert len(api.requests) == 2
+        assert len(fake_api.requests) == 2
 
     def test_retry_that_meets_a_conflict_raises_it(
-        self, client: volcano.Client, api: FakeApi
+        self, client: volcano.Client, fake_api: FakeApi
     ) -> None:
         """A 503 then a 409: the 409 is raised, not retried again."""
-        api.then(error(503, "unavailable"), error(409, "lock_held"))
+        fake_api.then(error(503, "unavailable"), error(409, "lock_held"))
         with pytest.raises(volcano.LockHeldError):
             client.locks.acquire("k", ttl=30)
-        assert len(api.requests) == 2
+        assert len(fake_api.requests) == 2
 
     @pytest.mark.parametrize("answer", NOT_RETRIED, ids=NOT_RETRIED_IDS)
     def test_other_failures_are_not_retried(
-        self, sdk: Sdk, api: FakeApi, clock: FakeClock, answer: Callable[..., object]
+        self, sdk: Sdk, fake_api: FakeApi, clock: FakeClock, answer: Callable[..., object]
     ) -> None:
         """500, 429, 409, other 4xx and broken bodies are raised after a single request."""
-        api.then(answer)
+        fake_api.then(answer)
         with pytest.raises(volcano.APIStatusError):
             sdk.acquire("k", ttl=30)
-        assert len(api.requests) == 1
+        assert len(fake_api.requests) == 1
         assert clock.sleeps == []
 
 
@@ -186,13 +186,13 @@ class TestOtherMethodsNeverRetry:
     def test_single_attempt(
         self,
         sdk: Sdk,
-        api: FakeApi,
+        fake_api: FakeApi,
         clock: FakeClock,
         operation: str,
         answer: Callable[..., object],
     ) -> None:
         """renew, release, get and force_release make one request, whatever the failure."""
-        api.then(answer)
+        fake_api.then(answer)
         calls = {
             "renew": lambda: sdk.renew("k", lease()),
             "release": lambda: sdk.release("k", lease()),
@@ -201,5 +201,5 @@ class TestOtherMethodsNeverRetry:
         }
         with pytest.raises(volcano.Error):
             calls[operation]()
-        assert len(api.requests) == 1
+        assert len(fake_api.requests) == 1
         assert clock.sleeps == []

@@ -1,10 +1,12 @@
-"""What the seam (volcano/_seam/) relies on in the generated client, pinned.
+"""What the seam (volcano/_seam/) relies on in the generated client and in httpx, pinned.
 
 The seam hands each generated `*_detailed` function a generated `Client` whose httpx client it
-set with `set_httpx_client` / `set_async_httpx_client`, and reads back `parsed` (status and
-headers it takes from the httpx response its transport kept). If a regeneration changes any of
-that (names, signatures, how a request is built, what a body parses to, what a refused body
-raises), a test here fails, naming it, before a user's request would.
+set with `set_httpx_client` / `set_async_httpx_client` (an `httpx.Client` subclass whose
+`request()` builds and sends the request itself), and reads back `parsed` (status and headers it
+takes from the httpx response it kept). If a regeneration changes any of that (names,
+signatures, what the functions pass to `request()`, what a body parses to, what a refused body
+raises), or httpx stops carrying a request's own timeout, a test here fails, naming it, before a
+user's request would.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from _volcano_api.api.locks import (
 from _volcano_api.types import Response
 
 from tests.unit.sdk.support import REQUEST_ID, TOKEN
+from volcano import _config
 from volcano._seam import PARSE_ERRORS
+from volcano._seam._sending import _OPTIONS, _Exchange, _Route
 
 BASE = "https://volcano.test/prefix"
 LEASE = {
@@ -117,7 +121,7 @@ class Recorder:
         return httpx.Response(self.status, content=self.content)
 
 
-def api(recorder: Recorder) -> Client:
+def generated(recorder: Recorder) -> Client:
     """A generated client around an httpx client of ours, the way the seam makes one."""
     http = httpx.Client(base_url=BASE, transport=httpx.MockTransport(recorder))
     return Client(base_url=BASE, raise_on_unexpected_status=False).set_httpx_client(http)
@@ -136,6 +140,18 @@ def encoded(payload: Any) -> bytes:
     return b"" if payload is None else json.dumps(payload).encode()
 
 
+class Asking(httpx.Client):
+    """An httpx client that records what a generated function passes to `request()`."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__(base_url=BASE, transport=httpx.MockTransport(recorder))
+        self.asked: list[dict[str, Any]] = []
+
+    def request(self, method: str, url: httpx.URL | str, **options: Any) -> httpx.Response:
+        self.asked.append({"method": method, "url": url, **options})
+        return super().request(method, url, **options)
+
+
 class TestClient:
     def test_takes_our_httpx_clients(self) -> None:
         """Client(base_url=, raise_on_unexpected_status=) takes our httpx clients through
@@ -148,6 +164,16 @@ class TestClient:
         assert client.get_async_httpx_client() is asynchronous
         assert client.raise_on_unexpected_status is False
         sync.close()
+
+    def test_the_seams_request_refuses_what_it_would_drop(self) -> None:
+        """The seam's `request()` (what the generated functions call) raises TypeError for any
+        option but json, params and headers, rather than send a request without it."""
+        settings = _config.resolve(anon_key="a", service_key="s", api_url=BASE, timeout=5)
+        with httpx.Client(transport=httpx.MockTransport(Recorder(200, b"{}"))) as http:
+            exchange = _Exchange(_Route(http, settings), http, None)
+            with pytest.raises(TypeError, match="content"):
+                exchange.request("POST", "/v1/locks/k/acquire", content=b"{}")
+            assert exchange.request("GET", "/v1/locks/k").status_code == 200
 
 
 class TestOperations:
@@ -174,7 +200,7 @@ class TestOperations:
         back as the parsed model (the seam reads status and headers from the response itself)."""
         method, path, body, status, payload, parsed_type = OPERATIONS[module]
         recorder = Recorder(status, encoded(payload))
-        response = call(module, api(recorder))
+        response = call(module, generated(recorder))
         (request,) = recorder.requests
         assert (request.method, str(request.url)) == (method, BASE + path)
         assert request.headers["X-Request-Id"] == REQUEST_ID
@@ -186,6 +212,22 @@ class TestOperations:
             assert response.parsed is None
         else:
             assert isinstance(response.parsed, parsed_type)
+
+    @pytest.mark.parametrize("module", OPERATIONS, ids=IDS)
+    def test_request_is_asked_for_by_method_url_json_params_headers(
+        self, module: ModuleType
+    ) -> None:
+        """The functions call `request()` of the httpx client we set once, with a path under
+        the base URL and nothing but json, params and headers besides: all the seam's
+        `request()` takes (it refuses anything more, so nothing is dropped unseen)."""
+        method, path, _, status, payload, _ = OPERATIONS[module]
+        http = Asking(Recorder(status, encoded(payload)))
+        call(module, Client(base_url=BASE).set_httpx_client(http))
+        (asked,) = http.asked
+        assert (asked.pop("method").upper(), asked.pop("url")) == (method, path)
+        assert set(asked) <= _OPTIONS
+        assert asked["headers"]["X-Request-Id"] == REQUEST_ID
+        http.close()
 
     @pytest.mark.anyio
     @pytest.mark.parametrize("module", OPERATIONS, ids=IDS)
@@ -208,7 +250,7 @@ class TestOperations:
         """A listed error status with a Volcano error body parses to models.Error, the one
         reading of that body the seam uses."""
         for status in (400, 401, 403, 404, 405, 408, 422, 429, 431, 500, 503):
-            response = call(module, api(Recorder(status, encoded(ERROR))))
+            response = call(module, generated(Recorder(status, encoded(ERROR))))
             assert isinstance(response.parsed, models.Error), status
             detail = response.parsed.error
             assert (detail.code, detail.message, detail.request_id) == (
@@ -222,7 +264,7 @@ class TestOperations:
         """A status the spec does not list (418, a proxy's 502 or 504) is parsed to None, never
         raised: the seam reads those bodies itself."""
         for status in (418, 502, 504):
-            assert call(module, api(Recorder(status, encoded(ERROR)))).parsed is None
+            assert call(module, generated(Recorder(status, encoded(ERROR)))).parsed is None
 
     @pytest.mark.parametrize(
         "content",
@@ -238,7 +280,7 @@ class TestOperations:
         _, _, _, status, payload, _ = OPERATIONS[module]
         for answered in (503, status) if payload is not None else (503,):
             with pytest.raises(PARSE_ERRORS):
-                call(module, api(Recorder(answered, content)))
+                call(module, generated(Recorder(answered, content)))
 
     def test_timestamps_are_aware_datetimes(self) -> None:
         """expires_at parses to a timezone-aware datetime ("Z" kept as UTC); the SDK's models
@@ -248,6 +290,35 @@ class TestOperations:
         assert parsed.utcoffset() is not None
         naive = models.LockLease.from_dict({**LEASE, "expires_at": "2026-11-29T21:15:30"})
         assert naive.expires_at.utcoffset() is None
+
+
+class TestHttpx:
+    """What the seam relies on in httpx: a request carries its own timeout."""
+
+    def test_a_timeout_is_four_phases_in_seconds(self) -> None:
+        """httpx.Timeout(s).as_dict() is the `timeout` extension: connect, read, write, pool."""
+        assert httpx.Timeout(2.5).as_dict() == {
+            "connect": 2.5,
+            "read": 2.5,
+            "write": 2.5,
+            "pool": 2.5,
+        }
+
+    def test_send_keeps_a_requests_own_timeout(self) -> None:
+        """`Client.send` keeps the timeout a request carries in its extensions, as the
+        transport gets it (httpx's `_set_timeout` fills in only a missing one), so a caller's
+        client sends each request with the seam's timeout, not its own."""
+        seen: list[object] = []
+
+        def record(request: httpx.Request) -> httpx.Response:
+            seen.append(request.extensions["timeout"])
+            return httpx.Response(204)
+
+        with httpx.Client(transport=httpx.MockTransport(record), timeout=30) as http:
+            own = {"timeout": httpx.Timeout(1.5).as_dict()}
+            http.send(httpx.Request("GET", BASE, extensions=own))
+            http.send(httpx.Request("GET", BASE))
+        assert seen == [httpx.Timeout(1.5).as_dict(), httpx.Timeout(30).as_dict()]
 
 
 class TestBatchRenewal:
@@ -272,7 +343,7 @@ class TestBatchRenewal:
         entry = models.LeaseRenewal(key="k", owner_token=TOKEN, fencing_token=7, ttl_seconds=30)
         body = models.RenewLeasesRequest(leases=[entry, entry])
         response = renew_leases.sync_detailed(
-            client=api(recorder), body=body, x_request_id=REQUEST_ID
+            client=generated(recorder), body=body, x_request_id=REQUEST_ID
         )
         (request,) = recorder.requests
         assert (request.method, str(request.url)) == ("POST", BASE + "/v1/leases/renew")

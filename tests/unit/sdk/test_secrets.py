@@ -31,14 +31,14 @@ class TestNoSecrets:
     def test_everything_a_session_shows_or_logs(
         self,
         client: volcano.Client,
-        api: FakeApi,
+        fake_api: FakeApi,
         clock: FakeClock,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
         """A session touching every method, failure and guard path leaks no secret."""
         caplog.set_level(logging.DEBUG)
         shown: list[object] = [client, client.locks]
-        api.then(fail(httpx.ConnectError(f"refused {SERVICE_KEY}")))
+        fake_api.then(fail(httpx.ConnectError(f"refused {SERVICE_KEY}")))
         lease = client.locks.acquire("daily-report", ttl=30, token=TOKEN)
         shown += [lease, client.locks.renew("daily-report", lease)]
         shown += [client.locks.get("daily-report"), client.locks.force_release("daily-report")]
@@ -50,7 +50,7 @@ class TestNoSecrets:
             (fail(httpx.ReadTimeout("slow")), 2),
         ]
         for failure, attempts in failures:
-            api.then(*[failure] * attempts)
+            fake_api.then(*[failure] * attempts)
             with pytest.raises(volcano.Error) as caught:
                 client.locks.acquire("daily-report", ttl=30, token=TOKEN)
             shown.append(caught.value)
@@ -60,12 +60,12 @@ class TestNoSecrets:
         with client.locks.with_lock("daily-report", ttl=30, token=TOKEN) as guard:
             shown.append(guard)
             clock.advance(10)
-            api.then(error(409, "lease_not_held"))
+            fake_api.then(error(409, "lease_not_held"))
             clock.advance(10)
             assert guard.lost
             shown.append(guard.lost_reason)
         with client.locks.with_lock("other", ttl=30, token=TOKEN):
-            api.then(error(500, "internal"))  # the release fails and is logged
+            fake_api.then(error(500, "internal"))  # the release fails and is logged
         for item in shown:
             assert_no_secret(repr(item))
             assert_no_secret(str(item))

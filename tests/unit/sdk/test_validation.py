@@ -17,17 +17,19 @@ BAD_KEYS = ["", "-lead", ".lead", "has space", "key\n", "é", "a/b", "A" * 256, 
 
 class TestKeys:
     @pytest.mark.parametrize("key", GOOD_KEYS)
-    def test_good_keys_are_sent(self, client: volcano.Client, api: FakeApi, key: str) -> None:
+    def test_good_keys_are_sent(self, client: volcano.Client, fake_api: FakeApi, key: str) -> None:
         """Keys of 1 to 255 letters, digits, '.', '_', ':' and '-' are accepted."""
         assert client.locks.get(key).key == key
 
     @pytest.mark.parametrize("key", BAD_KEYS)
-    def test_bad_keys_are_refused(self, client: volcano.Client, api: FakeApi, key: str) -> None:
+    def test_bad_keys_are_refused(
+        self, client: volcano.Client, fake_api: FakeApi, key: str
+    ) -> None:
         """A bad key is refused before sending, and the message shows it."""
         with pytest.raises(volcano.InvalidArgumentError, match="key must be") as caught:
             client.locks.get(key)
         assert repr(key[:80]) in str(caught.value)
-        assert api.requests == []
+        assert fake_api.requests == []
 
     def test_trailing_newline_is_refused_everywhere(self, client: volcano.Client) -> None:
         """The whole key must match (a trailing newline slips past re.match with '$')."""
@@ -58,11 +60,11 @@ class TestTtl:
         [(0.1, 0.1), (30, 30), (86400, 86400), (timedelta(seconds=1.5), 1.5), (2.5, 2.5)],
     )
     def test_good_ttls(
-        self, client: volcano.Client, api: FakeApi, ttl: object, sent: float
+        self, client: volcano.Client, fake_api: FakeApi, ttl: object, sent: float
     ) -> None:
         """0.1 to 86400 seconds, as a number or a timedelta, is sent as seconds."""
         client.locks.acquire("k", ttl=ttl)  # type: ignore[arg-type]
-        assert api.requests[0].content.endswith(f'"ttl_seconds":{sent}}}'.encode())
+        assert fake_api.requests[0].content.endswith(f'"ttl_seconds":{sent}}}'.encode())
 
     @pytest.mark.parametrize(
         ("ttl", "shown"),
@@ -77,13 +79,13 @@ class TestTtl:
         ],
     )
     def test_out_of_range_ttls(
-        self, client: volcano.Client, api: FakeApi, ttl: object, shown: str
+        self, client: volcano.Client, fake_api: FakeApi, ttl: object, shown: str
     ) -> None:
         """A ttl outside 0.1..86400 (or not finite) is refused, and the message shows it."""
         with pytest.raises(volcano.InvalidArgumentError, match="ttl") as caught:
             client.locks.acquire("k", ttl=ttl)  # type: ignore[arg-type]
         assert shown in str(caught.value)
-        assert api.requests == []
+        assert fake_api.requests == []
 
     @pytest.mark.parametrize("ttl", [True, "30", None, [30]])
     def test_wrong_type_ttls(self, client: volcano.Client, ttl: object) -> None:
@@ -102,19 +104,19 @@ class TestTtl:
 
 class TestLimit:
     @pytest.mark.parametrize("limit", [1, 2, 1000])
-    def test_good_limits(self, client: volcano.Client, api: FakeApi, limit: int) -> None:
+    def test_good_limits(self, client: volcano.Client, fake_api: FakeApi, limit: int) -> None:
         """1 to 1000 are accepted."""
         client.locks.acquire("k", ttl=1, limit=limit)
-        assert len(api.requests) == 1
+        assert len(fake_api.requests) == 1
 
     @pytest.mark.parametrize("limit", [0, -1, 1001, 10**9])
-    def test_out_of_range_limits(self, sdk: Sdk, api: FakeApi, limit: int) -> None:
+    def test_out_of_range_limits(self, sdk: Sdk, fake_api: FakeApi, limit: int) -> None:
         """Outside 1..1000: InvalidArgumentError naming `limit` and the value, nothing sent."""
         with pytest.raises(volcano.InvalidArgumentError, match=rf"limit must be .*{limit}"):
             sdk.acquire("k", ttl=1, limit=limit)
         with pytest.raises(volcano.InvalidArgumentError, match="limit"):
             sdk.with_lock("k", ttl=1, limit=limit)
-        assert api.requests == []
+        assert fake_api.requests == []
 
     @pytest.mark.parametrize("limit", [2.0, "2", True, None])
     def test_wrong_type_limits(self, client: volcano.Client, limit: object) -> None:
@@ -124,22 +126,22 @@ class TestLimit:
 
 
 class TestShared:
-    def test_shared_is_sent_only_when_true(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_shared_is_sent_only_when_true(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """shared=True puts `shared: true` in the body; False sends no such field."""
         client.locks.acquire("k", ttl=1, shared=True)
         client.locks.acquire("k", ttl=1, shared=False)
-        bodies = [json.loads(request.content) for request in api.requests]
+        bodies = [json.loads(request.content) for request in fake_api.requests]
         assert [body.get("shared") for body in bodies] == [True, None]
         assert "shared" not in bodies[1]
 
     @pytest.mark.parametrize("limit", [2, 1000])
-    def test_shared_with_a_limit_is_refused(self, sdk: Sdk, api: FakeApi, limit: int) -> None:
+    def test_shared_with_a_limit_is_refused(self, sdk: Sdk, fake_api: FakeApi, limit: int) -> None:
         """shared=True with a limit above 1: InvalidArgumentError naming both, nothing sent."""
         with pytest.raises(volcano.InvalidArgumentError, match=rf"shared=True and limit={limit}"):
             sdk.acquire("k", ttl=1, shared=True, limit=limit)
         with pytest.raises(volcano.InvalidArgumentError, match="do not mix"):
             sdk.with_lock("k", ttl=1, shared=True, limit=limit)
-        assert api.requests == []
+        assert fake_api.requests == []
 
     @pytest.mark.parametrize("shared", [1, "true", None])
     def test_wrong_type_shared(self, client: volcano.Client, shared: object) -> None:
@@ -159,11 +161,11 @@ class TestIdentifiers:
         ],
     )
     def test_any_letter_case_is_kept(
-        self, client: volcano.Client, api: FakeApi, value: str
+        self, client: volcano.Client, fake_api: FakeApi, value: str
     ) -> None:
         """UUID strings in any case are sent and returned exactly as spelled."""
         lease = client.locks.acquire("k", ttl=1, token=value, request_id=value)
-        assert api.requests[0].headers["X-Request-Id"] == value
+        assert fake_api.requests[0].headers["X-Request-Id"] == value
         assert lease.owner_token == value
 
     @pytest.mark.parametrize(
@@ -178,13 +180,13 @@ class TestIdentifiers:
         ],
     )
     def test_malformed_token_is_refused_without_echo(
-        self, client: volcano.Client, api: FakeApi, value: str
+        self, client: volcano.Client, fake_api: FakeApi, value: str
     ) -> None:
         """A malformed owner token is refused; the message never repeats the secret."""
         with pytest.raises(volcano.InvalidArgumentError, match="token must be a UUID") as caught:
             client.locks.acquire("k", ttl=1, token=value)
         assert value.strip() not in str(caught.value)
-        assert api.requests == []
+        assert fake_api.requests == []
 
     def test_malformed_request_id_is_refused_and_shown(self, client: volcano.Client) -> None:
         """A malformed request id (not a secret) is refused and shown."""
@@ -200,10 +202,12 @@ class TestIdentifiers:
         with pytest.raises(volcano.InvalidArgumentError, match=r"UUID string or uuid\.UUID"):
             client.locks.force_release("k", request_id=value)  # type: ignore[arg-type]
 
-    def test_with_lock_checks_before_entering(self, client: volcano.Client, api: FakeApi) -> None:
+    def test_with_lock_checks_before_entering(
+        self, client: volcano.Client, fake_api: FakeApi
+    ) -> None:
         """with_lock() checks its arguments when called, not when entered."""
         with pytest.raises(volcano.InvalidArgumentError):
             client.locks.with_lock("k", ttl=1, request_id="nope")
         with pytest.raises(volcano.InvalidArgumentError):
             client.locks.with_lock("k", ttl=0)
-        assert api.requests == []
+        assert fake_api.requests == []

@@ -38,9 +38,9 @@ def state(version: int, *holders: tuple[int, str | None], key: str = "k", limit:
     }
 
 
-def polls(api: FakeApi) -> list[dict[str, str]]:
+def polls(fake_api: FakeApi) -> list[dict[str, str]]:
     """The query of each get the client sent."""
-    return [dict(request.url.params) for request in api.of("get")]
+    return [dict(request.url.params) for request in fake_api.of("get")]
 
 
 class TestCursor:
@@ -90,9 +90,9 @@ class TestCursor:
 
 
 class TestWatch:
-    def test_polls_chain_from_each_version(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_polls_chain_from_each_version(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """A state now, then one per changed version; an unchanged answer is polled again."""
-        api.then(
+        fake_api.then(
             body(200, state(4)),
             body(200, state(4)),
             body(200, state(5, (3, "a"))),
@@ -100,7 +100,7 @@ class TestWatch:
         )
         states = sdk.watch("k")
         assert [states.next().version for _ in range(3)] == [4, 5, 7]
-        assert polls(api) == [
+        assert polls(fake_api) == [
             {},
             {"after_version": "4", "wait_seconds": "50.0"},
             {"after_version": "4", "wait_seconds": "50.0"},
@@ -108,11 +108,11 @@ class TestWatch:
         ]
 
     def test_failures_back_off_then_resume_from_the_version(
-        self, sdk: Sdk, api: FakeApi, clock: FakeClock
+        self, sdk: Sdk, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Two transport failures and a 503 are waited out (0.2, 0.4, 0.8 s by the clock) and
         the watch goes on from the version it had."""
-        api.then(
+        fake_api.then(
             body(200, state(1)),
             fail(httpx.ConnectError("refused")),
             fail(httpx.ReadTimeout("slow")),
@@ -123,55 +123,59 @@ class TestWatch:
         assert states.next().version == 1
         assert states.next().version == 2
         assert clock.sleeps == [0.2, 0.4, 0.8]
-        assert [p.get("after_version") for p in polls(api)] == [None, "1", "1", "1", "1"]
+        assert [p.get("after_version") for p in polls(fake_api)] == [None, "1", "1", "1", "1"]
 
-    def test_a_final_error_is_raised(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_a_final_error_is_raised(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """A 401 is not retried: the iteration raises it."""
-        api.then(error(401, "unauthorized"))
+        fake_api.then(error(401, "unauthorized"))
         with pytest.raises(volcano.AuthenticationError):
             sdk.watch("k").next()
-        assert len(api.of("get")) == 1
+        assert len(fake_api.of("get")) == 1
 
-    def test_a_body_that_is_not_the_keys_state_is_refused(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_a_body_that_is_not_the_keys_state_is_refused(
+        self, sdk: Sdk, fake_api: FakeApi
+    ) -> None:
         """A state of another key breaks the spec: UnexpectedResponseError, not retried."""
-        api.then(body(200, state(1, key="other")))
+        fake_api.then(body(200, state(1, key="other")))
         with pytest.raises(volcano.UnexpectedResponseError):
             sdk.watch("k").next()
 
 
 class TestList:
-    def test_follows_next_until_null(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_follows_next_until_null(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """Each page asks after the previous page's next; prefix and page size are sent."""
-        api.then(
+        fake_api.then(
             body(200, {"locks": [state(1, (1, None), key="a:1")], "next": "a:1"}),
             body(200, {"locks": [state(1, (1, None), key="a:2")], "next": None}),
         )
         assert [s.key for s in sdk.listed("a:", page_size=1)] == ["a:1", "a:2"]
-        assert polls(api) == [
+        assert polls(fake_api) == [
             {"prefix": "a:", "limit": "1"},
             {"prefix": "a:", "limit": "1", "after": "a:1"},
         ]
 
-    def test_short_and_empty_pages_are_followed(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_short_and_empty_pages_are_followed(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """A page may hold fewer keys than asked for, or none, and name a next beyond its last
         key (keys freed while a server read it): the listing goes on from that next."""
-        api.then(
+        fake_api.then(
             body(200, {"locks": [state(1, (1, None), key="a:1")], "next": "a:4"}),
             body(200, {"locks": [], "next": "a:7"}),
             body(200, {"locks": [state(1, (1, None), key="a:8")], "next": None}),
         )
         assert [s.key for s in sdk.listed("a:", page_size=2)] == ["a:1", "a:8"]
-        assert [p.get("after") for p in polls(api)] == [None, "a:4", "a:7"]
+        assert [p.get("after") for p in polls(fake_api)] == [None, "a:4", "a:7"]
 
-    def test_a_page_after_a_stalled_next_is_not_asked_for(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_a_page_after_a_stalled_next_is_not_asked_for(
+        self, sdk: Sdk, fake_api: FakeApi
+    ) -> None:
         """A next equal to the after just sent would loop forever: refused at that page."""
-        api.then(
+        fake_api.then(
             body(200, {"locks": [state(1, (1, None), key="a:1")], "next": "a:1"}),
             body(200, {"locks": [], "next": "a:1"}),
         )
         with pytest.raises(volcano.UnexpectedResponseError):
             sdk.listed("a:", page_size=1)
-        assert len(polls(api)) == 2
+        assert len(polls(fake_api)) == 2
 
     @pytest.mark.parametrize(
         "page",
@@ -183,22 +187,22 @@ class TestList:
         ],
     )
     def test_a_page_that_breaks_the_spec_is_refused(
-        self, sdk: Sdk, api: FakeApi, page: Any
+        self, sdk: Sdk, fake_api: FakeApi, page: Any
     ) -> None:
         """Keys outside the prefix, out of order, or a next that would read a key again or
         never end."""
-        api.then(body(200, page))
+        fake_api.then(body(200, page))
         with pytest.raises(volcano.UnexpectedResponseError):
             sdk.listed("a:")
 
 
 class TestCampaignOutlivesTrouble:
     def test_a_restarting_server_is_waited_out(
-        self, sdk: Sdk, api: FakeApi, clock: FakeClock
+        self, sdk: Sdk, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """Refused connections and 503s while campaigning are waited out, backing off, and the
         candidate is elected with the owner token it started with."""
-        api.then(
+        fake_api.then(
             fail(httpx.ConnectError("refused")),
             fail(httpx.ConnectError("refused")),  # retry-once spent: the campaign backs off
             error(503, "unavailable"),
@@ -206,29 +210,29 @@ class TestCampaignOutlivesTrouble:
         )
         with sdk.campaign("e", ttl=10, label="me") as leadership:
             assert leadership.term == 7
-        acquires = api.of("acquire")
+        acquires = fake_api.of("acquire")
         assert len(acquires) == 5
         assert len({json.loads(a.content)["owner_token"] for a in acquires}) == 1
         assert [s for s in clock.sleeps if s >= BACKOFF_FIRST] == [0.2, 0.4]
 
-    def test_a_refusal_ends_the_campaign_at_once(self, sdk: Sdk, api: FakeApi) -> None:
+    def test_a_refusal_ends_the_campaign_at_once(self, sdk: Sdk, fake_api: FakeApi) -> None:
         """A 401 is no trouble to wait out: entering raises it after one request."""
-        api.then(error(401, "unauthorized"))
+        fake_api.then(error(401, "unauthorized"))
         with pytest.raises(volcano.AuthenticationError), sdk.campaign("e", ttl=10):
             pass
-        assert len(api.of("acquire")) == 1
+        assert len(fake_api.of("acquire")) == 1
 
     def test_trouble_outlasting_the_wait_is_raised(
-        self, sdk: Sdk, api: FakeApi, clock: FakeClock
+        self, sdk: Sdk, fake_api: FakeApi, clock: FakeClock
     ) -> None:
         """With a wait of 1 s, a server that stays unreachable ends the campaign with the last
         failure once the wait is spent: its own pauses (beside retry-once's) never run past it."""
-        api.then(*[fail(httpx.ConnectError("refused")) for _ in range(40)])
+        fake_api.then(*[fail(httpx.ConnectError("refused")) for _ in range(40)])
         with pytest.raises(volcano.APIConnectionError), sdk.campaign("e", ttl=10, wait=1):
             pass
         pauses = [s for s in clock.sleeps if s != AFTER_TRANSPORT_FAILURE]
         assert pauses == [0.2, 0.4, 0.25]  # the last try starts as the wait ends, at 1.0 s
-        assert len(api.of("acquire")) == 8  # four tries, each retried once
+        assert len(fake_api.of("acquire")) == 8  # four tries, each retried once
 
 
 class TestElectionRules:

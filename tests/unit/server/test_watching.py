@@ -1,4 +1,8 @@
-"""The watching room on its own: which read answers which watcher, with reads the test answers."""
+"""The watching room on its own: which read answers which watcher, with reads the test answers.
+
+The event loop's clock is virtual (`VirtualTime`): it moves only when a test advances it, so a
+wait that runs out or a lease's expiry fires its timer then, without a real wait.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,31 @@ from volcano_server._watching import KeyView, Watches, delivers
 from volcano_server._wire import Answer
 
 pytestmark = pytest.mark.anyio
+
+
+class VirtualTime(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when a test says (`advance`); its timers go by it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> tuple[str, dict[str, object]]:
+    return "asyncio", {"loop_factory": VirtualTime}
+
+
+async def advance(seconds: float) -> None:
+    """Move the loop's clock on, and let what falls due by then run."""
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTime)
+    loop.now += seconds
+    await turns()
+
 
 CALLER = Caller(1, "7C9E6679-7425-40DE-944B-E07FC1F90AE7")
 
@@ -180,7 +209,9 @@ class TestWatches:
         task, _ = watch(watches, 1, wait=0.01)
         await turns()
         reads.answer(0, 1)
-        await asyncio.sleep(0.05)
+        await turns()
+        assert len(reads.pending) == 1  # parked until the wait runs out
+        await advance(0.01)
         assert len(reads.pending) == 2
         view = reads.answer(1, 1)
         assert await task == view.answer
@@ -192,7 +223,9 @@ class TestWatches:
         task, _ = watch(watches, 1)
         await turns()
         reads.answer(0, 1, expires_in=0.01)
-        await asyncio.sleep(0.05)
+        await turns()
+        assert len(reads.pending) == 1  # parked until the lease expires
+        await advance(0.011)
         assert len(reads.pending) == 2
         view = reads.answer(1, 2)
         assert await task == view.answer

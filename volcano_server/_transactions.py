@@ -48,6 +48,7 @@ from ._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    decide_renewals,
     has_room,
     holder_payload,
     lease_check,
@@ -291,23 +292,30 @@ class Transactions:
             if prior is not None and print_ is not None:
                 return self._replay_many(caller, loaded, now, prior, print_)
             rows = dict(loaded)
-            results: list[_batch.Result] = []
-            for renewal in renewals:
-                decision = decide_renew(
-                    rows[renewal.key],
+            by_key: dict[str, list[int]] = {}
+            for i, renewal in enumerate(renewals):
+                by_key.setdefault(renewal.key, []).append(i)
+            decisions: dict[int, Decision] = {}
+            for key, entries in by_key.items():  # a key's entries in order, in one pass
+                row, decided = decide_renewals(
+                    loaded[key],
                     now,
-                    key=renewal.key,
-                    owner_token=renewal.owner_token,
-                    fencing_token=renewal.fencing_token,
-                    ttl=renewal.ttl_seconds,
-                    label=renewal.label,
+                    key=key,
+                    renewals=[
+                        (r.owner_token, r.fencing_token, r.ttl_seconds, r.label)
+                        for r in (renewals[i] for i in entries)
+                    ],
                 )
+                rows[key] = row or loaded[key]
+                decisions.update(zip(entries, decided, strict=True))
+            results: list[_batch.Result] = []
+            for i, renewal in enumerate(renewals):
+                decision = decisions[i]
                 if decision.refusal is not None:
                     results.append(_batch.refused(renewal.key, decision.refusal, request_id))
                     continue
                 assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
                 assert decision.payload is not None  # noqa: S101 - and its body
-                rows[renewal.key] = decision.row
                 results.append(
                     _batch.renewed(renewal.key, decision.payload, decision.lease.expires_at_us)
                 )

@@ -273,13 +273,16 @@ def decide_renewals(
     *,
     key: str,
     renewals: Sequence[tuple[str, int, float, str | None]],
+    crowd: tuple[int, int | None] | None = None,
 ) -> tuple[LockRow | None, list[Decision]]:
     """`decide_renew` for each (owner token, fencing token, ttl, label), each on the row before.
 
     Entries are judged in order, each on the row the one before it left; returned: the row to
     save (None when nothing changed) and each entry's decision.
     One pass over the key's leases for the whole batch: m entries on a key of n holders cost
-    n + m, not n x m, so a batch naming a crowded semaphore stays as cheap as its size.
+    n + m, not n x m. `row` may be partial, holding only the leases of the entries' owner
+    tokens (so that a batch costs what it names, however crowded the key): then `crowd` is the
+    whole key's (live leases, highest live token), which a refusal's reason needs.
     """
     if row is None:
         return None, [
@@ -292,12 +295,13 @@ def decide_renewals(
         first_of.setdefault(lease.owner_token, index)
     decisions: list[Decision] = []
     changed = False
+    crowd = _crowd(live) if crowd is None else crowd  # renewals change neither
     for owner_token, fencing_token, ttl, label in renewals:
         found = at.get((owner_token, fencing_token))
-        if found is None:  # renewals keep every lease's owner and liveness: `live` still says why
+        if found is None:  # renewals change no lease's owner or liveness: `crowd` still holds
             mine = first_of.get(owner_token)
             why = _why_not_held(
-                live, row.limit, None if mine is None else live[mine], fencing_token
+                crowd, row.limit, None if mine is None else live[mine], fencing_token
             )
             decisions.append(_refused(key, fencing_token, why))
             continue
@@ -549,16 +553,25 @@ def _not_held(
         return _refused(key, fencing_token, "it has never been acquired")
     live = row.live_leases(now)
     mine = next((x for x in live if x.owner_token == owner_token), None)
-    return _refused(key, fencing_token, _why_not_held(live, row.limit, mine, fencing_token))
+    why = _why_not_held(_crowd(live), row.limit, mine, fencing_token)
+    return _refused(key, fencing_token, why)
 
 
-def _why_not_held(live: Sequence[Lease], limit: int, mine: Lease | None, fencing_token: int) -> str:
-    """Why no live lease matched: `live` the key's live leases, `mine` the caller's among them."""
+def _crowd(live: Sequence[Lease]) -> tuple[int, int | None]:
+    """How many leases are live, and the highest fencing token among them."""
+    return len(live), max((lease.fencing_token for lease in live), default=None)
+
+
+def _why_not_held(
+    crowd: tuple[int, int | None], limit: int, mine: Lease | None, fencing_token: int
+) -> str:
+    """Why no live lease matched: `crowd` the key's live leases (`_crowd`), `mine` the caller's."""
     if mine is not None:
         return f"this owner token holds fencing token {mine.fencing_token}"
-    if limit == 1 and len(live) == 1:
-        if live[0].fencing_token != fencing_token:
-            return f"it is held under fencing token {live[0].fencing_token}"
+    live, highest = crowd
+    if limit == 1 and live == 1:
+        if highest != fencing_token:
+            return f"it is held under fencing token {highest}"
         return "the owner token does not match the live lease"
     if live:
         return "no live lease of this key has this owner token and fencing token"

@@ -709,6 +709,21 @@ class TestDecideRenewals:
         expected_row, expected = self.one_by_one(row, entries)
         assert saved == expected_row
         assert [self.told(d) for d in decisions] == [self.told(d) for d in expected]
+        if row is None:
+            return
+        # The same from a partial row (the named owners' leases, as a batch loads a key) and
+        # the whole key's count of live leases: the same answers, the named leases' changes.
+        named = {owner for owner, *_ in entries}
+        part = attrs.evolve(row, leases=tuple(x for x in row.leases if x.owner_token in named))
+        live = row.live_leases(NOW)
+        crowd = (len(live), max((x.fencing_token for x in live), default=None))
+        saved, decisions = decide_renewals(part, NOW, key="k", renewals=entries, crowd=crowd)
+        assert [self.told(d) for d in decisions] == [self.told(d) for d in expected]
+        if expected_row is None:
+            assert saved is None
+        else:
+            assert saved is not None
+            assert saved.leases == tuple(x for x in expected_row.leases if x.owner_token in named)
 
     @staticmethod
     def told(decision: Decision) -> tuple[object, ...]:

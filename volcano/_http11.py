@@ -24,7 +24,7 @@ import httpx
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["MAX_FIELDS", "MAX_LINE", "Connection"]
+__all__ = ["MAX_FIELDS", "MAX_LINE", "Broken", "Connection", "NeedMore", "head_of"]
 
 MAX_LINE = 65536
 """The longest status line, header field or chunk size line read (http.client's limit)."""
@@ -73,7 +73,7 @@ class Connection:
     def exchange(self, request: httpx.Request, timeouts: dict[str, Any]) -> httpx.Response:
         """Send `request` (its body read whole) and read its answer whole."""
         self.reusable = False
-        head = _head(request, body := request.read())
+        head = head_of(request, body := request.read())
         try:
             self.sock.settimeout(_seconds(timeouts.get("write")))
             self.sock.sendall(head + body)
@@ -83,20 +83,21 @@ class Connection:
             raise httpx.WriteError(str(exc), request=request) from exc
         try:
             self.sock.settimeout(_seconds(timeouts.get("read")))
-            return self._answer(request)
+            return self.answer(request)
         except TimeoutError as exc:
             raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
-        except _Broken as exc:
+        except Broken as exc:
             raise httpx.RemoteProtocolError(str(exc), request=request) from None
         except OSError as exc:
             raise httpx.ReadError(str(exc), request=request) from exc
 
-    def _answer(self, request: httpx.Request) -> httpx.Response:
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        """Read the answer to `request` whole (after any interim 1xx answers)."""
         while True:
             version, status, reason = self._status_line()
             fields = self._fields()
             if status == 101:
-                raise _Broken("the server switched protocols (101)")
+                raise Broken("the server switched protocols (101)")
             if status >= 200:
                 break  # an interim 1xx answer: the real one follows
         body, framed = self._body(request.method, status, fields)
@@ -115,24 +116,24 @@ class Connection:
     def _status_line(self) -> tuple[bytes, int, bytes]:
         line = self._line()
         if not line:
-            raise _Broken("Server disconnected without sending a response.")
+            raise Broken("Server disconnected without sending a response.")
         version, _, rest = line.rstrip(b"\r\n").partition(b" ")
         code, _, reason = rest.partition(b" ")
         if version not in _VERSIONS or len(code) != 3 or not code.isdigit():
-            raise _Broken(f"not an HTTP/1.1 status line: {line[:80]!r}")
+            raise Broken(f"not an HTTP/1.1 status line: {line[:80]!r}")
         return version, int(code), reason
 
     def _fields(self) -> list[tuple[bytes, bytes]]:
         fields: list[tuple[bytes, bytes]] = []
         while (line := self._line()) not in (b"\r\n", b"\n"):
             if not line:
-                raise _Broken("the connection closed in the answer's head")
+                raise Broken("the connection closed in the answer's head")
             name, colon, value = line.partition(b":")
             if not colon or not _TOKEN.fullmatch(name):  # folding, a space before the colon
-                raise _Broken(f"not a header field: {line[:80]!r}")
+                raise Broken(f"not a header field: {line[:80]!r}")
             fields.append((name, value.strip(b" \t\r\n")))
             if len(fields) > MAX_FIELDS:
-                raise _Broken(f"more than {MAX_FIELDS} header fields")
+                raise Broken(f"more than {MAX_FIELDS} header fields")
         return fields
 
     def _body(
@@ -144,7 +145,7 @@ class Connection:
         codings = [v for n, v in fields if n.lower() == b"transfer-encoding"]
         if codings:
             if b",".join(codings).lower().rsplit(b",", 1)[-1].strip() != b"chunked":
-                raise _Broken("a transfer coding other than chunked comes last")
+                raise Broken("a transfer coding other than chunked comes last")
             return self._chunked(), True
         lengths = {
             v.strip()
@@ -155,7 +156,7 @@ class Connection:
         if lengths:
             (length,) = lengths if len(lengths) == 1 else (b"",)
             if not length.isdigit():
-                raise _Broken(f"a Content-Length that is not one length: {sorted(lengths)}")
+                raise Broken(f"a Content-Length that is not one length: {sorted(lengths)}")
             return self._exactly(int(length)), True
         return self._rest(), False
 
@@ -164,12 +165,12 @@ class Connection:
         while True:
             size = self._line().split(b";", 1)[0].strip()
             if not _HEX.fullmatch(size):
-                raise _Broken(f"not a chunk size: {size[:80]!r}")
+                raise Broken(f"not a chunk size: {size[:80]!r}")
             if int(size, 16) == 0:
                 break
             parts.append(self._exactly(int(size, 16)))
             if self._exactly(2) != b"\r\n":
-                raise _Broken("a chunk not ended by CRLF")
+                raise Broken("a chunk not ended by CRLF")
         while self._line() not in (b"\r\n", b"\n", b""):  # trailer fields: not used
             pass
         return b"".join(parts)
@@ -179,18 +180,18 @@ class Connection:
         start = 0
         while (end := self._buffer.find(b"\n", start)) < 0:
             if len(self._buffer) > MAX_LINE:
-                raise _Broken(f"a line longer than {MAX_LINE} bytes")
+                raise Broken(f"a line longer than {MAX_LINE} bytes")
             start = len(self._buffer)
             if not self._fill():
                 return self._take(len(self._buffer))
         if end >= MAX_LINE:
-            raise _Broken(f"a line longer than {MAX_LINE} bytes")
+            raise Broken(f"a line longer than {MAX_LINE} bytes")
         return self._take(end + 1)
 
     def _exactly(self, size: int) -> bytes:
         while len(self._buffer) < size:
             if not self._fill():
-                raise _Broken(
+                raise Broken(
                     "peer closed connection without sending complete message body"
                     f" ({len(self._buffer)} of {size} bytes)"
                 )
@@ -212,11 +213,15 @@ class Connection:
         return taken
 
 
-class _Broken(Exception):
+class Broken(Exception):
     """The answer breaks HTTP/1.1 (or stops short): an httpx.RemoteProtocolError."""
 
 
-def _head(request: httpx.Request, body: bytes) -> bytes:
+class NeedMore(Exception):
+    """More of the answer must arrive before it can be read (`_async_transport`)."""
+
+
+def head_of(request: httpx.Request, body: bytes) -> bytes:
     """The request line and header fields; a body goes whole, with its length."""
     lines = [request.method.encode("ascii") + b" " + request.url.raw_path + b" HTTP/1.1"]
     length_given = False

@@ -9,13 +9,14 @@ HTTP/1.1 themselves (`_http11.py`): keep-alive, TLS with httpx's default certifi
 (`httpx.create_ssl_context`, made when the first `https` connection is), the timeouts each
 request carries in `request.extensions["timeout"]`, and every failure raised as the httpx
 exception httpx's own transport raises for it. Like httpx's default pool it has at most
-`MAX_CONNECTIONS` requests under way at once (one more waits up to its pool timeout, then
-`httpx.PoolTimeout`) and closes a connection idle for `KEEPALIVE_EXPIRY` seconds, or closed by the
-server, before it would reuse it.
+`_pool.MAX_CONNECTIONS` requests under way at once (one more waits up to its pool timeout,
+then `httpx.PoolTimeout`) and closes a connection idle for `_pool.KEEPALIVE_EXPIRY` seconds,
+or closed by the server, before it would reuse it.
 
 It reads each answer whole (the API's are small) and sends no request through a proxy: where
 proxy variables are set (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`), the SDK's own client is
-httpx's default, which honours them. The asyncio client's is httpx's default too.
+httpx's default, which honours them. The asyncio client's own transport is its twin
+(`_async_transport.py`).
 
 `OwnClient` and `AsyncOwnClient` mark the clients made here: the SDK hands their requests to
 the transport itself (`direct`), since such a client adds nothing to a request (no auth, hooks,
@@ -32,36 +33,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from . import _pool
 from ._http11 import Connection
+from ._pool import Own
 
 if TYPE_CHECKING:
     import ssl
 
 __all__ = [
-    "KEEPALIVE_EXPIRY",
-    "MAX_CONNECTIONS",
-    "MAX_IDLE",
-    "AsyncOwnClient",
     "OwnClient",
     "Transport",
     "default_http",
     "direct",
 ]
 
-MAX_CONNECTIONS = 100
-"""Requests one client's transport has under way at once (httpx's default pool: 100)."""
-MAX_IDLE = 20
-"""Idle connections kept for reuse (httpx's default: 20)."""
-KEEPALIVE_EXPIRY = 5.0
-"""Seconds an idle connection is kept (httpx's default: 5, below the reference server's 15, so
-the client closes first and never reuses a connection the server is closing)."""
-
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 
 Origin = tuple[str, str, int]
 
 
-class OwnClient(httpx.Client):
+class OwnClient(Own, httpx.Client):
     """An `httpx.Client` the SDK made for itself, on `transport`."""
 
     def __init__(self, transport: Transport) -> None:
@@ -69,25 +60,19 @@ class OwnClient(httpx.Client):
         self.transport = transport
 
 
-class AsyncOwnClient(httpx.AsyncClient):
-    """An `httpx.AsyncClient` the SDK made for itself, on httpx's own transport."""
-
-    def __init__(self) -> None:
-        self.transport = httpx.AsyncHTTPTransport()
-        super().__init__(transport=self.transport, trust_env=False)
-
-
 def default_http(http_type: type[HttpT]) -> HttpT:
     """The client the SDK sends through when given none.
 
-    An `OwnClient` (`AsyncOwnClient`); where proxy variables are set, httpx's default client,
-    which honours them.
+    An `OwnClient` (an `AsyncOwnClient`, from `_async_transport`, which only the asyncio client
+    imports); where proxy variables are set, httpx's default client, which honours them.
     """
     if _proxied():
         return http_type()
     if http_type is httpx.Client:
         client: httpx.Client | httpx.AsyncClient = OwnClient(Transport())
     else:
+        from ._async_transport import AsyncOwnClient  # only the asyncio client needs it
+
         client = AsyncOwnClient()
     assert isinstance(client, http_type)  # noqa: S101 - for mypy: HttpT is one of the two
     return client
@@ -100,7 +85,7 @@ def direct(
 
     An own client's; None for a caller's client, or httpx's default one (through its `send`).
     """
-    if isinstance(http, OwnClient | AsyncOwnClient):
+    if isinstance(http, Own):
         return http.transport
     return None
 
@@ -113,12 +98,12 @@ def _proxied() -> bool:
 
 
 class Transport(httpx.BaseTransport):
-    """Keep-alive HTTP/1.1 connections (`_http11.Connection`), `MAX_CONNECTIONS` at once."""
+    """Keep-alive HTTP/1.1 connections (`_http11.Connection`), `_pool.MAX_CONNECTIONS` at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: dict[Origin, list[tuple[float, Connection]]] = {}
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._slots = threading.BoundedSemaphore(_pool.MAX_CONNECTIONS)
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
 
@@ -164,14 +149,14 @@ class Transport(httpx.BaseTransport):
                     return None
                 since, connection = connections.pop()
             # Data or EOF on an idle connection: the server closed it (or broke the protocol).
-            if now - since < KEEPALIVE_EXPIRY and connection.idle():
+            if now - since < _pool.KEEPALIVE_EXPIRY and connection.idle():
                 return connection
             connection.close()
 
     def _keep(self, origin: Origin, connection: Connection) -> None:
         with self._lock:
             connections = self._idle.setdefault(origin, [])
-            if not self._closed and len(connections) < MAX_IDLE:
+            if not self._closed and len(connections) < _pool.MAX_IDLE:
                 connections.append((time.monotonic(), connection))
                 return
         connection.close()

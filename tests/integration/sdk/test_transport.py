@@ -8,6 +8,7 @@ FaultProxy where the network misbehaves (tests that take `client_kind` run with 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import json
@@ -22,15 +23,17 @@ import attrs
 import httpx
 import pytest
 import trustme
+import uvloop
 
 import volcano
 from tests.conftest import LiveServer
 from tests.support.proxy import FaultProxy
 from tests.support.sdk import Sdk, SdkTarget
 from tests.support.sockets import closed_url
-from volcano import _transport
+from volcano import _async_transport, _pool
+from volcano._async_transport import AsyncOwnClient, AsyncTransport
 from volcano._http11 import Connection
-from volcano._transport import AsyncOwnClient, OwnClient, Transport, default_http, direct
+from volcano._transport import OwnClient, Transport, default_http, direct
 
 WAIT = 10.0
 """Upper bound (seconds) on waiting for what a working system does far sooner."""
@@ -184,13 +187,49 @@ def serve(servers: list[Scripted], *replies: Reply) -> Scripted:
     return server
 
 
+class OnLoop:
+    """The asyncio client's transport (`AsyncTransport`) driven from the test's thread, on one
+    event loop for its whole life, as `Transport` is: each test runs with both."""
+
+    def __init__(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+        self._runner = asyncio.Runner(loop_factory=loop_factory)
+        self.inner = AsyncTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._runner.run(self.inner.handle_async_request(request))
+
+    def close(self) -> None:
+        self._runner.run(self.inner.aclose())
+
+    def __enter__(self) -> OnLoop:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+        self._runner.close()
+
+
+AnyTransport = Transport | OnLoop
+
+
+@pytest.fixture(params=["threads", "asyncio", "uvloop"])
+def make_transport(request: pytest.FixtureRequest) -> Callable[[], AnyTransport]:
+    """Makes the threaded transport, or the asyncio one driven from the test's thread, on
+    asyncio's own loop or uvloop's (uvicorn's, whose transports are no asyncio.Transport)."""
+    if request.param == "threads":
+        return Transport
+    if request.param == "uvloop":
+        return lambda: OnLoop(uvloop.new_event_loop)
+    return OnLoop
+
+
 @pytest.fixture
-def transport() -> Iterator[Transport]:
-    with Transport() as made:
+def transport(make_transport: Callable[[], AnyTransport]) -> Iterator[AnyTransport]:
+    with make_transport() as made:
         yield made
 
 
-def post(transport: Transport, url: str, *, timeout: float = WAIT) -> httpx.Response:
+def post(transport: AnyTransport, url: str, *, timeout: float = WAIT) -> httpx.Response:
     """A POST of a small JSON body, as the SDK sends one, with `timeout` for each phase."""
     request = httpx.Request(
         "POST",
@@ -203,7 +242,9 @@ def post(transport: Transport, url: str, *, timeout: float = WAIT) -> httpx.Resp
 
 
 class TestTransport:
-    def test_a_request_and_its_answer(self, transport: Transport, servers: list[Scripted]) -> None:
+    def test_a_request_and_its_answer(
+        self, transport: AnyTransport, servers: list[Scripted]
+    ) -> None:
         """Method, target with its query, headers (Host once) and body reach the server as
         httpx built them; status, headers, body and HTTP version come back."""
         server = serve(servers, reply(201, b'{"a": 1}', "X-Thing: one", "X-Thing: two"))
@@ -224,7 +265,7 @@ class TestTransport:
         assert response.request.url.path == "/v1/locks/k/acquire"
 
     def test_keeps_the_connection_alive(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """Requests one after another share one connection."""
         server = serve(servers, reply(), reply(), reply())
@@ -242,7 +283,7 @@ class TestTransport:
         ids=["connection-close", "http-1.0", "until-closed"],
     )
     def test_a_connection_closed_by_its_answer_is_not_reused(
-        self, transport: Transport, servers: list[Scripted], last: Reply
+        self, transport: AnyTransport, servers: list[Scripted], last: Reply
     ) -> None:
         """After an answer with `Connection: close`, an HTTP/1.0 answer, or one whose body runs
         until the connection closes, the next request takes a new connection."""
@@ -252,7 +293,7 @@ class TestTransport:
         assert [a.connection for a in server.arrived] == [1, 2]
 
     def test_an_interim_answer_is_skipped(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """A 100 Continue before the answer is read past; the connection is kept."""
         interim = b"HTTP/1.1 100 Continue\r\nX-Early: yes\r\n\r\n"
@@ -263,7 +304,7 @@ class TestTransport:
         assert [a.connection for a in server.arrived] == [1, 1]
 
     def test_bytes_after_an_answer_make_its_connection_unfit(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """A server that sends more than the answer it was asked for: the connection is not
         reused, so the extra bytes never pass for the next answer."""
@@ -273,7 +314,7 @@ class TestTransport:
         assert [a.connection for a in server.arrived] == [1, 2]
 
     def test_an_idle_connection_the_server_closed_is_not_reused(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """A connection the server closed while it was idle is seen closed before reuse (as
         httpcore checks), and the next request goes on a new one."""
@@ -284,18 +325,18 @@ class TestTransport:
         assert [a.connection for a in server.arrived] == [1, 2]
 
     def test_an_expired_idle_connection_is_closed(
-        self, transport: Transport, servers: list[Scripted], monkeypatch: pytest.MonkeyPatch
+        self, transport: AnyTransport, servers: list[Scripted], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A connection idle for KEEPALIVE_EXPIRY seconds is closed, not reused."""
         server = serve(servers, reply(), reply())
         assert post(transport, server.url).status_code == 200
-        monkeypatch.setattr(_transport, "KEEPALIVE_EXPIRY", 0.0)
+        monkeypatch.setattr(_pool, "KEEPALIVE_EXPIRY", 0.0)
         assert post(transport, server.url).status_code == 200
         assert [a.connection for a in server.arrived] == [1, 2]
         assert server.ended.acquire(timeout=WAIT)
 
     def test_a_chunked_gzipped_answer_is_read_whole(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """The transport undoes the chunked transfer coding, httpx the gzip content coding; the
         connection is kept."""
@@ -335,7 +376,7 @@ class TestTransport:
         ],
     )
     def test_a_broken_answer_is_a_remote_protocol_error(
-        self, transport: Transport, servers: list[Scripted], broken: Reply
+        self, transport: AnyTransport, servers: list[Scripted], broken: Reply
     ) -> None:
         """A connection closed instead of an answer, or an answer that breaks HTTP/1.1 (a body
         cut short, two lengths, a folded or overlong line, too many fields, a transfer coding
@@ -372,13 +413,13 @@ class TestTransport:
         connection.close()
         server.close()
 
-    def test_a_refused_connection_is_a_connect_error(self, transport: Transport) -> None:
+    def test_a_refused_connection_is_a_connect_error(self, transport: AnyTransport) -> None:
         """Nothing listening: httpx.ConnectError."""
         with pytest.raises(httpx.ConnectError):
             post(transport, closed_url())
 
     def test_no_answer_within_the_read_timeout(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """A server that does not answer within the request's read timeout: httpx.ReadTimeout,
         and that connection is closed."""
@@ -395,7 +436,7 @@ class TestTransport:
     ) -> None:
         """With MAX_CONNECTIONS requests under way, one more waits up to its pool timeout,
         then raises httpx.PoolTimeout; once one ends, the next goes."""
-        monkeypatch.setattr(_transport, "MAX_CONNECTIONS", 1)
+        monkeypatch.setattr(_pool, "MAX_CONNECTIONS", 1)
         free = threading.Event()
         server = serve(servers, reply(hold=free), reply())
         with Transport() as made:
@@ -407,8 +448,87 @@ class TestTransport:
             first.join(WAIT)
             assert post(made, server.url).status_code == 200
 
+    def test_at_most_max_connections_at_once_on_asyncio(
+        self, servers: list[Scripted], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The asyncio transport too: with MAX_CONNECTIONS requests under way, one more waits
+        up to its pool timeout, then raises httpx.PoolTimeout; once one ends, the next goes."""
+        monkeypatch.setattr(_pool, "MAX_CONNECTIONS", 1)
+        free = threading.Event()
+        server = serve(servers, reply(hold=free), reply())
+
+        def request(timeout: float) -> httpx.Request:
+            return httpx.Request(
+                "GET", f"{server.url}/", extensions={"timeout": httpx.Timeout(timeout).as_dict()}
+            )
+
+        async def main() -> None:
+            made = AsyncTransport()
+            first = asyncio.ensure_future(made.handle_async_request(request(WAIT)))
+            await asyncio.sleep(0)  # the first takes the one slot before it first waits
+            with pytest.raises(httpx.PoolTimeout):
+                await made.handle_async_request(request(0.05))
+            free.set()
+            assert (await first).status_code == 200
+            assert (await made.handle_async_request(request(WAIT))).status_code == 200
+            await made.aclose()
+
+        asyncio.run(main())
+
+    def test_cancelled_mid_answer_the_connection_is_not_reused(
+        self, servers: list[Scripted]
+    ) -> None:
+        """A request cancelled while its answer is awaited (a task cancelled, a timeout of the
+        caller's) closes its connection: the late answer never passes for the next one's."""
+        free = threading.Event()
+        server = serve(servers, reply(201, hold=free), reply(202))
+
+        async def main() -> None:
+            made = AsyncTransport()
+            ask = httpx.Request("GET", f"{server.url}/")
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await made.handle_async_request(ask)
+            free.set()
+            assert (await made.handle_async_request(ask)).status_code == 202
+            await made.aclose()
+
+        asyncio.run(main())
+        assert [a.connection for a in server.arrived] == [1, 2]
+
+    def test_under_another_async_library_httpx_own_transport_serves(
+        self, servers: list[Scripted], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where sniffio names another async library than asyncio (trio, through anyio), the
+        requests go through httpx's own async transport, which speaks them all."""
+        monkeypatch.setattr(_async_transport, "current_async_library", lambda: "trio")
+        used: list[httpx.Request] = []
+        real = httpx.AsyncHTTPTransport.handle_async_request
+
+        async def spied(self: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
+            used.append(request)
+            return await real(self, request)
+
+        monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", spied)
+        server = serve(servers, reply(201))
+
+        async def main() -> int:
+            made = AsyncTransport()
+            try:
+                answer = await made.handle_async_request(httpx.Request("GET", f"{server.url}/"))
+                return answer.status_code
+            finally:
+                await made.aclose()
+
+        assert asyncio.run(main()) == 201
+        assert len(used) == 1
+
     def test_tls_against_httpx_default_certificates(
-        self, servers: list[Scripted], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self,
+        make_transport: Callable[[], AnyTransport],
+        servers: list[Scripted],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """https checks the server against what `httpx.create_ssl_context()` trusts, as httpx's
         own client does (SSL_CERT_FILE here): an unknown CA is a ConnectError."""
@@ -419,16 +539,16 @@ class TestTransport:
         servers.append(server)
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-        with Transport() as untrusting, pytest.raises(httpx.ConnectError):
+        with make_transport() as untrusting, pytest.raises(httpx.ConnectError):
             post(untrusting, server.url)
         bundle = tmp_path / "ca.pem"
         ca.cert_pem.write_to_path(str(bundle))
         monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
-        with Transport() as trusting:
+        with make_transport() as trusting:
             assert post(trusting, server.url).status_code == 200
 
     def test_close_closes_idle_connections(
-        self, transport: Transport, servers: list[Scripted]
+        self, transport: AnyTransport, servers: list[Scripted]
     ) -> None:
         """close() closes the connections kept for reuse."""
         server = serve(servers, reply())
@@ -448,7 +568,7 @@ class TestDefaultClient:
             assert isinstance(direct(client), Transport)
         made = default_http(httpx.AsyncClient)
         assert isinstance(made, AsyncOwnClient)
-        assert isinstance(direct(made), httpx.AsyncHTTPTransport)
+        assert isinstance(direct(made), AsyncTransport)
         with httpx.Client() as theirs:
             assert direct(theirs) is None
 

@@ -40,11 +40,12 @@ from ._group_rules import (
     group_state,
     member_not_found,
     member_view,
+    membership_payload,
     stored_capabilities,
 )
 from ._registry import KeyRef
 from ._transactions import Caller
-from ._wire import Answer, dumps, parse_rfc3339_us
+from ._wire import Answer, dumps
 from .storage import Storage, StoredOutcome, WouldBlock, WriteTx
 from .storage._groups import GroupCounts, GroupRow, Member, watch_key
 
@@ -423,9 +424,12 @@ class GroupTransactions:
             return replayed
         membership = json.loads(prior.body)
         found = tx.load_member(caller.project_id, membership["group"], membership["member"])
-        if not _is_live(found, tx.now_us(), membership):
+        if found is None or not _is_live(found, tx.now_us(), membership):
             return attrs.evolve(_ended(membership, caller.request_id), replayed=True)
-        return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(membership["expires_at"]))
+        # The membership as it is now, never its stored expiry (a later join or renewal of
+        # its holder may have shortened it).
+        now_told = dumps(membership_payload(membership["group"], found))
+        return attrs.evolve(replayed, body=now_told, lease_until_us=found.expires_at_us)
 
     def _replay_many(
         self,
@@ -445,8 +449,11 @@ class GroupTransactions:
             membership = result.get("membership")
             if membership is None:
                 results.append((result, None))
-            elif _is_live(members.get((result["group"], result["member"])), now, membership):
-                results.append((result, parse_rfc3339_us(membership["expires_at"])))
+            elif (found := members.get((result["group"], result["member"]))) is not None and (
+                _is_live(found, now, membership)
+            ):
+                told = membership_payload(result["group"], found)
+                results.append(({**result, "membership": told}, found.expires_at_us))
             else:
                 error = _ended(membership, caller.request_id)
                 detail = json.loads(error.body)["error"]

@@ -58,7 +58,7 @@ from ._rules import (
     versioned,
     without,
 )
-from ._wire import Answer, dumps, parse_rfc3339_us
+from ._wire import Answer, dumps
 from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WouldBlock, WriteTx
 
 __all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
@@ -745,12 +745,16 @@ class Transactions:
             return replayed
         lease = json.loads(prior.body)
         row = tx.load_lock(caller.project_id, key)
-        if not _is_live(row, tx.now_us(), lease):
+        live = _live_lease(row, tx.now_us(), lease)
+        if live is None:
             return attrs.evolve(_ended(lease, caller.request_id), replayed=True)
         if prior.undelivered:  # this repeat delivers it: the server must not end it now
             delivered = attrs.evolve(prior, undelivered=False)
             tx.save_outcome(caller.project_id, caller.request_id, delivered)
-        return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(lease["expires_at"]))
+        # The lease as it is now, never as stored: a later request of its owner may have
+        # shortened it (a smaller ttl), and the client must not count on the stored expiry.
+        now_told = dumps(lease_payload(lease["key"], live))
+        return attrs.evolve(replayed, body=now_told, lease_until_us=live.expires_at_us)
 
     def _replay_many(
         self,
@@ -765,9 +769,12 @@ class Transactions:
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         if prior.status != 200:
             return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
-        return _batch.replayed(
-            prior.body, lambda lease: _is_live(rows[lease["key"]], now, lease), caller.request_id
-        )
+
+        def as_now(lease: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+            live = _live_lease(rows[lease["key"]], now, lease)
+            return None if live is None else (lease_payload(lease["key"], live), live.expires_at_us)
+
+        return _batch.replayed(prior.body, as_now, caller.request_id)
 
     def _on_key(
         self,
@@ -920,11 +927,18 @@ def _answer(result: Answer | Queued) -> Answer:
     return result
 
 
-def _is_live(row: LockRow | None, now: int, lease: dict[str, Any]) -> bool:
-    """Whether the lease of a stored LockLease body is still a live lease of the key."""
-    return row is not None and any(
-        live.owner_token == lease["owner_token"] and live.fencing_token == lease["fencing_token"]
-        for live in row.live_leases(now)
+def _live_lease(row: LockRow | None, now: int, lease: dict[str, Any]) -> Lease | None:
+    """The key's live lease that a stored LockLease body names (owner and token), as it is now."""
+    if row is None:
+        return None
+    return next(
+        (
+            live
+            for live in row.live_leases(now)
+            if live.owner_token == lease["owner_token"]
+            and live.fencing_token == lease["fencing_token"]
+        ),
+        None,
     )
 
 

@@ -104,6 +104,50 @@ class TestFound:
         assert verdict(world) == []
 
 
+class TestReplayTellsNow:
+    """Issue 34: a replay tells the lease as it is now, never the expiry stored with it. b takes
+    the key with request id X (ttl 2.5), shortens the same lease with request id Y (ttl 1), then
+    repeats X: told the stored t=2.5 (before the fix), b counted on the key until 2.5 while the
+    server let it expire at 1.5 and granted c the key at 1.6 (TwoHolders; the explorer found
+    it in 44 steps)."""
+
+    @staticmethod
+    def shortened(world: World, first: Request, shorter: dict[str, object], op: str) -> Request:
+        """Shorten b's lease at t=0.5 with `op` (a new request id), repeat `first`, and let c
+        take the key once the shortened lease has expired; returns the repeat."""
+        world.advance(0.5)
+        run_through(world, world.send("2", "s1", op, KEY, shorter, request_id=rid(80)))
+        again = world.send("2", "s2", first.op, KEY, first.body, request_id=first.request_id)
+        run_through(world, again)
+        assert (again.status, again.replayed) == (200, True)
+        world.advance(1.1)
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        return again
+
+    def test_an_acquire_replayed_tells_the_expiry_of_now(self, world: World) -> None:
+        """The acquire's replay tells the shortened expiry (t=1.5) and ttl 1."""
+        first = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, first)
+        again = self.shortened(world, first, {**first.body, "ttl_seconds": 1.0}, "acquire")
+        assert again.payload["ttl_seconds"] == 1.0
+        assert verdict(world) == []
+
+    def test_a_renewal_replayed_tells_the_expiry_of_now(self, world: World) -> None:
+        """The same with renewals: X renews for 2.5 s, Y for 1 s, X again."""
+        holder = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, holder)
+        body = {"owner_token": owner(2), "fencing_token": holder.payload["fencing_token"]}
+        first = world.send(
+            "2", "s1", "renew", KEY, {**body, "ttl_seconds": 2.5}, request_id=rid(81)
+        )
+        run_through(world, first)
+        again = self.shortened(world, first, {**body, "ttl_seconds": 1.0}, "renew")
+        assert again.payload["ttl_seconds"] == 1.0
+        assert verdict(world) == []
+
+
 class TestUndelivered:
     """Finding 1: a lease handed to a waiter whose client left is ended (the contract: no lease
     nobody receives), but the waiter's retry with its request id may come first."""

@@ -101,7 +101,9 @@ def still_true(told: Answer, now_us: int, request_id: str) -> Answer:
         )
         error = ApiError.lease_not_held(message)
         results.append(({**named, "status": error.status, "error": error.detail(request_id)}, None))
-    return attrs.evolve(answer(results, replay=told.replayed), clock_us=told.clock_us)
+    return attrs.evolve(
+        answer(results, replay=told.replayed), clock_us=told.clock_us, clock_at=told.clock_at
+    )
 
 
 # The field of a result that tells of what was renewed: a key's lease, a group's membership.

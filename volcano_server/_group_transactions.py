@@ -466,7 +466,7 @@ class GroupTransactions:
         with self._storage.write(may_block=may_block) as tx:
             answer = work(tx)
         if answer.lease_until_us is not None:
-            return attrs.evolve(answer, clock_us=tx.committed_us)
+            return attrs.evolve(answer, clock_us=tx.committed_us, clock_at=tx.committed_at)
         return answer
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:

@@ -59,7 +59,16 @@ from ._rules import (
     without,
 )
 from ._wire import Answer, dumps
-from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WouldBlock, WriteTx
+from .storage import (
+    Lease,
+    LockRow,
+    StaleClock,
+    Storage,
+    StoredOutcome,
+    Waiter,
+    WouldBlock,
+    WriteTx,
+)
 
 __all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
 
@@ -71,6 +80,9 @@ LIST_PAGE_BYTES = 65_536
 # How many waiters beyond the key's live leases a hand-off reads of its line at a time (those
 # in line with a slot already, reserved ones, are never more than the live leases).
 _LINE_PAGE = 16
+# How many times a transaction is run again, each on a fresh clock, when the clock passed a
+# lease it kept live before it could commit (`StaleClock`); then the request is answered 503.
+_STALE_RUNS = 3
 
 
 @attrs.frozen
@@ -122,14 +134,17 @@ class _Effects:
         self,
         time_handoff: Callable[[KeyRef, float | None], None],
         changed: Callable[[KeyRef], None],
-        clock_us: int | None,
+        clock: tuple[int | None, float | None],
         metrics: LockMetrics,
     ) -> None:
+        """`clock`: the storage clock after the commit, and when it was asked for."""
         if self.counted:
             metrics.record(self.counted)
+        clock_us, clock_at = clock
         for entry, lease, answer in self.granted:
             entry.granted = lease
-            self._registry.move(entry, Move.COMMIT, attrs.evolve(answer, clock_us=clock_us))
+            told = attrs.evolve(answer, clock_us=clock_us, clock_at=clock_at)
+            self._registry.move(entry, Move.COMMIT, told)
         for key_ref, seconds in self.timed:
             time_handoff(key_ref, seconds)
         for key_ref in self.changed:
@@ -318,6 +333,7 @@ class Transactions:
                     saved.append((versioned(before, row), before))
             tx.save_locks(saved)
             for row, before in saved:
+                _kept_live_until(tx, before, row, now)
                 self._changed_version(tx, effects, before, row)
             for key in keys:
                 self._retime(effects, rows[key], now)
@@ -535,6 +551,10 @@ class Transactions:
         together, one slot each of a semaphore. The first that does not fit stops the hand-off,
         so nobody behind it passes it. Returns the row after, and whether someone still waits
         in line for room (then a newcomer must not take the key either).
+
+        A waiter whose reservation lapsed (its server did not take the slot in time: a slow
+        poll, a lost NOTIFY) is back in line at its own place, first if it was first: it is
+        served like any waiter, never skipped for holding a slot it no longer holds.
         """
         if row is None:
             return row, False  # never acquired, so nobody can be waiting
@@ -543,8 +563,8 @@ class Transactions:
             line = tx.queued(row.project_id, row.key, size)
             moved = False
             for waiter in line:
-                if waiter.state != "waiting" or row.lease_of(waiter.owner_token, now) is not None:
-                    continue  # it holds a slot already (a reservation, or a lease it took)
+                if row.lease_of(waiter.owner_token, now) is not None:
+                    continue  # it holds a slot already (a live reservation, or a lease it took)
                 if not has_room(row, now, shared=waiter.shared):
                     return row, True
                 reach, entry = self._reach(waiter, now)
@@ -820,6 +840,7 @@ class Transactions:
                 effects.counted.extend(_ends(loaded, row, now, ending))
             row = versioned(loaded, row)
             tx.save_lock(row, loaded)
+            _kept_live_until(tx, loaded, row, now)
             self._changed_version(tx, effects, loaded, row)
         self._retime(effects, row, now)
 
@@ -860,21 +881,28 @@ class Transactions:
 
         `key` is the key `work` locks first; None when it locks several itself.
         """
-        effects = _Effects(self._registry)
-        try:
-            with self._storage.write(may_block=may_block, key=key) as tx:
-                result = work(tx, effects)
-        except BaseException:
-            effects.rolled_back()
-            raise
-        committed = tx.committed_us
-        effects.committed(self._time_handoff, self._changed, committed, self._metrics)
+        for run in range(1, _STALE_RUNS + 1):
+            effects = _Effects(self._registry)
+            try:
+                with self._storage.write(may_block=may_block, key=key) as tx:
+                    result = work(tx, effects)
+            except StaleClock:
+                effects.rolled_back()
+                if run == _STALE_RUNS:
+                    raise
+                continue  # again, on a fresh clock
+            except BaseException:
+                effects.rolled_back()
+                raise
+            break
+        committed, asked_at = tx.committed_us, tx.committed_at
+        effects.committed(self._time_handoff, self._changed, (committed, asked_at), self._metrics)
         if isinstance(result, Answer) and effects.granted:
             # Its waiters are answered first: its client's next request comes after theirs.
             after = tuple(entry.answered for entry, _, _ in effects.granted)
             result = attrs.evolve(result, after=after)
         if isinstance(result, Answer) and result.lease_until_us is not None:
-            return attrs.evolve(result, clock_us=committed)
+            return attrs.evolve(result, clock_us=committed, clock_at=asked_at)
         return result
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
@@ -912,6 +940,23 @@ def _ends(loaded: LockRow, row: LockRow, now: int, ending: End | None) -> list[E
         elif ending is not None:
             ended.append(Ended(row.key, ending, now - lease.granted_at_us))
     return ended
+
+
+def _kept_live_until(tx: WriteTx, loaded: LockRow | None, row: LockRow, now: int) -> None:
+    """Bound the commit by each lease live at `now` that `row` keeps but changes.
+
+    A renewal (an acquire by the holder, a new label, a reservation taken) writes a lease that
+    readers see only once the transaction commits; until then they see it as loaded, and once
+    its old expiry passes, ended. Committed after that, with a clock read before it, the lease
+    would be live again at an older version: so it commits only while that expiry is ahead.
+    """
+    if loaded is None:
+        return
+    after = {lease.fencing_token: lease for lease in row.leases}
+    for lease in loaded.live_leases(now):
+        kept = after.get(lease.fencing_token)
+        if kept is not None and kept != lease:
+            tx.commit_before(lease.expires_at_us)
 
 
 def _quota_exceeded(keys: int) -> Decision:

@@ -256,7 +256,9 @@ class Checks:
                 if token > seen:  # granted by this transaction
                     if _asked_by(request, key, owner):
                         self._own_grants.add((key, token))
-                    self._passed_over(key, token, owner, self._line.get(key, []), line, alive)
+                    holders = {o for _t, o, _u in self._live(key, now)}
+                    before = self._line.get(key, [])
+                    self._passed_over(key, token, owner, before, line, alive, holders)
                     self._seen[key] = max(token, self._seen.get(key, 0))
             self._line[key] = line
             self._queued.update((key, owner) for _q, owner, state, _s in line if state != "away")
@@ -419,14 +421,20 @@ class Checks:
         before: list[tuple[int, str, str, str]],
         after: list[tuple[int, str, str, str]],
         alive: set[str],
+        holders: set[str],
     ) -> None:
+        """A `reserved` row counts as in line too once its reservation has lapsed (its owner
+        holds no live lease): it must be served again, first, not passed over."""
         theirs = next((seq for seq, owner, _s, _srv in before if owner == new_owner), None)
-        still_waiting = {owner for _seq, owner, state, _srv in after if state == "waiting"}
+        in_line = ("waiting", "reserved")
+        still_waiting = {
+            owner for _seq, owner, state, _srv in after if state in in_line and owner not in holders
+        }
         for seq, owner, state, server_id in before:
             if theirs is not None and seq >= theirs:
                 break
             if (
-                state == "waiting"
+                state in in_line
                 and owner in still_waiting
                 and server_id in alive
                 and self._open_wait(owner, key)

@@ -9,6 +9,11 @@ lock, or is done; `quiesce` waits for exactly that, watching `pg_stat_activity`.
 then move time, run other transactions, and only later let the paused one go on, which is what
 a server descheduled between two statements does to a real database.
 
+The check a transaction makes of the clock just before its COMMIT (`WriteTx.commit_before`, in
+the COMMIT's own message) stops at the gate *before* it reads the clock, never between its read
+and the COMMIT: the explorer stalls a transaction before its commit, not inside PostgreSQL's
+commit (that window, the commit's flush, is the one docs/safety.md leaves open).
+
 NOTIFY still travels through PostgreSQL: one LISTEN connection of the explorer's collects the
 announcements (hand-offs and changes of watched keys), and the schedule decides when each
 reaches the servers.
@@ -24,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+import volcano_server.storage._postgres as server_postgres
 from tests.explorer._checks import LeaseRow, Reader
 from tests.explorer._loop import VirtualLoop
 from tests.explorer._world import LOSING, Pending, World, clock_of
@@ -50,6 +56,16 @@ BEGIN
     RETURN now_us;
 END $$
 """
+# The clock as the commit's check reads it: the gate first, then the clock, as one step.
+_CHECK_CLOCK = """
+CREATE OR REPLACE FUNCTION volcano_explorer_check_clock_us() RETURNS bigint LANGUAGE plpgsql
+VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_lock_shared(7919, pg_backend_pid());
+    PERFORM pg_advisory_unlock_shared(7919, pg_backend_pid());
+    RETURN (SELECT c.now_us FROM volcano_explorer_clock c);
+END $$
+"""
 _QUIET_SECONDS = 30.0
 
 
@@ -66,6 +82,7 @@ class _Storage(PostgresStorage):
             statement_timeout=600,
             silence_timeout=600,
             pool_timeout=30,
+            monotonic=gates.time,  # the servers' loop time: an answer's age is virtual too
         )
         self._gates = gates
         self._server = server
@@ -96,10 +113,15 @@ class ClockGates:
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
+        self._conn.execute(_CHECK_CLOCK)
         self._listener = psycopg.connect(url, autocommit=True)
         self._listener.execute(f"LISTEN {HANDOFF_CHANNEL}")
         self._listener.execute(f"LISTEN {CHANGE_CHANNEL}")
         loop.on_time = lambda _now: self.set_clock(clock_of(loop)())
+
+    def time(self) -> float:
+        """The virtual loop's time (any thread may read it)."""
+        return self._loop.time()
 
     async def forever(self) -> None:
         await self._loop.create_future()
@@ -290,6 +312,10 @@ def postgres_world(url: str, **options: Any) -> Iterator[tuple[World, PostgresRe
     loop = VirtualLoop()
     PostgresStorage(url).close()  # migrate, so the clock function can be replaced
     gates = ClockGates(url, loop)
+    checked = server_postgres._STILL_BEFORE
+    server_postgres._STILL_BEFORE = checked.replace(
+        "volcano_clock_us()", "volcano_explorer_check_clock_us()"
+    )
 
     def open_postgres(database_url: str, server: str | None) -> Storage:
         if server is None:  # the world's own, for keys: never gated
@@ -301,5 +327,6 @@ def postgres_world(url: str, **options: Any) -> Iterator[tuple[World, PostgresRe
     try:
         yield world, reader
     finally:
+        server_postgres._STILL_BEFORE = checked
         reader.close()
         world.shutdown()

@@ -585,7 +585,7 @@ def sqlite_world(path: Path, **options: Any) -> Iterator[World]:
     clock = clock_of(loop)
 
     def open_sqlite(_url: str, _server: str | None) -> Storage:
-        return SQLiteStorage(path, synchronous="normal", clock=clock)
+        return SQLiteStorage(path, synchronous="normal", clock=clock, monotonic=loop.time)
 
     world = World("sqlite", f"sqlite:///{path}", loop=loop, open_storage=open_sqlite, **options)
     try:

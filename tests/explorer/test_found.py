@@ -81,9 +81,12 @@ class TestFound:
 
     def test_a_grant_is_never_dated_before_its_request(self, world: World) -> None:
         """Finding 2: a release reads the clock, stalls before it locks the key; a waiter joins
-        50 ms later (through another server: one server runs its transactions on a key in
-        turn, `_lanes`); the release then hands the key to it. The lease must not be dated from
-        the release's clock read (it was 50 ms early on PostgreSQL before the fix)."""
+        50 ms later through the same server, whose lane holds its transaction back behind the
+        release's for at most 1 s (`_lanes`), then lets it run (its patience ran out); the
+        release then hands the key to it. The lease must not be dated from the release's
+        clock read (it was 50 ms early on PostgreSQL before the fix). Through the other
+        server, as this test went once lanes landed, the waiter's request only ever got a
+        reservation, and the stale clock read went unseen (issue 34)."""
         holder = acquire(world, 1)
         run_through(world, holder)
         lease = holder.payload
@@ -97,8 +100,34 @@ class TestFound:
         )
         world.run(world.work_of(release))  # PostgreSQL: stops at its clock read
         world.advance(0.05)
+        waiter = acquire(world, 2, "s1", wait_seconds=4.0)
+        if world.backend == "postgres":  # held in the lane behind the stalled release
+            assert not [p for p in world.pending if p.request is waiter]
+        world.advance(1.0)  # past the lane's patience
+        run_through(world, waiter)  # blocks on the key's row lock, or joins the line
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+
+class TestLapsedReservation:
+    def test_a_waiter_whose_reservation_lapsed_is_served_first(self, world: World) -> None:
+        """Issue 34: b waits through s2; a's release through s1 reserves the key for b, and s2
+        does not take it in time (its poll or NOTIFY never runs): the reservation lapses. c
+        then asks through s1. b, first in line, connected, its server alive, must not be
+        passed over: c is refused (b reserved again), and b is granted the key. Before the
+        fix, c got it (PassedOver, once the check saw `reserved` rows) and b heard 409."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
         waiter = acquire(world, 2, "s2", wait_seconds=4.0)
         run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        run_through(world, world.send("1", "s1", "release", KEY, body, request_id=rid(84)))
+        assert [state for _q, _o, state, _s in CHECKS[world].reader.waiters(KEY)] == ["reserved"]
+        world.advance(2.1)  # past the reservation (2 s), within s2's heartbeat (3 s)
+        rival = acquire(world, 3, "s1")
+        run_through(world, rival)
+        assert rival.status == 409
         world.drain()
         assert waiter.status == 200
         assert verdict(world) == []
@@ -205,6 +234,25 @@ class TestUndelivered:
         assert rival.status == 200
         assert verdict(world) == []
 
+    def test_its_owner_told_again_in_the_same_microsecond_keeps_it(self, world: World) -> None:
+        """Issue 34: b's client left as the key was handed to it; b's owner acquires again
+        (a new request id, the same ttl) in the same microsecond, and is told the lease. The
+        server must not then end it as undelivered: before the fix the two leases were equal
+        (same token, same expiry), undeliver ended the one just told, and c got the key while
+        b held it (TwoHolders)."""
+        waiter, _ = self.granted_to_a_gone_waiter(world)
+        undeliver = world.pending[0]
+        again = acquire(world, 2, "s2", ttl_seconds=waiter.body["ttl_seconds"])
+        run_through(world, again)
+        assert again.status == 200
+        world.run(undeliver)
+        while undeliver in world.paused():
+            world.resume(undeliver)
+        rival = acquire(world, 3, server="s2")
+        run_through(world, rival)
+        assert rival.status == 409
+        assert verdict(world) == []
+
 
 class TestStalled:
     def test_a_lease_that_expired_in_a_stall_is_not_answered(self, world: World) -> None:
@@ -216,6 +264,55 @@ class TestStalled:
         world.advance(1.5)
         while world.paused():
             world.resume(world.paused()[0])
+        world.settle()
+        assert holder.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []
+
+    def test_a_stalled_renewal_never_brings_an_expired_lease_back(self, world: World) -> None:
+        """Issue 34: a renewal reads the clock under the key's lock and stalls past the
+        lease's expiry; meanwhile a reader sees the key free, at version v+1. The renewal must
+        not then commit with its stale clock (before the fix the lease was live again at
+        version v: VersionWentBack): its commit is checked against the lease's old expiry on
+        the database clock, rolled back, and run again, and it hears 409. On SQLite the
+        renewal runs at once, before the expiry, and is granted."""
+        holder = acquire(world, 1, ttl_seconds=1.0)
+        run_through(world, holder)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        renewal = world.send(
+            "1", "s1", "renew", KEY, {**body, "ttl_seconds": 2.5}, request_id=rid(83)
+        )
+        world.run(world.work_of(renewal))  # PostgreSQL: stops at its clock read, row locked
+        world.advance(1.5)
+        reading = world.send("9", "s2", "get", KEY)
+        run_through(world, reading)
+        CHECKS[world].after_step()  # the key's version as a reader sees it now
+        if world.backend == "postgres":
+            assert reading.payload["held"] is False
+        while world.paused():
+            world.resume(world.paused()[0])
+        world.settle()
+        assert renewal.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []
+
+    def test_an_answer_counts_the_delay_of_its_commit_clock_read(self, world: World) -> None:
+        """Issue 34: the round trip that reads the clock right after a grant's COMMIT is
+        answered 0.8 s late (ttl 0.3 s); meanwhile c is granted the key through the other
+        server. The answer is judged true at the time it is sent, counting every delay since
+        the clock read was asked for: 409 on PostgreSQL (before the fix, 200 with the old
+        lease: UntrueAnswer). SQLite's clock read is local: there the grant is answered at
+        once, and c takes the key after its expiry."""
+        holder = acquire(world, 1, ttl_seconds=0.3)
+        granting = world.work_of(holder)
+        world.run(granting)
+        if world.backend == "postgres":
+            world.resume(granting)  # past its opening clock read: it stops at the commit's
+            assert granting in world.paused()
+        world.advance(0.8)
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        while granting in world.paused():
+            world.resume(granting)
         world.settle()
         assert holder.status == (409 if world.backend == "postgres" else 200)
         assert verdict(world) == []

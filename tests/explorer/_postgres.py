@@ -29,7 +29,6 @@ from typing import Any
 
 import psycopg
 
-import volcano_server.storage._postgres as server_postgres
 from tests.explorer._checks import LeaseRow, Reader
 from tests.explorer._loop import VirtualLoop
 from tests.explorer._world import LOSING, Pending, World, clock_of
@@ -56,14 +55,16 @@ BEGIN
     RETURN now_us;
 END $$
 """
-# The clock as the commit's check reads it: the gate first, then the clock, as one step.
-_CHECK_CLOCK = """
-CREATE OR REPLACE FUNCTION volcano_explorer_check_clock_us() RETURNS bigint LANGUAGE plpgsql
+# The check just before COMMIT (`volcano_still_before`): the gate first, then the clock.
+_STILL_BEFORE = """
+CREATE OR REPLACE FUNCTION volcano_still_before(p_bound bigint) RETURNS void LANGUAGE plpgsql
 VOLATILE AS $$
 BEGIN
     PERFORM pg_advisory_lock_shared(7919, pg_backend_pid());
     PERFORM pg_advisory_unlock_shared(7919, pg_backend_pid());
-    RETURN (SELECT c.now_us FROM volcano_explorer_clock c);
+    IF (SELECT c.now_us FROM volcano_explorer_clock c) >= p_bound THEN
+        RAISE EXCEPTION USING ERRCODE = 'VO001', MESSAGE = 'explorer: stale clock';
+    END IF;
 END $$
 """
 _QUIET_SECONDS = 30.0
@@ -113,7 +114,7 @@ class ClockGates:
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
-        self._conn.execute(_CHECK_CLOCK)
+        self._conn.execute(_STILL_BEFORE)
         self._listener = psycopg.connect(url, autocommit=True)
         self._listener.execute(f"LISTEN {HANDOFF_CHANNEL}")
         self._listener.execute(f"LISTEN {CHANGE_CHANNEL}")
@@ -312,10 +313,6 @@ def postgres_world(url: str, **options: Any) -> Iterator[tuple[World, PostgresRe
     loop = VirtualLoop()
     PostgresStorage(url).close()  # migrate, so the clock function can be replaced
     gates = ClockGates(url, loop)
-    checked = server_postgres._STILL_BEFORE
-    server_postgres._STILL_BEFORE = checked.replace(
-        "volcano_clock_us()", "volcano_explorer_check_clock_us()"
-    )
 
     def open_postgres(database_url: str, server: str | None) -> Storage:
         if server is None:  # the world's own, for keys: never gated
@@ -327,6 +324,5 @@ def postgres_world(url: str, **options: Any) -> Iterator[tuple[World, PostgresRe
     try:
         yield world, reader
     finally:
-        server_postgres._STILL_BEFORE = checked
         reader.close()
         world.shutdown()

@@ -176,6 +176,19 @@ class TestReplayTellsNow:
         assert again.payload["ttl_seconds"] == 1.0
         assert verdict(world) == []
 
+    def test_a_batch_replayed_tells_each_expiry_of_now(self, world: World) -> None:
+        """The same with a batch renewal: each lease of its results as it is now."""
+        holder = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, holder)
+        token = holder.payload["fencing_token"]
+        entry = {"key": KEY, "owner_token": owner(2), "fencing_token": token, "ttl_seconds": 2.5}
+        first = world.send("2", "s1", "renew_many", KEY, {"leases": [entry]}, request_id=rid(82))
+        run_through(world, first)
+        shorter = {"owner_token": owner(2), "fencing_token": token, "ttl_seconds": 1.0}
+        again = self.shortened(world, first, shorter, "renew")
+        assert again.payload["results"][0]["lease"]["ttl_seconds"] == 1.0
+        assert verdict(world) == []
+
 
 class TestUndelivered:
     """Finding 1: a lease handed to a waiter whose client left is ended (the contract: no lease

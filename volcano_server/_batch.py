@@ -74,7 +74,8 @@ def replayed(
         if lease is None:
             results.append((result, None))
         elif current is not None:
-            results.append(({**result, "lease": current[0]}, current[1]))
+            told = result if current[0] == lease else {**result, "lease": current[0]}
+            results.append((told, current[1]))
         else:
             message = (
                 f"the lease this request renewed (fencing token {lease['fencing_token']} on"

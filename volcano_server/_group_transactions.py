@@ -428,8 +428,9 @@ class GroupTransactions:
             return attrs.evolve(_ended(membership, caller.request_id), replayed=True)
         # The membership as it is now, never its stored expiry (a later join or renewal of
         # its holder may have shortened it).
-        now_told = dumps(membership_payload(membership["group"], found))
-        return attrs.evolve(replayed, body=now_told, lease_until_us=found.expires_at_us)
+        told = membership_payload(membership["group"], found)
+        body = prior.body if told == membership else dumps(told)
+        return attrs.evolve(replayed, body=body, lease_until_us=found.expires_at_us)
 
     def _replay_many(
         self,
@@ -453,7 +454,8 @@ class GroupTransactions:
                 _is_live(found, now, membership)
             ):
                 told = membership_payload(result["group"], found)
-                results.append(({**result, "membership": told}, found.expires_at_us))
+                entry = result if told == membership else {**result, "membership": told}
+                results.append((entry, found.expires_at_us))
             else:
                 error = _ended(membership, caller.request_id)
                 detail = json.loads(error.body)["error"]

@@ -151,7 +151,8 @@ class _Effects:
             changed(key_ref)
 
     def rolled_back(self) -> None:
-        for entry, _, _ in self.granted:
+        for entry, lease, _ in self.granted:
+            entry.unconfirmed = lease  # a commit lost on the way back may have made it
             self._registry.move(entry, Move.ROLL_BACK)
         for entry in self.joined:
             self._registry.forget(entry)
@@ -460,6 +461,20 @@ class Transactions:
 
         self._on_key(project_id, key, run, may_block=may_block)
 
+    def confirm(self, entry: Entry, *, may_block: bool = True) -> None:
+        """Deliver the entry's unconfirmed grant if the database has it after all.
+
+        A transaction that granted it rolled back, or committed and lost its answer: the
+        entry went back in line, but the lease may be the key's, in the entry's name, its
+        waiter row gone. Then the entry is granted that very lease now (its request answered
+        with it); else it just waits on.
+        """
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
+            return self._recover(tx, effects, entry, row, now), None
+
+        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+
     def give_up(self, entry: Entry, *, may_block: bool = True) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
 
@@ -470,6 +485,7 @@ class Transactions:
         def run(
             tx: WriteTx, effects: _Effects, now: int, row: LockRow | None
         ) -> Touched[Answer | None]:
+            row = self._recover(tx, effects, entry, row, now)
             row = self._hand_off(tx, row, now, effects)
             if not self._registry.move(entry, Move.LEAVE):
                 return row, None
@@ -484,7 +500,14 @@ class Transactions:
         return self._on_key(entry.project_id, entry.key, run, may_block=may_block)[2]
 
     def leave(self, entry: Entry, *, may_block: bool = True) -> None:
-        """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while."""
+        """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while.
+
+        An unconfirmed grant the database has after all is ended first, as `undeliver` ends a
+        lease nobody will hear of (unless a repeat of the request id had it replayed).
+        """
+        if entry.unconfirmed is not None:
+            entry.granted, entry.unconfirmed = entry.unconfirmed, None
+            self.undeliver(entry, may_block=may_block)
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
@@ -586,6 +609,22 @@ class Transactions:
                     tx.announce(waiter.server_id, waiter.seq)
             if not moved or len(line) < size:
                 return row, False  # the whole line is served (or holds its slots already)
+
+    def _recover(
+        self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
+    ) -> LockRow | None:
+        """Grant the entry its unconfirmed lease again if the key has it live (`confirm`)."""
+        lost = entry.unconfirmed
+        if lost is None:
+            return row
+        if row is None or lost not in row.live_leases(now):
+            entry.unconfirmed = None  # never committed, or ended since: nothing to deliver
+            return row
+        if entry.seq is None or self._registry.claim(entry.seq) is not entry:
+            return row  # it left meanwhile: `leave` ends the lease
+        entry.unconfirmed = None
+        self._granted(tx, effects, entry, lost, now, how=Grant.AFTER_WAIT)
+        return row
 
     def _reach(self, waiter: Waiter, now: int) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
@@ -773,8 +812,10 @@ class Transactions:
             tx.save_outcome(caller.project_id, caller.request_id, delivered)
         # The lease as it is now, never as stored: a later request of its owner may have
         # shortened it (a smaller ttl), and the client must not count on the stored expiry.
-        now_told = dumps(lease_payload(lease["key"], live))
-        return attrs.evolve(replayed, body=now_told, lease_until_us=live.expires_at_us)
+        # Unchanged, the stored body goes back byte for byte.
+        told = lease_payload(lease["key"], live)
+        body = prior.body if told == lease else dumps(told)
+        return attrs.evolve(replayed, body=body, lease_until_us=live.expires_at_us)
 
     def _replay_many(
         self,

@@ -266,6 +266,52 @@ class TestUndelivered:
         assert rival.status == 409
         assert verdict(world) == []
 
+    def test_a_grant_whose_commit_was_lost_is_told_to_its_waiter(self, world: World) -> None:
+        """Issue 34 (the explorer's LeaseNobodyHeard): a's release hands the key to b, waiting
+        here, and commits, but the server hears the database was lost during COMMIT: it put
+        b back in line as if nothing had happened. The server must ask the database and tell
+        b of the lease it holds (before the fix, b heard 409 lock_held when its wait ran out,
+        and the key stayed held in b's name, by nobody who heard of it, until its ttl)."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, wait_seconds=1.5)
+        run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s1", "release", KEY, body, request_id=rid(85))
+        handing_over = world.work_of(release)
+        world.run(handing_over, "lost")
+        while handing_over in world.paused():
+            world.resume(handing_over)
+        world.settle()
+        assert release.status == 503
+        world.advance(1.5)
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+    def test_a_grant_whose_commit_was_lost_is_ended_when_its_client_leaves(
+        self, world: World
+    ) -> None:
+        """The same lost commit, and then b's client leaves: the lease it never heard of is
+        ended at once, and c gets the key."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, wait_seconds=4.0)
+        run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s1", "release", KEY, body, request_id=rid(86))
+        handing_over = world.work_of(release)
+        world.run(handing_over, "lost")
+        while handing_over in world.paused():
+            world.resume(handing_over)
+        world.settle()
+        world.close(waiter)
+        world.drain()
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        assert verdict(world) == []
+
 
 class TestStalled:
     def test_a_lease_that_expired_in_a_stall_is_not_answered(self, world: World) -> None:

@@ -186,6 +186,11 @@ class Checks:
         body = request.body or {}
         if request.op == "acquire":
             self._queued.discard((request.key, body["owner_token"]))
+        if request.op in ("acquire", "renew"):
+            self._may_shorten(request, body, request.key)
+        if request.op == "renew_many":
+            for entry in body["leases"]:
+                self._may_shorten(request, entry, entry["key"])
         if request.op == "release" and "fencing_token" in body:
             for belief in self._beliefs_of(body["owner_token"], request.key, body["fencing_token"]):
                 belief.ended_us = request.sent_us if belief.ended_us is None else belief.ended_us
@@ -198,6 +203,22 @@ class Checks:
                 for index, entry in enumerate(body["leases"])
                 if self._stale(entry["owner_token"], entry["key"], entry["fencing_token"])
             )
+
+    def _may_shorten(self, request: Request, body: dict[str, Any], key: str) -> None:
+        """A request that may set its owner's lease to `first send + ttl` (an acquire by the
+        holder, a renewal) is the latest that gave or renewed it, answered or not: its owner
+        counts on no more than that (the explorer found a client told 409 while it still
+        counted on an answer older than its own unanswered, shorter acquire)."""
+        if "ttl_seconds" not in body:
+            return
+        until = request.first_sent_us + round(body["ttl_seconds"] * 1_000_000)
+        token = body.get("fencing_token")
+        for belief in self._beliefs:
+            if (belief.owner, belief.key) == (body["owner_token"], key) and token in (
+                None,
+                belief.token,
+            ):
+                belief.until_us = min(belief.until_us, until)
 
     def _stale(self, owner: str, key: str, token: int) -> bool:
         latest = self._granted.get((owner, key))

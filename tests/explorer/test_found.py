@@ -110,6 +110,27 @@ class TestFound:
         assert verdict(world) == []
 
 
+class TestTheJudgesReckoning:
+    def test_an_unanswered_shorter_acquire_is_the_latest_word(self, world: World) -> None:
+        """Issue 34 (the explorer's TwoHolders on SQLite, `--explore`): b holds the key until
+        t=2.5, then acquires it again with ttl 1 and closes its connection before the answer;
+        the server shortened the lease to t=1 and hands the key to a at t=1. b counts on no
+        more than its latest request gave (promise 1: `first send + ttl` of the latest request
+        that gave or renewed the lease): the judge counted only answers heard, and reported
+        two holders where the server kept its word."""
+        holder = acquire(world, 2, "s2")
+        run_through(world, holder)
+        shorter = world.send("2", "s1", "acquire", KEY, {**holder.body, "ttl_seconds": 1.0})
+        world.close(shorter)
+        run_through(world, shorter)
+        waiter = acquire(world, 1, "s1", ttl_seconds=1.0, wait_seconds=4.0)
+        run_through(world, waiter)
+        world.advance(1.1)
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+
 class TestLapsedReservation:
     def test_a_waiter_whose_reservation_lapsed_is_served_first(self, world: World) -> None:
         """Issue 34: b waits through s2; a's release through s1 reserves the key for b, and s2

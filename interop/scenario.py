@@ -80,6 +80,9 @@ class LockClient(Protocol):
     def list(self, prefix: str, after: str | None, limit: int) -> Answer:
         """GET /v1/locks?prefix=&after=&limit=."""
 
+    def holders(self, key: str, after: int | None, limit: int) -> Answer:
+        """GET /v1/locks/{key}/holders?after=&limit=."""
+
     def renew(
         self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None
     ) -> Answer:
@@ -213,7 +216,7 @@ def run_later_operations(client: LockClient, key: str, step: Callable[[str], Non
     later = _Later(client, key)
     step("a key never acquired: version 0, no token, no holders, limit 1")
     later.fresh()
-    step("semaphore: two holders of a limit-2 key, their labels in holders")
+    step("semaphore: two holders of a limit-2 key, their labels in holders, paged one by one")
     later.semaphore()
     step("a third holder refused with lock_held and Retry-After; another limit with limit_mismatch")
     later.refusals()
@@ -291,6 +294,14 @@ class _Later:
         _expect(held["version"] >= 2, "semaphore version", Answer(200, {}, held))
         expected = [(a["fencing_token"], self.LABEL_A), (b["fencing_token"], None)]
         _expect(_holders(held) == expected, "holders", Answer(200, {}, held))
+        first = self.client.holders(self.sem, None, 1)
+        page = first.body or {}
+        seen = (first.status, _holders(page), page.get("next"))
+        _expect(seen == (200, expected[:1], a["fencing_token"]), "holders page 1", first)
+        second = self.client.holders(self.sem, page["next"], 1)
+        page = second.body or {}
+        seen = (second.status, _holders(page), page.get("next"))
+        _expect(seen == (200, expected[1:], None), "holders page 2", second)
 
     def refusals(self) -> None:
         third = self.client.acquire(self.sem, str(uuid.uuid4()), 30, limit=2)
@@ -763,6 +774,10 @@ class DatamodelClient:
         query = {"prefix": prefix, "after": after, "limit": limit}
         return self._send("GET", "/v1/locks", self.models.LockList, query=query)
 
+    def holders(self, key: str, after: int | None, limit: int) -> Answer:
+        query = {"after": after, "limit": limit}
+        return self._send("GET", f"/v1/locks/{key}/holders", self.models.HolderList, query=query)
+
     def renew(
         self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None
     ) -> Answer:
@@ -947,6 +962,9 @@ class OpenApiGeneratorClient:
         return self._call(
             self.locks.list_locks_with_http_info, prefix=prefix, after=after, limit=limit
         )
+
+    def holders(self, key: str, after: int | None, limit: int) -> Answer:
+        return self._call(self.locks.list_holders_with_http_info, key=key, after=after, limit=limit)
 
     def renew(
         self, key: str, token: str, fencing_token: int, ttl: float, label: str | None = None

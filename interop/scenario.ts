@@ -170,6 +170,24 @@ assert.deepEqual(
   [[a.fencing_token, labelA], [b.fencing_token, null]],
 );
 
+step("the semaphore's holders a page at a time (limit 1), following next to the end");
+const page1 = await client.GET("/v1/locks/{key}/holders", {
+  params: { path: { key: sem }, query: { limit: 1 } },
+});
+assert.equal(page1.response.status, 200);
+assert.deepEqual(
+  [page1.data?.holders.map((h) => [h.fencing_token, h.label, h.mode]), page1.data?.next],
+  [[[a.fencing_token, labelA, "exclusive"]], a.fencing_token],
+);
+const page2 = await client.GET("/v1/locks/{key}/holders", {
+  params: { path: { key: sem }, query: { after: page1.data?.next ?? 0, limit: 1 } },
+});
+assert.equal(page2.response.status, 200);
+assert.deepEqual(
+  [page2.data?.holders.map((h) => [h.fencing_token, h.label, h.mode]), page2.data?.next],
+  [[[b.fencing_token, null, "exclusive"]], null],
+);
+
 step("a third holder refused with lock_held and Retry-After");
 const third = await client.POST("/v1/locks/{key}/acquire", {
   params: { path: { key: sem } },

@@ -7,7 +7,8 @@
 #     upper-case caller-supplied owner token and request id; then a limit-2 key with labelled
 #     holders, lock_held and limit_mismatch with its limit, the fence check, a long-poll watch
 #     answered by a change from a second request, a waiter handed a released slot, a listing
-#     with limit=1 followed to its end, a batch renewal with one entry refused; shared locks:
+#     with limit=1 followed to its end, the holders paged one by one, a batch renewal with one
+#     entry refused; shared locks:
 #     two shared holders and their modes, a writer refused, then in line and not passed by a
 #     later reader, mode_mismatch, shared_with_limit; then every group operation: members with
 #     JSON and bytes capabilities, a group's watch, a batch of memberships, group_not_empty,

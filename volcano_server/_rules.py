@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
@@ -47,6 +48,7 @@ __all__ = [
     "decide_handoff",
     "decide_release",
     "decide_renew",
+    "decide_renewals",
     "has_room",
     "holder_payload",
     "lease_check",
@@ -269,6 +271,56 @@ def decide_renew(
     return Decision(
         replaced(row, now, lease, renewed), 200, payload=lease_payload(key, renewed), lease=renewed
     )
+
+
+def decide_renewals(
+    row: LockRow | None,
+    now: int,
+    *,
+    key: str,
+    renewals: Sequence[tuple[str, int, float, str | None]],
+    crowd: tuple[int, int | None] | None = None,
+) -> tuple[LockRow | None, list[Decision]]:
+    """`decide_renew` for each (owner token, fencing token, ttl, label), each on the row before.
+
+    Entries are judged in order, each on the row the one before it left; returned: the row to
+    save (None when nothing changed) and each entry's decision.
+    One pass over the key's leases for the whole batch: m entries on a key of n holders cost
+    n + m, not n x m. `row` may be partial, holding only the leases of the entries' owner
+    tokens (so that a batch costs what it names, however crowded the key): then `crowd` is the
+    whole key's (live leases, highest live token), which a refusal's reason needs.
+    """
+    if row is None:
+        return None, [
+            _refused(key, renewal[1], "it has never been acquired") for renewal in renewals
+        ]
+    live = list(row.live_leases(now))
+    at = {(lease.owner_token, lease.fencing_token): i for i, lease in enumerate(live)}
+    first_of: dict[str, int] = {}
+    for index, lease in enumerate(live):
+        first_of.setdefault(lease.owner_token, index)
+    decisions: list[Decision] = []
+    changed = False
+    crowd = _crowd(live) if crowd is None else crowd  # renewals change neither
+    for owner_token, fencing_token, ttl, label in renewals:
+        found = at.get((owner_token, fencing_token))
+        if found is None:  # renewals change no lease's owner or liveness: `crowd` still holds
+            mine = first_of.get(owner_token)
+            why = _why_not_held(
+                crowd, row.limit, None if mine is None else live[mine], fencing_token
+            )
+            decisions.append(_refused(key, fencing_token, why))
+            continue
+        lease = live[found]
+        live[found] = renewed = attrs.evolve(
+            lease,
+            expires_at_us=now + _micros(ttl),
+            ttl_seconds=ttl,
+            label=lease.label if label is None else _label(label),
+        )
+        changed = True
+        decisions.append(Decision(None, 200, payload=lease_payload(key, renewed), lease=renewed))
+    return (attrs.evolve(row, leases=tuple(live)) if changed else None), decisions
 
 
 def decide_release(
@@ -513,21 +565,36 @@ def _matching(row: LockRow | None, now: int, owner_token: str, fencing_token: in
 def _not_held(
     row: LockRow | None, now: int, key: str, owner_token: str, fencing_token: int
 ) -> Decision:
-    mine = row.lease_of(owner_token, now) if row is not None else None
     if row is None:
-        why = "it has never been acquired"
-    elif mine is not None:
-        why = f"this owner token holds fencing token {mine.fencing_token}"
-    elif row.held(now) and row.limit == 1 and len(row.live_leases(now)) == 1:
-        live = row.live_leases(now)[0]
-        if live.fencing_token != fencing_token:
-            why = f"it is held under fencing token {live.fencing_token}"
-        else:
-            why = "the owner token does not match the live lease"
-    elif row.held(now):
-        why = "no live lease of this key has this owner token and fencing token"
-    else:
-        why = "no lease is live (it expired or was released)"
+        return _refused(key, fencing_token, "it has never been acquired")
+    live = row.live_leases(now)
+    mine = next((x for x in live if x.owner_token == owner_token), None)
+    why = _why_not_held(_crowd(live), row.limit, mine, fencing_token)
+    return _refused(key, fencing_token, why)
+
+
+def _crowd(live: Sequence[Lease]) -> tuple[int, int | None]:
+    """How many leases are live, and the highest fencing token among them."""
+    return len(live), max((lease.fencing_token for lease in live), default=None)
+
+
+def _why_not_held(
+    crowd: tuple[int, int | None], limit: int, mine: Lease | None, fencing_token: int
+) -> str:
+    """Why no live lease matched: `crowd` the key's live leases (`_crowd`), `mine` the caller's."""
+    if mine is not None:
+        return f"this owner token holds fencing token {mine.fencing_token}"
+    live, highest = crowd
+    if limit == 1 and live == 1:
+        if highest != fencing_token:
+            return f"it is held under fencing token {highest}"
+        return "the owner token does not match the live lease"
+    if live:
+        return "no live lease of this key has this owner token and fencing token"
+    return "no lease is live (it expired or was released)"
+
+
+def _refused(key: str, fencing_token: int, why: str) -> Decision:
     message = (
         f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
     )

@@ -48,6 +48,7 @@ from ._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    decide_renewals,
     has_room,
     holder_payload,
     lease_check,
@@ -299,31 +300,50 @@ class Transactions:
             raise WouldBlock  # up to 500 renewals: longer than the event loop may be held
         project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
         keys = sorted({renewal.key for renewal in renewals})
+        by_key: dict[str, list[int]] = {}
+        owners_of: dict[str, set[str]] = {}
+        for i, renewal in enumerate(renewals):
+            by_key.setdefault(renewal.key, []).append(i)
+            owners_of.setdefault(renewal.key, set()).add(renewal.owner_token)
 
         def work(tx: WriteTx, effects: _Effects) -> Answer:
             prior = tx.claim_request(project_id, request_id) if print_ is not None else None
-            loaded = tx.load_locks(project_id, keys)
+            # Only the named owners' leases of each key (however crowded it is; a replay's
+            # stored answer names the same ones), unless requests wait here for the key:
+            # their hand-off is timed by all of its leases.
+            partial = {
+                key: owners
+                for key, owners in owners_of.items()
+                if not self._registry.entries_of((project_id, key))
+            }
+            loaded = tx.load_locks(project_id, keys, owners=partial)
             now = tx.now_us()
             if prior is not None and print_ is not None:
                 return self._replay_many(caller, loaded, now, prior, print_)
             rows = dict(loaded)
+            decisions: dict[int, Decision] = {}
+            for key, entries in by_key.items():  # a key's entries in order, in one pass
+                named = [
+                    (r.owner_token, r.fencing_token, r.ttl_seconds, r.label)
+                    for r in (renewals[i] for i in entries)
+                ]
+                row, decided = decide_renewals(loaded[key], now, key=key, renewals=named)
+                if key in partial and any(d.refusal is not None for d in decided):
+                    # A refusal's reason speaks of the key's other leases: count them.
+                    crowd = tx.live_counts(project_id, key)
+                    row, decided = decide_renewals(
+                        loaded[key], now, key=key, renewals=named, crowd=crowd
+                    )
+                rows[key] = row or loaded[key]
+                decisions.update(zip(entries, decided, strict=True))
             results: list[_batch.Result] = []
-            for renewal in renewals:
-                decision = decide_renew(
-                    rows[renewal.key],
-                    now,
-                    key=renewal.key,
-                    owner_token=renewal.owner_token,
-                    fencing_token=renewal.fencing_token,
-                    ttl=renewal.ttl_seconds,
-                    label=renewal.label,
-                )
+            for i, renewal in enumerate(renewals):
+                decision = decisions[i]
                 if decision.refusal is not None:
                     results.append(_batch.refused(renewal.key, decision.refusal, request_id))
                     continue
                 assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
                 assert decision.payload is not None  # noqa: S101 - and its body
-                rows[renewal.key] = decision.row
                 results.append(
                     _batch.renewed(renewal.key, decision.payload, decision.lease.expires_at_us)
                 )

@@ -22,7 +22,7 @@ the waiting request, and `servers` rows (a heartbeat) tell which of those are al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -385,13 +385,27 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
     # may have been held for any time), never only from when the result came back.
     committed_at: float | None
 
-    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+    def load_locks(
+        self,
+        project_id: int,
+        keys: Sequence[str],
+        *,
+        owners: Mapping[str, Collection[str]] | None = None,
+    ) -> dict[str, LockRow | None]:
         """The rows of several keys, each locked until commit like `load_lock`'s.
 
         The caller names the keys in sorted order, so that transactions that lock several
         keys lock them in one order and never wait for each other in a circle. Call it before
         the first `now_us`: the transaction's clock is read once all these locks are granted.
+
+        A key in `owners` comes with only the leases of the owner tokens named for it (a
+        partial row: what renewing those leases reads and writes, however many others the key
+        has); `live_counts` tells of the rest.
         """
+        ...
+
+    def live_counts(self, project_id: int, key: str) -> tuple[int, int | None]:
+        """How many leases of the key are live now, and the highest fencing token among them."""
         ...
 
     def save_lock(self, row: LockRow, loaded: LockRow | None) -> None:

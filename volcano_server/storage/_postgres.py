@@ -47,7 +47,7 @@ import asyncio
 import logging
 import select
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -77,6 +77,7 @@ from ._sql import (
     HOLDERS_PAGE,
     IDLE_KEYS,
     LEASE_COLUMNS,
+    LEASE_COUNTS,
     LEASES,
     TOUCH_SERVER,
     WAITING_COUNT,
@@ -442,6 +443,13 @@ _LEASES_OF_KEYS = (
     f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants only
     " WHERE project_id = %s AND key = ANY(%s) ORDER BY key, fencing_token"
 )
+# (project_id, keys, owner tokens): the leases of each (key, owner token) pair, a partial row's.
+_LEASES_OF_OWNERS = (
+    f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants only
+    " JOIN unnest(%s::text[], %s::text[]) AS named (key, owner_token) USING (key, owner_token)"
+    " WHERE project_id = %s ORDER BY key, fencing_token"
+)
+_LEASE_COUNTS = for_postgres(LEASE_COUNTS)
 _QUEUED = _WAITERS + (
     " WHERE w.project_id = %s AND w.key = %s AND w.state != 'away' ORDER BY w.seq LIMIT %s"
 )
@@ -821,20 +829,30 @@ class _WriteTx(PostgresGroups):
             self._open(project_id, key, None)
         return self._locked[project_id, key].row
 
-    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+    def load_locks(
+        self,
+        project_id: int,
+        keys: Sequence[str],
+        *,
+        owners: Mapping[str, Collection[str]] | None = None,
+    ) -> dict[str, LockRow | None]:
         """One round trip: lock the keys' rows in key order, then read the clock and leases.
 
         Keys without a row get no placeholder: a renewal of one is refused, and creates none.
         """
         self._first_key = None
         params = (project_id, list(keys))
+        owners = owners or {}
+        pairs = [(key, owner) for key in keys if key in owners for owner in sorted(owners[key])]
         self._send(_LOCK_KEYS, params)
         self._send(_CLOCK, ())
-        self._send(_LEASES_OF_KEYS, params)
-        locked, (clock,), leases, watching = self._ask_sets(_WATCHERS_OF_KEYS, params, 4)
+        self._send(_LEASES_OF_KEYS, (project_id, [key for key in keys if key not in owners]))
+        named = ([key for key, _ in pairs], [owner for _, owner in pairs], project_id)
+        self._send(_LEASES_OF_OWNERS, named)
+        locked, (clock,), leases, of_owners, watching = self._ask_sets(_WATCHERS_OF_KEYS, params, 5)
         self._now = clock[0] + self._offset()  # after every lock: the batch's one clock
         of_key: dict[str, list[Sequence[Any]]] = {}
-        for key, *lease in leases:
+        for key, *lease in (*leases, *of_owners):  # each query reads a key's leases in order
             of_key.setdefault(key, []).append(lease)
         watchers: dict[str, list[str]] = {}
         for key, server_id in watching:
@@ -866,6 +884,11 @@ class _WriteTx(PostgresGroups):
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
+
+    def live_counts(self, project_id: int, key: str) -> tuple[int, int | None]:
+        now = self.now_us()
+        live, _, highest = _one(self._ask(_LEASE_COUNTS, (now, now, now, project_id, key)))
+        return int(live), highest
 
     def key_count(self, project_id: int) -> int:
         return int(_one(self._ask(_KEY_COUNT, (project_id,)))[0])

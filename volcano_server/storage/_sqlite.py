@@ -38,7 +38,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -320,7 +320,13 @@ class _Tx(SQLiteGroups):
         ).fetchone()
         return int(count)
 
-    def load_locks(self, project_id: int, keys: Sequence[str]) -> dict[str, LockRow | None]:
+    def load_locks(
+        self,
+        project_id: int,
+        keys: Sequence[str],
+        *,
+        owners: Mapping[str, Collection[str]] | None = None,
+    ) -> dict[str, LockRow | None]:
         # BEGIN IMMEDIATE has locked every row already; the clock was read after it.
         marks = ", ".join("?" * len(keys))
         rows = self._conn.execute(
@@ -328,13 +334,33 @@ class _Tx(SQLiteGroups):
             f" WHERE project_id = ? AND key IN ({marks})",
             (project_id, *keys),
         ).fetchall()
-        leases: dict[str, list[tuple[Any, ...]]] = {}
-        for key, *lease in self._conn.execute(
-            f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants and marks
-            f" WHERE project_id = ? AND key IN ({marks}) ORDER BY key, fencing_token",
-            (project_id, *keys),
-        ):
-            leases.setdefault(key, []).append(lease)
+        owners = owners or {}
+        whole = [key for key in keys if key not in owners]
+        pairs = [(key, owner) for key in keys if key in owners for owner in sorted(owners[key])]
+        leases: dict[str, list[Sequence[Any]]] = {}
+        reads: list[Iterable[Sequence[Any]]] = []
+        if whole:
+            reads.append(
+                self._conn.execute(
+                    f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants, marks
+                    f" WHERE project_id = ? AND key IN ({', '.join('?' * len(whole))})",
+                    (project_id, *whole),
+                )
+            )
+        if pairs:
+            reads.append(
+                self._conn.execute(
+                    f"SELECT key, {LEASE_COLUMNS} FROM leases"  # noqa: S608 - constants, marks
+                    " WHERE project_id = ? AND (key, owner_token) IN"
+                    f" (VALUES {', '.join(['(?, ?)'] * len(pairs))})",
+                    (project_id, *(value for pair in pairs for value in pair)),
+                )
+            )
+        for read in reads:
+            for key, *lease in read:
+                leases.setdefault(key, []).append(lease)
+        for listed in leases.values():
+            listed.sort(key=lambda lease: lease[0])  # by fencing token, as LEASES reads them
         found: dict[str, LockRow | None] = dict.fromkeys(keys)
         for key, token, limit, version in rows:
             found[key] = LockRow(
@@ -345,6 +371,13 @@ class _Tx(SQLiteGroups):
     def waiting_count(self, project_id: int, key: str) -> int:
         (count,) = self._conn.execute(WAITING_COUNT, (project_id, key)).fetchone()
         return int(count)
+
+    def live_counts(self, project_id: int, key: str) -> tuple[int, int | None]:
+        now = self._now
+        live, _, highest = self._conn.execute(
+            LEASE_COUNTS, (now, now, now, project_id, key)
+        ).fetchone()
+        return int(live), highest
 
     def summarize(self, project_id: int, key: str, *, holders: int) -> LockSummary | None:
         # Four local reads, none of which grows with the leases past `holders`.

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import LiveServer
 from tests.support.raw import Locks, new_id, wait_for
+from volcano_server.storage import open_storage
 
 from .test_waiting import in_line, start_waiting
 
@@ -293,3 +294,85 @@ class TestConcurrency:
         (result,) = results(locks.renew_many([entry(lease, ttl=0.5)]))
         assert result["lease"]["ttl_seconds"] == 0.5
         assert waiter.lease["fencing_token"] == lease["fencing_token"] + 1
+
+
+class TestCrowdedKeys:
+    """A batch reads only the leases it names of each key, however many others the key has,
+    and answers as if it had read them all: its cost is what it names, not what others hold."""
+
+    def crowd(self, locks: Locks, key: str, count: int, limit: int) -> list[dict[str, Any]]:
+        made = [locks.acquire(key, new_id(), 30, limit=limit) for _ in range(count)]
+        assert all(response.status_code == 200 for response in made), made[-1].text
+        return [response.json() for response in made]
+
+    def test_only_the_named_owners_leases_are_read(
+        self, live_server: LiveServer, locks: Locks, key: str
+    ) -> None:
+        """In the batch's transaction the key's row holds the named owners' leases alone."""
+        leases = self.crowd(locks, key, 12, limit=20)
+        named = {leases[3]["owner_token"], leases[7]["owner_token"]}
+        storage = open_storage(live_server.database_url)
+        try:
+            with storage.write() as tx:
+                project = next(p for p in range(1, 100) if tx.load_lock(p, key) is not None)
+            with storage.write() as tx:
+                row = tx.load_locks(project, [key], owners={key: named})[key]
+                counts = tx.live_counts(project, key)
+        finally:
+            storage.close()
+        assert row is not None
+        assert [x.fencing_token for x in row.leases] == [
+            leases[3]["fencing_token"],
+            leases[7]["fencing_token"],
+        ]
+        assert (row.fencing_token, row.limit) == (leases[-1]["fencing_token"], 20)
+        assert counts == (12, leases[-1]["fencing_token"])
+
+    def test_renewals_touch_the_named_leases_alone(self, locks: Locks, key: str) -> None:
+        """Two of twelve holders renewed: the other ten keep their expiry; the version moves by
+        nothing a renewal without a label change would not move it by."""
+        leases = self.crowd(locks, key, 12, limit=20)
+        before = {
+            h["fencing_token"]: h
+            for h in locks.http.get(f"/v1/locks/{key}/holders").json()["holders"]
+        }
+        version = locks.state(key)["version"]
+        answered = results(
+            locks.renew_many([entry(leases[3], ttl=90), entry(leases[7], ttl=90, label="x")])
+        )
+        assert [r["lease"]["ttl_seconds"] for r in answered] == [90, 90]
+        after = {
+            h["fencing_token"]: h
+            for h in locks.http.get(f"/v1/locks/{key}/holders").json()["holders"]
+        }
+        renewed = {leases[3]["fencing_token"], leases[7]["fencing_token"]}
+        assert after.keys() == before.keys()
+        for token, holder in after.items():
+            if token in renewed:
+                assert holder["expires_at"] > before[token]["expires_at"]
+            else:
+                assert holder == before[token]
+        assert after[leases[7]["fencing_token"]]["label"] == "x"
+        assert locks.state(key)["version"] == version + 1  # the one label changed
+
+    @pytest.mark.parametrize(("limit", "count"), [(1, 1), (20, 5), (20, 1)])
+    def test_refusals_speak_of_the_leases_not_read(
+        self, locks: Locks, key: str, limit: int, count: int
+    ) -> None:
+        """The reasons a refused entry gives are those a single renew gives, which speak of the
+        key's leases the batch did not name (a lock's holder, how many are live): the batch
+        counts them when it refuses."""
+        leases = self.crowd(locks, key, count, limit=limit)
+        last = leases[-1]
+        stranger = {**last, "owner_token": new_id()}
+        batch = [
+            entry(stranger),
+            entry({**stranger, "fencing_token": last["fencing_token"] + 100}),
+        ]
+        answered = results(locks.renew_many(batch))
+        single = [
+            locks.renew(key, e["owner_token"], e["fencing_token"], 60).json()["error"]["message"]
+            for e in batch
+        ]
+        assert [r["error"]["message"] for r in answered] == single
+        assert "no lease is live" not in single[0]

@@ -6,6 +6,8 @@ import json
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from volcano_server._rules import (
     HOLDERS_INLINE,
@@ -17,6 +19,7 @@ from volcano_server._rules import (
     decide_handoff,
     decide_release,
     decide_renew,
+    decide_renewals,
     has_room,
     lease_check,
     lock_state,
@@ -657,3 +660,93 @@ class TestShared:
         )
         assert handoff.lease is not None
         assert (handoff.lease.fencing_token, handoff.lease.shared) == (2, True)
+
+
+class TestDecideRenewals:
+    """A batch's entries on one key, judged in one pass, decide what one renew after another
+    would: the same row at the end and the same answer for each entry, refusals' words too."""
+
+    @staticmethod
+    def one_by_one(
+        row: LockRow | None, entries: list[tuple[str, int, float, str | None]]
+    ) -> tuple[LockRow | None, list[Decision]]:
+        decisions, current, changed = [], row, False
+        for owner, fence, ttl, label in entries:
+            decision = decide_renew(
+                current, NOW, key="k", owner_token=owner, fencing_token=fence, ttl=ttl, label=label
+            )
+            decisions.append(attrs.evolve(decision, row=None))
+            if decision.row is not None:
+                current, changed = decision.row, True
+        return (current if changed else None), decisions
+
+    @given(data=st.data())
+    @settings(max_examples=300, deadline=None)
+    def test_the_same_as_one_renew_after_another(self, data: st.DataObject) -> None:
+        owners = st.sampled_from([A, B, C, D])
+        leases = data.draw(
+            st.lists(st.tuples(owners, st.integers(-3, 3)), max_size=5, unique_by=lambda x: x[0])
+        )
+        row = None
+        if leases or data.draw(st.booleans()):
+            stored = tuple(
+                Lease(fence, owner, NOW + left * SECOND, 30.0, label="old")
+                for fence, (owner, left) in enumerate(leases, start=1)
+            )
+            row = LockRow(1, "k", len(stored) + 1, data.draw(st.sampled_from([1, 3, 9])), stored)
+        entries = data.draw(
+            st.lists(
+                st.tuples(
+                    owners,
+                    st.integers(0, len(leases) + 1),
+                    st.sampled_from([1.0, 2.5, 30.0]),
+                    st.sampled_from([None, "", "new"]),
+                ),
+                max_size=8,
+            )
+        )
+        saved, decisions = decide_renewals(row, NOW, key="k", renewals=entries)
+        expected_row, expected = self.one_by_one(row, entries)
+        assert saved == expected_row
+        assert [self.told(d) for d in decisions] == [self.told(d) for d in expected]
+        if row is None:
+            return
+        # The same from a partial row (the named owners' leases, as a batch loads a key) and
+        # the whole key's count of live leases: the same answers, the named leases' changes.
+        named = {owner for owner, *_ in entries}
+        part = attrs.evolve(row, leases=tuple(x for x in row.leases if x.owner_token in named))
+        live = row.live_leases(NOW)
+        crowd = (len(live), max((x.fencing_token for x in live), default=None))
+        saved, decisions = decide_renewals(part, NOW, key="k", renewals=entries, crowd=crowd)
+        assert [self.told(d) for d in decisions] == [self.told(d) for d in expected]
+        if expected_row is None:
+            assert saved is None
+        else:
+            assert saved is not None
+            assert saved.leases == tuple(x for x in expected_row.leases if x.owner_token in named)
+
+    @staticmethod
+    def told(decision: Decision) -> tuple[object, ...]:
+        refusal = decision.refusal
+        said = None if refusal is None else (refusal.status, refusal.code, refusal.message)
+        return decision.row, decision.status, decision.payload, decision.lease, said
+
+    def test_a_crowded_key_is_read_once_per_batch(self) -> None:
+        """500 entries on a key of 1,000 holders: each lease's liveness asked about once."""
+        calls = 0
+        live = Lease.live
+
+        def counted(self: Lease, now_us: int) -> bool:
+            nonlocal calls
+            calls += 1
+            return live(self, now_us)
+
+        owners = [f"{i:08d}-0000-4000-8000-000000000000" for i in range(1000)]
+        row = LockRow(1, "k", 1000, 1000, tuple(lease(o, i + 1) for i, o in enumerate(owners)))
+        entries = [(owners[i], i + 1, 5.0, None) for i in range(0, 1000, 2)]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Lease, "live", counted)
+            saved, decisions = decide_renewals(row, NOW, key="k", renewals=entries)
+        assert calls <= 1000
+        assert saved is not None
+        assert all(d.status == 200 for d in decisions)

@@ -312,11 +312,14 @@ def decide_renewals(
             decisions.append(_refused(key, fencing_token, why))
             continue
         lease = live[found]
-        live[found] = renewed = attrs.evolve(
+        live[found] = renewed = _told_again(
             lease,
-            expires_at_us=now + _micros(ttl),
-            ttl_seconds=ttl,
-            label=lease.label if label is None else _label(label),
+            attrs.evolve(
+                lease,
+                expires_at_us=now + _micros(ttl),
+                ttl_seconds=ttl,
+                label=lease.label if label is None else _label(label),
+            ),
         )
         changed = True
         decisions.append(Decision(None, 200, payload=lease_payload(key, renewed), lease=renewed))

@@ -149,9 +149,12 @@ class Api:
         metrics: Metrics,
         access_log: AccessLog,
         run: Runner,
+        monotonic: Callable[[], float],
         tracing: Tracing | None = None,
     ) -> None:
+        """`monotonic` is the clock the storage reads an answer's `clock_at` on."""
         self._service = service
+        self._monotonic = monotonic
         self._groups = groups
         self._auth = authenticator
         self._request_id = request_id
@@ -427,7 +430,6 @@ class Api:
             )
         if answer is None:
             raise _ClientGone
-        back = asyncio.get_running_loop().time()
         if answer.after:  # the waiters this request handed slots to are answered first
             self._behind += 1
             try:
@@ -440,19 +442,20 @@ class Api:
             await service.synced(here=self._in_flight - self._behind - service.parked == 1)
         except StorageUnavailable as exc:
             raise self._run.unavailable(exc) from exc
-        return _still_true(answer, back, caller.request_id)
+        return _still_true(answer, self._monotonic(), caller.request_id)
 
 
-def _still_true(answer: Answer, back: float, request_id: str) -> Answer:
+def _still_true(answer: Answer, now: float, request_id: str) -> Answer:
     """The answer, unless the lease it tells of has expired by the server's clock meanwhile.
 
-    The clock is the storage's once the answer's transaction committed, plus the time the
-    server has taken since (its fsync, its loop): a server that stalled longer than the ttl
+    The clock is the storage's once the answer's transaction committed, plus every delay since
+    it was asked for, by the server's monotonic clock (`now` on it): the answer to that clock
+    read held on its way, the fsync, the loop. A server that stalled longer than the ttl
     answers 409 instead of a lease that has already ended (a batch, for that entry alone).
     """
-    if answer.lease_until_us is None or answer.clock_us is None:
+    if answer.lease_until_us is None or answer.clock_us is None or answer.clock_at is None:
         return answer
-    elapsed_us = round((asyncio.get_running_loop().time() - back) * 1_000_000)
+    elapsed_us = round((now - answer.clock_at) * 1_000_000)
     if answer.clock_us + elapsed_us < answer.lease_until_us:
         return answer
     if answer.results:

@@ -150,6 +150,7 @@ def create_app(
         metrics=metrics,
         access_log=access_log,
         run=run,
+        monotonic=storage.monotonic,
         tracing=tracing,
     )
 

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ._errors import ApiError
-from ._wire import Answer, dumps, parse_rfc3339_us
+from ._wire import Answer, dumps
 
 __all__ = ["Renewal", "Result", "answer", "refused", "renewed", "replayed", "still_true"]
 
@@ -56,15 +56,26 @@ def answer(results: Sequence[Result], *, replay: bool = False) -> Answer:
     return Answer(200, body, replayed=replay, lease_until_us=soonest, results=tuple(results))
 
 
-def replayed(body: bytes, live: Callable[[dict[str, Any]], bool], request_id: str) -> Answer:
-    """The stored answer `body` replayed, each lease that `live` says has ended refused."""
+def replayed(
+    body: bytes,
+    as_now: Callable[[dict[str, Any]], tuple[dict[str, Any], int] | None],
+    request_id: str,
+) -> Answer:
+    """The stored answer `body` replayed, each lease told as it is now.
+
+    `as_now` gives a stored lease's body as the lease is now and its expiry, or None if it has
+    ended: then it is refused. Never the stored expiry: a later request of the owner may have
+    shortened the lease.
+    """
     results: list[Result] = []
     for result in json.loads(body)["results"]:
         lease = result.get("lease")
+        current = None if lease is None else as_now(lease)
         if lease is None:
             results.append((result, None))
-        elif live(lease):
-            results.append((result, parse_rfc3339_us(lease["expires_at"])))
+        elif current is not None:
+            told = result if current[0] == lease else {**result, "lease": current[0]}
+            results.append((told, current[1]))
         else:
             message = (
                 f"the lease this request renewed (fencing token {lease['fencing_token']} on"
@@ -91,7 +102,9 @@ def still_true(told: Answer, now_us: int, request_id: str) -> Answer:
         )
         error = ApiError.lease_not_held(message)
         results.append(({**named, "status": error.status, "error": error.detail(request_id)}, None))
-    return attrs.evolve(answer(results, replay=told.replayed), clock_us=told.clock_us)
+    return attrs.evolve(
+        answer(results, replay=told.replayed), clock_us=told.clock_us, clock_at=told.clock_at
+    )
 
 
 # The field of a result that tells of what was renewed: a key's lease, a group's membership.

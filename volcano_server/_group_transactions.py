@@ -40,11 +40,12 @@ from ._group_rules import (
     group_state,
     member_not_found,
     member_view,
+    membership_payload,
     stored_capabilities,
 )
 from ._registry import KeyRef
 from ._transactions import Caller
-from ._wire import Answer, dumps, parse_rfc3339_us
+from ._wire import Answer, dumps
 from .storage import Storage, StoredOutcome, WouldBlock, WriteTx
 from .storage._groups import GroupCounts, GroupRow, Member, watch_key
 
@@ -423,9 +424,13 @@ class GroupTransactions:
             return replayed
         membership = json.loads(prior.body)
         found = tx.load_member(caller.project_id, membership["group"], membership["member"])
-        if not _is_live(found, tx.now_us(), membership):
+        if found is None or not _is_live(found, tx.now_us(), membership):
             return attrs.evolve(_ended(membership, caller.request_id), replayed=True)
-        return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(membership["expires_at"]))
+        # The membership as it is now, never its stored expiry (a later join or renewal of
+        # its holder may have shortened it).
+        told = membership_payload(membership["group"], found)
+        body = prior.body if told == membership else dumps(told)
+        return attrs.evolve(replayed, body=body, lease_until_us=found.expires_at_us)
 
     def _replay_many(
         self,
@@ -445,8 +450,12 @@ class GroupTransactions:
             membership = result.get("membership")
             if membership is None:
                 results.append((result, None))
-            elif _is_live(members.get((result["group"], result["member"])), now, membership):
-                results.append((result, parse_rfc3339_us(membership["expires_at"])))
+            elif (found := members.get((result["group"], result["member"]))) is not None and (
+                _is_live(found, now, membership)
+            ):
+                told = membership_payload(result["group"], found)
+                entry = result if told == membership else {**result, "membership": told}
+                results.append((entry, found.expires_at_us))
             else:
                 error = _ended(membership, caller.request_id)
                 detail = json.loads(error.body)["error"]
@@ -459,7 +468,7 @@ class GroupTransactions:
         with self._storage.write(may_block=may_block) as tx:
             answer = work(tx)
         if answer.lease_until_us is not None:
-            return attrs.evolve(answer, clock_us=tx.committed_us)
+            return attrs.evolve(answer, clock_us=tx.committed_us, clock_at=tx.committed_at)
         return answer
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:

@@ -102,6 +102,10 @@ class Entry:
         self.phase = Phase.QUEUED
         self.answer: Answer | None = None  # set with GRANTED, SUPERSEDED and REVOKED
         self.granted: Lease | None = None  # the lease it was granted, once committed
+        # A lease granted to it by a transaction that rolled back, or whose commit was lost
+        # on the way back (it may have committed): delivered if the database has it after all
+        # (`Transactions.confirm`, `give_up`), ended if its client leaves (`leave`).
+        self.unconfirmed: Lease | None = None
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._woken = False

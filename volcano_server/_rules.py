@@ -114,8 +114,11 @@ def decide_acquire(
     if row is not None and mine is not None:
         if mine.shared != shared:
             return mode_mismatch(key, mine)
-        kept = attrs.evolve(
-            mine, expires_at_us=now + _micros(ttl), ttl_seconds=ttl, label=_label(label)
+        kept = _told_again(
+            mine,
+            attrs.evolve(
+                mine, expires_at_us=now + _micros(ttl), ttl_seconds=ttl, label=_label(label)
+            ),
         )
         return Decision(
             replaced(row, now, mine, kept), 200, payload=lease_payload(key, kept), lease=kept
@@ -256,11 +259,14 @@ def decide_renew(
     if lease is None:
         return _not_held(row, now, key, owner_token, fencing_token)
     assert row is not None  # noqa: S101 - a lease comes from a row
-    renewed = attrs.evolve(
+    renewed = _told_again(
         lease,
-        expires_at_us=now + _micros(ttl),
-        ttl_seconds=ttl,
-        label=lease.label if label is None else _label(label),
+        attrs.evolve(
+            lease,
+            expires_at_us=now + _micros(ttl),
+            ttl_seconds=ttl,
+            label=lease.label if label is None else _label(label),
+        ),
     )
     return Decision(
         replaced(row, now, lease, renewed), 200, payload=lease_payload(key, renewed), lease=renewed
@@ -306,11 +312,14 @@ def decide_renewals(
             decisions.append(_refused(key, fencing_token, why))
             continue
         lease = live[found]
-        live[found] = renewed = attrs.evolve(
+        live[found] = renewed = _told_again(
             lease,
-            expires_at_us=now + _micros(ttl),
-            ttl_seconds=ttl,
-            label=lease.label if label is None else _label(label),
+            attrs.evolve(
+                lease,
+                expires_at_us=now + _micros(ttl),
+                ttl_seconds=ttl,
+                label=lease.label if label is None else _label(label),
+            ),
         )
         changed = True
         decisions.append(Decision(None, 200, payload=lease_payload(key, renewed), lease=renewed))
@@ -531,6 +540,16 @@ def replaced(row: LockRow, now: int, old: Lease, new: Lease) -> LockRow:
             new if x.fencing_token == old.fencing_token else x for x in row.live_leases(now)
         ),
     )
+
+
+def _told_again(before: Lease, after: Lease) -> Lease:
+    """`after`, a lease told to its owner again, never equal to `before`, the one told before.
+
+    A lease handed to a waiter whose client left is ended only if it is still that very lease
+    (`Transactions.undeliver`): told again to its owner since (an acquire or renewal in the
+    same microsecond with the same ttl), it must differ, so its expiry moves 1 µs further.
+    """
+    return attrs.evolve(after, expires_at_us=after.expires_at_us + 1) if after == before else after
 
 
 def _matching(row: LockRow | None, now: int, owner_token: str, fencing_token: int) -> Lease | None:

@@ -59,8 +59,17 @@ from ._rules import (
     versioned,
     without,
 )
-from ._wire import Answer, dumps, parse_rfc3339_us
-from .storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WouldBlock, WriteTx
+from ._wire import Answer, dumps
+from .storage import (
+    Lease,
+    LockRow,
+    StaleClock,
+    Storage,
+    StoredOutcome,
+    Waiter,
+    WouldBlock,
+    WriteTx,
+)
 
 __all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
 
@@ -72,6 +81,9 @@ LIST_PAGE_BYTES = 65_536
 # How many waiters beyond the key's live leases a hand-off reads of its line at a time (those
 # in line with a slot already, reserved ones, are never more than the live leases).
 _LINE_PAGE = 16
+# How many times a transaction is run again, each on a fresh clock, when the clock passed a
+# lease it kept live before it could commit (`StaleClock`); then the request is answered 503.
+_STALE_RUNS = 3
 
 
 @attrs.frozen
@@ -123,21 +135,25 @@ class _Effects:
         self,
         time_handoff: Callable[[KeyRef, float | None], None],
         changed: Callable[[KeyRef], None],
-        clock_us: int | None,
+        clock: tuple[int | None, float | None],
         metrics: LockMetrics,
     ) -> None:
+        """`clock`: the storage clock after the commit, and when it was asked for."""
         if self.counted:
             metrics.record(self.counted)
+        clock_us, clock_at = clock
         for entry, lease, answer in self.granted:
             entry.granted = lease
-            self._registry.move(entry, Move.COMMIT, attrs.evolve(answer, clock_us=clock_us))
+            told = attrs.evolve(answer, clock_us=clock_us, clock_at=clock_at)
+            self._registry.move(entry, Move.COMMIT, told)
         for key_ref, seconds in self.timed:
             time_handoff(key_ref, seconds)
         for key_ref in self.changed:
             changed(key_ref)
 
     def rolled_back(self) -> None:
-        for entry, _, _ in self.granted:
+        for entry, lease, _ in self.granted:
+            entry.unconfirmed = lease  # a commit lost on the way back may have made it
             self._registry.move(entry, Move.ROLL_BACK)
         for entry in self.joined:
             self._registry.forget(entry)
@@ -338,6 +354,7 @@ class Transactions:
                     saved.append((versioned(before, row), before))
             tx.save_locks(saved)
             for row, before in saved:
+                _kept_live_until(tx, before, row, now)
                 self._changed_version(tx, effects, before, row)
             for key in keys:
                 self._retime(effects, rows[key], now)
@@ -464,6 +481,20 @@ class Transactions:
 
         self._on_key(project_id, key, run, may_block=may_block)
 
+    def confirm(self, entry: Entry, *, may_block: bool = True) -> None:
+        """Deliver the entry's unconfirmed grant if the database has it after all.
+
+        A transaction that granted it rolled back, or committed and lost its answer: the
+        entry went back in line, but the lease may be the key's, in the entry's name, its
+        waiter row gone. Then the entry is granted that very lease now (its request answered
+        with it); else it just waits on.
+        """
+
+        def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
+            return self._recover(tx, effects, entry, row, now), None
+
+        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+
     def give_up(self, entry: Entry, *, may_block: bool = True) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
 
@@ -474,6 +505,7 @@ class Transactions:
         def run(
             tx: WriteTx, effects: _Effects, now: int, row: LockRow | None
         ) -> Touched[Answer | None]:
+            row = self._recover(tx, effects, entry, row, now)
             row = self._hand_off(tx, row, now, effects)
             if not self._registry.move(entry, Move.LEAVE):
                 return row, None
@@ -488,7 +520,14 @@ class Transactions:
         return self._on_key(entry.project_id, entry.key, run, may_block=may_block)[2]
 
     def leave(self, entry: Entry, *, may_block: bool = True) -> None:
-        """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while."""
+        """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while.
+
+        An unconfirmed grant the database has after all is ended first, as `undeliver` ends a
+        lease nobody will hear of (unless a repeat of the request id had it replayed).
+        """
+        if entry.unconfirmed is not None:
+            entry.granted, entry.unconfirmed = entry.unconfirmed, None
+            self.undeliver(entry, may_block=may_block)
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
@@ -555,6 +594,10 @@ class Transactions:
         together, one slot each of a semaphore. The first that does not fit stops the hand-off,
         so nobody behind it passes it. Returns the row after, and whether someone still waits
         in line for room (then a newcomer must not take the key either).
+
+        A waiter whose reservation lapsed (its server did not take the slot in time: a slow
+        poll, a lost NOTIFY) is back in line at its own place, first if it was first: it is
+        served like any waiter, never skipped for holding a slot it no longer holds.
         """
         if row is None:
             return row, False  # never acquired, so nobody can be waiting
@@ -563,8 +606,8 @@ class Transactions:
             line = tx.queued(row.project_id, row.key, size)
             moved = False
             for waiter in line:
-                if waiter.state != "waiting" or row.lease_of(waiter.owner_token, now) is not None:
-                    continue  # it holds a slot already (a reservation, or a lease it took)
+                if row.lease_of(waiter.owner_token, now) is not None:
+                    continue  # it holds a slot already (a live reservation, or a lease it took)
                 if not has_room(row, now, shared=waiter.shared):
                     return row, True
                 reach, entry = self._reach(waiter, now)
@@ -586,6 +629,22 @@ class Transactions:
                     tx.announce(waiter.server_id, waiter.seq)
             if not moved or len(line) < size:
                 return row, False  # the whole line is served (or holds its slots already)
+
+    def _recover(
+        self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
+    ) -> LockRow | None:
+        """Grant the entry its unconfirmed lease again if the key has it live (`confirm`)."""
+        lost = entry.unconfirmed
+        if lost is None:
+            return row
+        if row is None or lost not in row.live_leases(now):
+            entry.unconfirmed = None  # never committed, or ended since: nothing to deliver
+            return row
+        if entry.seq is None or self._registry.claim(entry.seq) is not entry:
+            return row  # it left meanwhile: `leave` ends the lease
+        entry.unconfirmed = None
+        self._granted(tx, effects, entry, lost, now, how=Grant.AFTER_WAIT)
+        return row
 
     def _reach(self, waiter: Waiter, now: int) -> tuple[Reach, Entry | None]:
         if waiter.server_id == self._registry.server_id:
@@ -765,12 +824,18 @@ class Transactions:
             return replayed
         lease = json.loads(prior.body)
         row = tx.load_lock(caller.project_id, key)
-        if not _is_live(row, tx.now_us(), lease):
+        live = _live_lease(row, tx.now_us(), lease)
+        if live is None:
             return attrs.evolve(_ended(lease, caller.request_id), replayed=True)
         if prior.undelivered:  # this repeat delivers it: the server must not end it now
             delivered = attrs.evolve(prior, undelivered=False)
             tx.save_outcome(caller.project_id, caller.request_id, delivered)
-        return attrs.evolve(replayed, lease_until_us=parse_rfc3339_us(lease["expires_at"]))
+        # The lease as it is now, never as stored: a later request of its owner may have
+        # shortened it (a smaller ttl), and the client must not count on the stored expiry.
+        # Unchanged, the stored body goes back byte for byte.
+        told = lease_payload(lease["key"], live)
+        body = prior.body if told == lease else dumps(told)
+        return attrs.evolve(replayed, body=body, lease_until_us=live.expires_at_us)
 
     def _replay_many(
         self,
@@ -785,9 +850,12 @@ class Transactions:
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         if prior.status != 200:
             return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
-        return _batch.replayed(
-            prior.body, lambda lease: _is_live(rows[lease["key"]], now, lease), caller.request_id
-        )
+
+        def as_now(lease: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+            live = _live_lease(rows[lease["key"]], now, lease)
+            return None if live is None else (lease_payload(lease["key"], live), live.expires_at_us)
+
+        return _batch.replayed(prior.body, as_now, caller.request_id)
 
     def _on_key(
         self,
@@ -833,6 +901,7 @@ class Transactions:
                 effects.counted.extend(_ends(loaded, row, now, ending))
             row = versioned(loaded, row)
             tx.save_lock(row, loaded)
+            _kept_live_until(tx, loaded, row, now)
             self._changed_version(tx, effects, loaded, row)
         self._retime(effects, row, now)
 
@@ -873,21 +942,28 @@ class Transactions:
 
         `key` is the key `work` locks first; None when it locks several itself.
         """
-        effects = _Effects(self._registry)
-        try:
-            with self._storage.write(may_block=may_block, key=key) as tx:
-                result = work(tx, effects)
-        except BaseException:
-            effects.rolled_back()
-            raise
-        committed = tx.committed_us
-        effects.committed(self._time_handoff, self._changed, committed, self._metrics)
+        for run in range(1, _STALE_RUNS + 1):
+            effects = _Effects(self._registry)
+            try:
+                with self._storage.write(may_block=may_block, key=key) as tx:
+                    result = work(tx, effects)
+            except StaleClock:
+                effects.rolled_back()
+                if run == _STALE_RUNS:
+                    raise
+                continue  # again, on a fresh clock
+            except BaseException:
+                effects.rolled_back()
+                raise
+            break
+        committed, asked_at = tx.committed_us, tx.committed_at
+        effects.committed(self._time_handoff, self._changed, (committed, asked_at), self._metrics)
         if isinstance(result, Answer) and effects.granted:
             # Its waiters are answered first: its client's next request comes after theirs.
             after = tuple(entry.answered for entry, _, _ in effects.granted)
             result = attrs.evolve(result, after=after)
         if isinstance(result, Answer) and result.lease_until_us is not None:
-            return attrs.evolve(result, clock_us=committed)
+            return attrs.evolve(result, clock_us=committed, clock_at=asked_at)
         return result
 
     def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
@@ -927,6 +1003,23 @@ def _ends(loaded: LockRow, row: LockRow, now: int, ending: End | None) -> list[E
     return ended
 
 
+def _kept_live_until(tx: WriteTx, loaded: LockRow | None, row: LockRow, now: int) -> None:
+    """Bound the commit by each lease live at `now` that `row` keeps but changes.
+
+    A renewal (an acquire by the holder, a new label, a reservation taken) writes a lease that
+    readers see only once the transaction commits; until then they see it as loaded, and once
+    its old expiry passes, ended. Committed after that, with a clock read before it, the lease
+    would be live again at an older version: so it commits only while that expiry is ahead.
+    """
+    if loaded is None:
+        return
+    after = {lease.fencing_token: lease for lease in row.leases}
+    for lease in loaded.live_leases(now):
+        kept = after.get(lease.fencing_token)
+        if kept is not None and kept != lease:
+            tx.commit_before(lease.expires_at_us)
+
+
 def _quota_exceeded(keys: int) -> Decision:
     message = (
         f"this project has {keys} keys stored, its quota on this server (volcano-server serve"
@@ -940,11 +1033,18 @@ def _answer(result: Answer | Queued) -> Answer:
     return result
 
 
-def _is_live(row: LockRow | None, now: int, lease: dict[str, Any]) -> bool:
-    """Whether the lease of a stored LockLease body is still a live lease of the key."""
-    return row is not None and any(
-        live.owner_token == lease["owner_token"] and live.fencing_token == lease["fencing_token"]
-        for live in row.live_leases(now)
+def _live_lease(row: LockRow | None, now: int, lease: dict[str, Any]) -> Lease | None:
+    """The key's live lease that a stored LockLease body names (owner and token), as it is now."""
+    if row is None:
+        return None
+    return next(
+        (
+            live
+            for live in row.live_leases(now)
+            if live.owner_token == lease["owner_token"]
+            and live.fencing_token == lease["fencing_token"]
+        ),
+        None,
     )
 
 

@@ -32,6 +32,7 @@ import anyio
 from ._admission import Job
 from ._auth import Revocations
 from ._config import WaitingSettings
+from ._errors import ApiError
 from ._lockmetrics import LockMetrics, Waited
 from ._offload import Runner
 from ._pulse import Pulse
@@ -276,8 +277,28 @@ class Waits:
                     return answer
             elif turn is Turn.AWAIT_COMMIT:
                 await entry.changed()  # its commit (or roll back) is on its way: wait for that
+            elif turn is Turn.WAIT and entry.unconfirmed is not None and await self._confirm(entry):
+                continue  # judged: granted now, or it waits on
             elif turn is Turn.WAIT:
                 await entry.changed(max(0.0, deadline - loop.time()), gone)
+
+    async def _confirm(self, entry: Entry) -> bool:
+        """Deliver a grant whose commit was not confirmed, if it committed after all.
+
+        False if the database could not be asked: the request waits on (its wait's end, or
+        the next change, asks again; `give_up` asks too).
+        """
+        tx = self.transactions
+        try:
+            await self._run(
+                lambda may_block: tx.confirm(entry, may_block=may_block),
+                job=Job(entry.project_id, keeps=True, request=False),
+                traced_as="confirm",
+                lane=entry.key_ref,
+            )
+        except ApiError:  # the database is out of reach (503)
+            return False
+        return True
 
     async def _give_up(self, entry: Entry) -> Answer | None:
         """The last hand-off and 409; None if the entry was granted the key meanwhile.

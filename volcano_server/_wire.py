@@ -29,6 +29,9 @@ class Answer:
     replayed: bool = False
     lease_until_us: int | None = None  # the expiry of the lease it tells of (the soonest)
     clock_us: int | None = None  # the storage clock once its transaction committed
+    # The server's monotonic clock (`Storage.monotonic`) just before `clock_us` was asked for:
+    # the answer's age counts from there.
+    clock_at: float | None = None
     # A batch's results, each with the expiry of the lease it tells of (`_batch`).
     results: tuple[tuple[dict[str, Any], int | None], ...] = ()
     # Sent only once these are done: the answers of the waiters its transaction granted a

@@ -186,6 +186,11 @@ class Checks:
         body = request.body or {}
         if request.op == "acquire":
             self._queued.discard((request.key, body["owner_token"]))
+        if request.op in ("acquire", "renew"):
+            self._may_shorten(request, body, request.key)
+        if request.op == "renew_many":
+            for entry in body["leases"]:
+                self._may_shorten(request, entry, entry["key"])
         if request.op == "release" and "fencing_token" in body:
             for belief in self._beliefs_of(body["owner_token"], request.key, body["fencing_token"]):
                 belief.ended_us = request.sent_us if belief.ended_us is None else belief.ended_us
@@ -198,6 +203,22 @@ class Checks:
                 for index, entry in enumerate(body["leases"])
                 if self._stale(entry["owner_token"], entry["key"], entry["fencing_token"])
             )
+
+    def _may_shorten(self, request: Request, body: dict[str, Any], key: str) -> None:
+        """A request that may set its owner's lease to `first send + ttl` (an acquire by the
+        holder, a renewal) is the latest that gave or renewed it, answered or not: its owner
+        counts on no more than that (the explorer found a client told 409 while it still
+        counted on an answer older than its own unanswered, shorter acquire)."""
+        if "ttl_seconds" not in body:
+            return
+        until = request.first_sent_us + round(body["ttl_seconds"] * 1_000_000)
+        token = body.get("fencing_token")
+        for belief in self._beliefs:
+            if (belief.owner, belief.key) == (body["owner_token"], key) and token in (
+                None,
+                belief.token,
+            ):
+                belief.until_us = min(belief.until_us, until)
 
     def _stale(self, owner: str, key: str, token: int) -> bool:
         latest = self._granted.get((owner, key))
@@ -256,7 +277,9 @@ class Checks:
                 if token > seen:  # granted by this transaction
                     if _asked_by(request, key, owner):
                         self._own_grants.add((key, token))
-                    self._passed_over(key, token, owner, self._line.get(key, []), line, alive)
+                    holders = {o for _t, o, _u in self._live(key, now)}
+                    before = self._line.get(key, [])
+                    self._passed_over(key, token, owner, before, line, alive, holders)
                     self._seen[key] = max(token, self._seen.get(key, 0))
             self._line[key] = line
             self._queued.update((key, owner) for _q, owner, state, _s in line if state != "away")
@@ -419,14 +442,20 @@ class Checks:
         before: list[tuple[int, str, str, str]],
         after: list[tuple[int, str, str, str]],
         alive: set[str],
+        holders: set[str],
     ) -> None:
+        """A `reserved` row counts as in line too once its reservation has lapsed (its owner
+        holds no live lease): it must be served again, first, not passed over."""
         theirs = next((seq for seq, owner, _s, _srv in before if owner == new_owner), None)
-        still_waiting = {owner for _seq, owner, state, _srv in after if state == "waiting"}
+        in_line = ("waiting", "reserved")
+        still_waiting = {
+            owner for _seq, owner, state, _srv in after if state in in_line and owner not in holders
+        }
         for seq, owner, state, server_id in before:
             if theirs is not None and seq >= theirs:
                 break
             if (
-                state == "waiting"
+                state in in_line
                 and owner in still_waiting
                 and server_id in alive
                 and self._open_wait(owner, key)

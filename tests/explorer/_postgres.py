@@ -9,6 +9,11 @@ lock, or is done; `quiesce` waits for exactly that, watching `pg_stat_activity`.
 then move time, run other transactions, and only later let the paused one go on, which is what
 a server descheduled between two statements does to a real database.
 
+The check a transaction makes of the clock just before its COMMIT (`WriteTx.commit_before`, in
+the COMMIT's own message) stops at the gate *before* it reads the clock, never between its read
+and the COMMIT: the explorer stalls a transaction before its commit, not inside PostgreSQL's
+commit (that window, the commit's flush, is the one docs/safety.md leaves open).
+
 NOTIFY still travels through PostgreSQL: one LISTEN connection of the explorer's collects the
 announcements (hand-offs and changes of watched keys), and the schedule decides when each
 reaches the servers.
@@ -50,6 +55,18 @@ BEGIN
     RETURN now_us;
 END $$
 """
+# The check just before COMMIT (`volcano_still_before`): the gate first, then the clock.
+_STILL_BEFORE = """
+CREATE OR REPLACE FUNCTION volcano_still_before(p_bound bigint) RETURNS void LANGUAGE plpgsql
+VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_lock_shared(7919, pg_backend_pid());
+    PERFORM pg_advisory_unlock_shared(7919, pg_backend_pid());
+    IF (SELECT c.now_us FROM volcano_explorer_clock c) >= p_bound THEN
+        RAISE EXCEPTION USING ERRCODE = 'VO001', MESSAGE = 'explorer: stale clock';
+    END IF;
+END $$
+"""
 _QUIET_SECONDS = 30.0
 
 
@@ -66,6 +83,7 @@ class _Storage(PostgresStorage):
             statement_timeout=600,
             silence_timeout=600,
             pool_timeout=30,
+            monotonic=gates.time,  # the servers' loop time: an answer's age is virtual too
         )
         self._gates = gates
         self._server = server
@@ -96,10 +114,15 @@ class ClockGates:
         self._conn.execute("CREATE TABLE volcano_explorer_clock (now_us bigint NOT NULL)")
         self._conn.execute("INSERT INTO volcano_explorer_clock VALUES (%s)", (clock_of(loop)(),))
         self._conn.execute(_CLOCK)
+        self._conn.execute(_STILL_BEFORE)
         self._listener = psycopg.connect(url, autocommit=True)
         self._listener.execute(f"LISTEN {HANDOFF_CHANNEL}")
         self._listener.execute(f"LISTEN {CHANGE_CHANNEL}")
         loop.on_time = lambda _now: self.set_clock(clock_of(loop)())
+
+    def time(self) -> float:
+        """The virtual loop's time (any thread may read it)."""
+        return self._loop.time()
 
     async def forever(self) -> None:
         await self._loop.create_future()

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import attrs
 
 from tests.explorer._loop import VirtualLoop
@@ -237,6 +238,11 @@ class World:
         self.answer_hooks: list[Callable[[Request], None]] = []
         self.commit_hooks: list[Callable[[Pending], None]] = []  # after each transaction ran
         self.gates = gates
+        # The servers judge a batch's body in a worker thread (`Api._judged`): here on the
+        # loop, so that what a schedule draws never depends on how fast a thread ran
+        # (Hypothesis reported FlakyStrategyDefinition on `--explore` runs with batches).
+        self._to_thread = anyio.to_thread.run_sync
+        anyio.to_thread.run_sync = _on_the_loop  # type: ignore[assignment]
         self._open_storage = open_storage
         self._storages: list[Storage] = []
         admin = open_storage(database_url, None)
@@ -528,6 +534,12 @@ class World:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
         asyncio.set_event_loop(None)
+        anyio.to_thread.run_sync = self._to_thread
+
+
+async def _on_the_loop(func: Callable[..., Any], *args: Any, **_options: Any) -> Any:
+    """`anyio.to_thread.run_sync`, run on the calling loop instead."""
+    return func(*args)
 
 
 def _summary(request: Request) -> str:
@@ -585,7 +597,7 @@ def sqlite_world(path: Path, **options: Any) -> Iterator[World]:
     clock = clock_of(loop)
 
     def open_sqlite(_url: str, _server: str | None) -> Storage:
-        return SQLiteStorage(path, synchronous="normal", clock=clock)
+        return SQLiteStorage(path, synchronous="normal", clock=clock, monotonic=loop.time)
 
     world = World("sqlite", f"sqlite:///{path}", loop=loop, open_storage=open_sqlite, **options)
     try:

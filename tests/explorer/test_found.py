@@ -81,9 +81,12 @@ class TestFound:
 
     def test_a_grant_is_never_dated_before_its_request(self, world: World) -> None:
         """Finding 2: a release reads the clock, stalls before it locks the key; a waiter joins
-        50 ms later (through another server: one server runs its transactions on a key in
-        turn, `_lanes`); the release then hands the key to it. The lease must not be dated from
-        the release's clock read (it was 50 ms early on PostgreSQL before the fix)."""
+        50 ms later through the same server, whose lane holds its transaction back behind the
+        release's for at most 1 s (`_lanes`), then lets it run (its patience ran out); the
+        release then hands the key to it. The lease must not be dated from the release's
+        clock read (it was 50 ms early on PostgreSQL before the fix). Through the other
+        server, as this test went once lanes landed, the waiter's request only ever got a
+        reservation, and the stale clock read went unseen (issue 34)."""
         holder = acquire(world, 1)
         run_through(world, holder)
         lease = holder.payload
@@ -97,10 +100,114 @@ class TestFound:
         )
         world.run(world.work_of(release))  # PostgreSQL: stops at its clock read
         world.advance(0.05)
-        waiter = acquire(world, 2, "s2", wait_seconds=4.0)
-        run_through(world, waiter)
+        waiter = acquire(world, 2, "s1", wait_seconds=4.0)
+        if world.backend == "postgres":  # held in the lane behind the stalled release
+            assert not [p for p in world.pending if p.request is waiter]
+        world.advance(1.0)  # past the lane's patience
+        run_through(world, waiter)  # blocks on the key's row lock, or joins the line
         world.drain()
         assert waiter.status == 200
+        assert verdict(world) == []
+
+
+class TestTheJudgesReckoning:
+    def test_an_unanswered_shorter_acquire_is_the_latest_word(self, world: World) -> None:
+        """Issue 34 (the explorer's TwoHolders on SQLite, `--explore`): b holds the key until
+        t=2.5, then acquires it again with ttl 1 and closes its connection before the answer;
+        the server shortened the lease to t=1 and hands the key to a at t=1. b counts on no
+        more than its latest request gave (promise 1: `first send + ttl` of the latest request
+        that gave or renewed the lease): the judge counted only answers heard, and reported
+        two holders where the server kept its word."""
+        holder = acquire(world, 2, "s2")
+        run_through(world, holder)
+        shorter = world.send("2", "s1", "acquire", KEY, {**holder.body, "ttl_seconds": 1.0})
+        world.close(shorter)
+        run_through(world, shorter)
+        waiter = acquire(world, 1, "s1", ttl_seconds=1.0, wait_seconds=4.0)
+        run_through(world, waiter)
+        world.advance(1.1)
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+
+class TestLapsedReservation:
+    def test_a_waiter_whose_reservation_lapsed_is_served_first(self, world: World) -> None:
+        """Issue 34: b waits through s2; a's release through s1 reserves the key for b, and s2
+        does not take it in time (its poll or NOTIFY never runs): the reservation lapses. c
+        then asks through s1. b, first in line, connected, its server alive, must not be
+        passed over: c is refused (b reserved again), and b is granted the key. Before the
+        fix, c got it (PassedOver, once the check saw `reserved` rows) and b heard 409."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, "s2", wait_seconds=4.0)
+        run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        run_through(world, world.send("1", "s1", "release", KEY, body, request_id=rid(84)))
+        assert [state for _q, _o, state, _s in CHECKS[world].reader.waiters(KEY)] == ["reserved"]
+        world.advance(2.1)  # past the reservation (2 s), within s2's heartbeat (3 s)
+        rival = acquire(world, 3, "s1")
+        run_through(world, rival)
+        assert rival.status == 409
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+
+class TestReplayTellsNow:
+    """Issue 34: a replay tells the lease as it is now, never the expiry stored with it. b takes
+    the key with request id X (ttl 2.5), shortens the same lease with request id Y (ttl 1), then
+    repeats X: told the stored t=2.5 (before the fix), b counted on the key until 2.5 while the
+    server let it expire at 1.5 and granted c the key at 1.6 (TwoHolders; the explorer found
+    it in 44 steps)."""
+
+    @staticmethod
+    def shortened(world: World, first: Request, shorter: dict[str, object], op: str) -> Request:
+        """Shorten b's lease at t=0.5 with `op` (a new request id), repeat `first`, and let c
+        take the key once the shortened lease has expired; returns the repeat."""
+        world.advance(0.5)
+        run_through(world, world.send("2", "s1", op, KEY, shorter, request_id=rid(80)))
+        again = world.send("2", "s2", first.op, KEY, first.body, request_id=first.request_id)
+        run_through(world, again)
+        assert (again.status, again.replayed) == (200, True)
+        world.advance(1.1)
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        return again
+
+    def test_an_acquire_replayed_tells_the_expiry_of_now(self, world: World) -> None:
+        """The acquire's replay tells the shortened expiry (t=1.5) and ttl 1."""
+        first = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, first)
+        again = self.shortened(world, first, {**first.body, "ttl_seconds": 1.0}, "acquire")
+        assert again.payload["ttl_seconds"] == 1.0
+        assert verdict(world) == []
+
+    def test_a_renewal_replayed_tells_the_expiry_of_now(self, world: World) -> None:
+        """The same with renewals: X renews for 2.5 s, Y for 1 s, X again."""
+        holder = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, holder)
+        body = {"owner_token": owner(2), "fencing_token": holder.payload["fencing_token"]}
+        first = world.send(
+            "2", "s1", "renew", KEY, {**body, "ttl_seconds": 2.5}, request_id=rid(81)
+        )
+        run_through(world, first)
+        again = self.shortened(world, first, {**body, "ttl_seconds": 1.0}, "renew")
+        assert again.payload["ttl_seconds"] == 1.0
+        assert verdict(world) == []
+
+    def test_a_batch_replayed_tells_each_expiry_of_now(self, world: World) -> None:
+        """The same with a batch renewal: each lease of its results as it is now."""
+        holder = acquire(world, 2, ttl_seconds=2.5)
+        run_through(world, holder)
+        token = holder.payload["fencing_token"]
+        entry = {"key": KEY, "owner_token": owner(2), "fencing_token": token, "ttl_seconds": 2.5}
+        first = world.send("2", "s1", "renew_many", KEY, {"leases": [entry]}, request_id=rid(82))
+        run_through(world, first)
+        shorter = {"owner_token": owner(2), "fencing_token": token, "ttl_seconds": 1.0}
+        again = self.shortened(world, first, shorter, "renew")
+        assert again.payload["results"][0]["lease"]["ttl_seconds"] == 1.0
         assert verdict(world) == []
 
 
@@ -161,6 +268,71 @@ class TestUndelivered:
         assert rival.status == 200
         assert verdict(world) == []
 
+    def test_its_owner_told_again_in_the_same_microsecond_keeps_it(self, world: World) -> None:
+        """Issue 34: b's client left as the key was handed to it; b's owner acquires again
+        (a new request id, the same ttl) in the same microsecond, and is told the lease. The
+        server must not then end it as undelivered: before the fix the two leases were equal
+        (same token, same expiry), undeliver ended the one just told, and c got the key while
+        b held it (TwoHolders)."""
+        waiter, _ = self.granted_to_a_gone_waiter(world)
+        undeliver = world.pending[0]
+        again = acquire(world, 2, "s2", ttl_seconds=waiter.body["ttl_seconds"])
+        run_through(world, again)
+        assert again.status == 200
+        world.run(undeliver)
+        while undeliver in world.paused():
+            world.resume(undeliver)
+        rival = acquire(world, 3, server="s2")
+        run_through(world, rival)
+        assert rival.status == 409
+        assert verdict(world) == []
+
+    def test_a_grant_whose_commit_was_lost_is_told_to_its_waiter(self, world: World) -> None:
+        """Issue 34 (the explorer's LeaseNobodyHeard): a's release hands the key to b, waiting
+        here, and commits, but the server hears the database was lost during COMMIT: it put
+        b back in line as if nothing had happened. The server must ask the database and tell
+        b of the lease it holds (before the fix, b heard 409 lock_held when its wait ran out,
+        and the key stayed held in b's name, by nobody who heard of it, until its ttl)."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, wait_seconds=1.5)
+        run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s1", "release", KEY, body, request_id=rid(85))
+        handing_over = world.work_of(release)
+        world.run(handing_over, "lost")
+        while handing_over in world.paused():
+            world.resume(handing_over)
+        world.settle()
+        assert release.status == 503
+        world.advance(1.5)
+        world.drain()
+        assert waiter.status == 200
+        assert verdict(world) == []
+
+    def test_a_grant_whose_commit_was_lost_is_ended_when_its_client_leaves(
+        self, world: World
+    ) -> None:
+        """The same lost commit, and then b's client leaves: the lease it never heard of is
+        ended at once, and c gets the key."""
+        holder = acquire(world, 1)
+        run_through(world, holder)
+        waiter = acquire(world, 2, wait_seconds=4.0)
+        run_through(world, waiter)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s1", "release", KEY, body, request_id=rid(86))
+        handing_over = world.work_of(release)
+        world.run(handing_over, "lost")
+        while handing_over in world.paused():
+            world.resume(handing_over)
+        world.settle()
+        world.close(waiter)
+        world.drain()
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        assert verdict(world) == []
+
 
 class TestStalled:
     def test_a_lease_that_expired_in_a_stall_is_not_answered(self, world: World) -> None:
@@ -172,6 +344,55 @@ class TestStalled:
         world.advance(1.5)
         while world.paused():
             world.resume(world.paused()[0])
+        world.settle()
+        assert holder.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []
+
+    def test_a_stalled_renewal_never_brings_an_expired_lease_back(self, world: World) -> None:
+        """Issue 34: a renewal reads the clock under the key's lock and stalls past the
+        lease's expiry; meanwhile a reader sees the key free, at version v+1. The renewal must
+        not then commit with its stale clock (before the fix the lease was live again at
+        version v: VersionWentBack): its commit is checked against the lease's old expiry on
+        the database clock, rolled back, and run again, and it hears 409. On SQLite the
+        renewal runs at once, before the expiry, and is granted."""
+        holder = acquire(world, 1, ttl_seconds=1.0)
+        run_through(world, holder)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        renewal = world.send(
+            "1", "s1", "renew", KEY, {**body, "ttl_seconds": 2.5}, request_id=rid(83)
+        )
+        world.run(world.work_of(renewal))  # PostgreSQL: stops at its clock read, row locked
+        world.advance(1.5)
+        reading = world.send("9", "s2", "get", KEY)
+        run_through(world, reading)
+        CHECKS[world].after_step()  # the key's version as a reader sees it now
+        if world.backend == "postgres":
+            assert reading.payload["held"] is False
+        while world.paused():
+            world.resume(world.paused()[0])
+        world.settle()
+        assert renewal.status == (409 if world.backend == "postgres" else 200)
+        assert verdict(world) == []
+
+    def test_an_answer_counts_the_delay_of_its_commit_clock_read(self, world: World) -> None:
+        """Issue 34: the round trip that reads the clock right after a grant's COMMIT is
+        answered 0.8 s late (ttl 0.3 s); meanwhile c is granted the key through the other
+        server. The answer is judged true at the time it is sent, counting every delay since
+        the clock read was asked for: 409 on PostgreSQL (before the fix, 200 with the old
+        lease: UntrueAnswer). SQLite's clock read is local: there the grant is answered at
+        once, and c takes the key after its expiry."""
+        holder = acquire(world, 1, ttl_seconds=0.3)
+        granting = world.work_of(holder)
+        world.run(granting)
+        if world.backend == "postgres":
+            world.resume(granting)  # past its opening clock read: it stops at the commit's
+            assert granting in world.paused()
+        world.advance(0.8)
+        rival = acquire(world, 3, "s2")
+        run_through(world, rival)
+        assert rival.status == 200
+        while granting in world.paused():
+            world.resume(granting)
         world.settle()
         assert holder.status == (409 if world.backend == "postgres" else 200)
         assert verdict(world) == []

@@ -46,6 +46,7 @@ __all__ = [
     "ProjectKeys",
     "ReadOnlyTx",
     "ReadTx",
+    "StaleClock",
     "Storage",
     "StorageUnavailable",
     "StoredOutcome",
@@ -67,6 +68,15 @@ WaiterState = Literal["waiting", "reserved", "away"]
 
 class StorageUnavailable(Exception):
     """The database cannot be reached, or stayed locked past the busy timeout."""
+
+
+class StaleClock(StorageUnavailable):
+    """The storage clock passed a transaction's `commit_before` bound: it was rolled back.
+
+    Its decisions kept a lease live that has expired since its clock read (a stalled
+    transaction): committed, it would bring that lease back after readers saw it end. Run it
+    again, on a fresh clock.
+    """
 
 
 class UnsafeDatabase(Exception):
@@ -370,6 +380,10 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
     """
 
     committed_us: int | None
+    # The storage's `monotonic` clock just before the request for `committed_us` was sent: an
+    # answer judged by `committed_us` counts every delay since then (the round trip's answer
+    # may have been held for any time), never only from when the result came back.
+    committed_at: float | None
 
     def load_locks(
         self,
@@ -403,6 +417,16 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
 
     def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
         """`save_lock` for each (row, loaded) pair, rows of different keys, at once."""
+        ...
+
+    def commit_before(self, bound_us: int) -> None:
+        """Commit only while the storage clock is before `bound_us`, else raise StaleClock.
+
+        Checked inside the transaction, on the storage clock, just before COMMIT: a
+        transaction that renewed (or relabelled, or took) a lease live at its clock read must
+        not commit once that lease's old expiry has passed, since readers have seen it end
+        meanwhile. Several calls: the earliest bound holds.
+        """
         ...
 
     def key_count(self, project_id: int) -> int:
@@ -504,6 +528,9 @@ class Storage(Protocol):
     # How many transactions can usefully run at once (a pool's connections, SQLite's readers):
     # the server's slots for storage work (`_admission`).
     connections: int
+    # The server's monotonic clock, in seconds (`time.monotonic`; a test's virtual clock):
+    # `WriteTx.committed_at` is read on it, and the server measures an answer's age on it.
+    monotonic: Callable[[], float]
 
     def write(
         self, *, may_block: bool = True, key: tuple[int, str] | None = None

@@ -64,6 +64,7 @@ from ._base import (
     Listener,
     LockRow,
     LockSummary,
+    StaleClock,
     StoredOutcome,
     Waiter,
     WaiterState,
@@ -165,6 +166,19 @@ _CLOCK_FUNCTION = """
 CREATE OR REPLACE FUNCTION volcano_clock_us() RETURNS bigint LANGUAGE sql VOLATILE AS $$
     SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
 $$
+"""
+
+# Fails its transaction with SQLSTATE VO001 (a class no PostgreSQL error uses) once the database
+# clock has reached `p_bound`: the check of `WriteTx.commit_before`, just before COMMIT.
+_STILL_BEFORE_FUNCTION = """
+CREATE OR REPLACE FUNCTION volcano_still_before(p_bound bigint) RETURNS void LANGUAGE plpgsql
+VOLATILE AS $$
+BEGIN
+    IF volcano_clock_us() >= p_bound THEN
+        RAISE EXCEPTION USING ERRCODE = 'VO001',
+            MESSAGE = 'a lease this transaction kept live expired since its clock read';
+    END IF;
+END $$
 """
 
 # Schema changes, by the version they bring the database to; each runs once, in order.
@@ -356,6 +370,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE lock_waiters ADD COLUMN shared boolean NOT NULL DEFAULT false",
         _OPEN_FUNCTION,
     ),
+    # Issue 34: a transaction that keeps a lease live commits only while the database clock
+    # is before that lease's old expiry (`WriteTx.commit_before`).
+    11: (_STILL_BEFORE_FUNCTION,),
 }
 _SCHEMA_VERSION = max(_MIGRATIONS)
 # Held (per transaction) while migrating, so servers starting at once migrate in turn.
@@ -366,6 +383,11 @@ _NOW_US = "volcano_clock_us()"
 _CLOCK = f"SELECT {_NOW_US}"
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+# `WriteTx.commit_before`: fail the transaction (and so its COMMIT, sent after it in the same
+# message) once the database clock has reached the bound (`_STILL_BEFORE_FUNCTION`; a function,
+# whose plan the session caches: an anonymous DO block costs about 0.3 ms more to compile).
+_STALE_CLOCK = "VO001"
+_STILL_BEFORE = "SELECT volcano_still_before({bound:d})"
 # Each transaction makes the database end its side of the connection once the server has been
 # silent for `silence_timeout` (vanished behind a black hole, or frozen), so the transaction's
 # row locks never outlive a lock wait elsewhere (`lock_timeout`). Between two statements that is
@@ -712,8 +734,10 @@ class _WriteTx(PostgresGroups):
         offset: Callable[[], int],
         first_key: tuple[int, str] | None,
         commits: Commits,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._conn = conn
+        self._monotonic = monotonic
         self._commits = commits
         self._cursor = psycopg.ClientCursor(conn)
         self._queued: list[str] = []  # bound statements for the next round trip
@@ -729,6 +753,8 @@ class _WriteTx(PostgresGroups):
         # (leases, outcomes), places in line and heartbeats (their requests and servers live on).
         self.durable = False
         self.committed_us: int | None = None
+        self.committed_at: float | None = None
+        self._before_us: int | None = None  # `commit_before`'s bound, on the storage clock
 
     def begin(self, limits: tuple[str, tuple[str, ...]]) -> None:
         self._send(_BEGIN, ())
@@ -745,14 +771,27 @@ class _WriteTx(PostgresGroups):
             leftover = locked.leftover()
             if leftover is not None:
                 self._send(*leftover)
+        if self._before_us is not None:
+            # In the same round trip, just before COMMIT: a lease this transaction kept live
+            # must not have expired since its clock read (`WriteTx.commit_before`).
+            self._queued.append(_STILL_BEFORE.format(bound=self._before_us - self._offset()))
         if not self.durable:
             self._send("SET LOCAL synchronous_commit TO off", ())
         self._send("COMMIT", ())
         # The clock once the commit is done, in the same round trip (its own implicit
-        # transaction): what an answer telling of a lease is judged by before it is sent.
-        with self._commits.bounded(self._conn):
-            (clock_us,) = _one(self._ask(_CLOCK, ()))
+        # transaction): what an answer telling of a lease is judged by before it is sent,
+        # counting every delay from before the round trip went out (its answer may be held
+        # longer than any ttl: the time since the result came back is not enough).
+        asked_at = self._monotonic()
+        try:
+            with self._commits.bounded(self._conn):
+                (clock_us,) = _one(self._ask(_CLOCK, ()))
+        except psycopg.Error as exc:
+            if exc.sqlstate == _STALE_CLOCK:
+                raise StaleClock(f"postgresql: {_one_line(exc)}") from exc
+            raise
         self.committed_us = clock_us + self._offset()
+        self.committed_at = asked_at
 
     def now_us(self) -> int:
         if self._now is None:
@@ -838,6 +877,10 @@ class _WriteTx(PostgresGroups):
     def save_locks(self, changes: Sequence[tuple[LockRow, LockRow | None]]) -> None:
         for row, loaded in changes:  # queued: they go with COMMIT, one round trip
             self.save_lock(row, loaded)
+
+    def commit_before(self, bound_us: int) -> None:
+        if self._before_us is None or bound_us < self._before_us:
+            self._before_us = bound_us
 
     def waiting_count(self, project_id: int, key: str) -> int:
         return int(_one(self._ask(_WAITING_COUNT, (project_id, key)))[0])
@@ -1032,8 +1075,10 @@ class PostgresStorage(KeyAdmin):
         statement_timeout: float = 5.0,
         silence_timeout: float = 2.0,
         clock_offset_us: Callable[[], int] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url_for_display = redact_url(url)
+        self.monotonic = monotonic
         self.runs_inline = False  # network round trips: always from a worker thread
         self.pushes_handoffs = True
         conninfo, url_pool_size = _conninfo(url, connect_timeout)
@@ -1090,7 +1135,7 @@ class PostgresStorage(KeyAdmin):
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                tx = _WriteTx(conn, self._offset, key, self._commits)
+                tx = _WriteTx(conn, self._offset, key, self._commits, self.monotonic)
                 tx.begin(self._limits)
                 yield tx
                 tx.commit()

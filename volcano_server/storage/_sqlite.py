@@ -50,6 +50,7 @@ from ._base import (
     Listener,
     LockRow,
     LockSummary,
+    StaleClock,
     StorageUnavailable,
     StoredOutcome,
     Synchronous,
@@ -275,6 +276,17 @@ class _Tx(SQLiteGroups):
         # their requests die with a crash anyway.
         self.durable = False
         self.committed_us: int | None = None
+        self.committed_at: float | None = None
+        self.before_us: int | None = None  # `commit_before`'s bound
+
+    def commit_before(self, bound_us: int) -> None:
+        if self.before_us is None or bound_us < self.before_us:
+            self.before_us = bound_us
+
+    def check_clock(self, now_us: int) -> None:
+        """StaleClock if `now_us`, read just before COMMIT, is past `commit_before`'s bound."""
+        if self.before_us is not None and now_us >= self.before_us:
+            raise StaleClock("a lease this transaction kept live expired since its clock read")
 
     def now_us(self) -> int:
         return self._now
@@ -534,8 +546,10 @@ class SQLiteStorage(KeyAdmin):
         busy_timeout: float = 5.0,
         readers: int = 4,
         clock: Callable[[], int] = _now_us,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._path = str(path)
+        self.monotonic = monotonic
         self._clock = clock  # microseconds since the epoch; tests shift it to skip ahead
         self._synchronous = synchronous
         self._busy_ms = round(busy_timeout * 1000)
@@ -598,7 +612,9 @@ class SQLiteStorage(KeyAdmin):
                 try:
                     tx = _Tx(conn, self._clock)
                     yield tx
+                    tx.check_clock(self._clock())
                     conn.execute("COMMIT")
+                    tx.committed_at = self.monotonic()
                     tx.committed_us = self._clock()
                 except BaseException:
                     if conn.in_transaction:

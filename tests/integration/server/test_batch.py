@@ -170,6 +170,17 @@ class TestIdempotency:
         assert "no longer live" in replayed[1]["error"]["message"]
         assert locks.state(ended["key"])["held"] is False
 
+    def test_a_repeat_tells_each_lease_as_it_is_now(self, locks: Locks, key: str) -> None:
+        """A replay tells the lease as it is now, never its stored expiry: shortened since by
+        a single renew, the replayed result has the new expiry and ttl (issue 34)."""
+        lease = held(locks, key)
+        request_id = new_id()
+        body = [entry(lease, ttl=60)]
+        results(locks.renew_many(body, request_id=request_id))
+        shorter = locks.renew(key, lease["owner_token"], lease["fencing_token"], 5).json()
+        replayed = results(locks.renew_many(body, request_id=request_id))
+        assert replayed[0]["lease"] == shorter
+
     def test_a_different_body_is_request_id_reused(self, locks: Locks, key: str) -> None:
         """The same request id with another batch: 409 request_id_reused, nothing renewed."""
         lease = held(locks, key)

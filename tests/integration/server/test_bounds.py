@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 import volcano
@@ -87,7 +88,8 @@ class TestPurge:
         with live.http(live.other) as http:
             locks = Locks(http)
             for index in range(150):
-                assert locks.acquire(f"churn-{index}", new_id(), ttl=0.1).status_code == 200
+                made = locks.acquire(f"churn-{index}", new_id(), ttl=0.1)
+                assert _stored(made), made.text
             time.sleep(0.2)  # let them expire: expiry is the server's clock's
             drain(storage.purge_leases)
             assert rows(live.database_url, "leases") == 0
@@ -146,7 +148,7 @@ class TestPurge:
             for index in range(30):
                 body = {"owner_token": new_id(), "ttl_seconds": 0.1}
                 joined = http.post(f"/v1/groups/crowd/members/m{index}/join", json=body)
-                assert joined.status_code == 200, joined.text
+                assert _stored(joined), joined.text
             time.sleep(0.2)
             before = http.get("/v1/groups/crowd").json()
             drain(storage.purge_members)
@@ -219,3 +221,11 @@ class TestQuotas:
             batch = http.post("/v1/leases/renew", json={"leases": [{"key": "l", **renewal}]})
             assert batch.status_code == 409
             assert batch.json()["error"]["code"] == "quota_exceeded"
+
+
+def _stored(response: httpx.Response) -> bool:
+    """Granted and stored: 200, or, on a loaded machine, 409 lease_not_held because the 0.1 s
+    lease had expired by the time the answer went out (docs/safety.md, promise 3)."""
+    if response.status_code == 200:
+        return True
+    return response.status_code == 409 and response.json()["error"]["code"] == "lease_not_held"

@@ -223,6 +223,16 @@ class TestJoinGroup:
         assert code(groups.member(group, "w1")) == (404, "member_not_found")
         assert joined(groups, group)["fencing_token"] > first["fencing_token"]
 
+    def test_a_replay_tells_the_membership_as_it_is_now(self, groups: Groups, group: str) -> None:
+        """A repeated join tells the membership as it is now (shortened since by a renewal),
+        never the expiry stored with it (issue 34)."""
+        owner, request_id = new_id(), new_id()
+        first = groups.join(group, "w1", owner, 60, request_id=request_id).json()
+        shorter = groups.renew(group, "w1", owner, first["fencing_token"], 5).json()
+        again = groups.join(group, "w1", owner, 60, request_id=request_id)
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.json() == shorter
+
     def test_a_replay_of_a_membership_that_ended_is_refused(
         self, groups: Groups, group: str
     ) -> None:

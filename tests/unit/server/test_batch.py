@@ -60,22 +60,28 @@ class TestStillTrue:
 
 
 class TestReplayed:
-    def test_an_ended_lease_is_refused_and_a_live_one_kept(self) -> None:
-        """Replaying a stored batch asks whether each lease is still live."""
-        until = 1_800_000_000_000_000
+    def test_an_ended_lease_is_refused_and_a_live_one_told_as_it_is_now(self) -> None:
+        """Replaying a stored batch asks for each lease as it is now: an ended one is refused,
+        a live one told with its expiry now (shortened since, here), never the stored one."""
+        until, sooner = 1_800_000_000_000_000, 1_799_999_000_000_000
         stored = _batch.answer([renewed("a", 1, until), renewed("b", 2, until)])
-        replay = _batch.replayed(stored.body, lambda lease: lease["key"] == "a", RID)
+        now = renewed("a", 1, sooner)[0]["lease"]
+
+        def as_now(lease: dict[str, object]) -> tuple[dict[str, object], int] | None:
+            return (now, sooner) if lease["key"] == "a" else None
+
+        replay = _batch.replayed(stored.body, as_now, RID)
         first, second = json.loads(replay.body)["results"]
-        assert first == json.loads(stored.body)["results"][0]
-        assert first["lease"]["expires_at"] == rfc3339_us(until)
+        assert first == {"key": "a", "lease": now}
+        assert first["lease"]["expires_at"] == rfc3339_us(sooner)
         assert second["error"]["code"] == "lease_not_held"
         assert "no longer live" in second["error"]["message"]
         assert replay.replayed
-        assert replay.lease_until_us == until
+        assert replay.lease_until_us == sooner
 
     def test_a_stored_refusal_is_replayed_as_it_was(self) -> None:
         """A refusal needs no check: it is given back unchanged."""
         refusal = _batch.refused("c", ApiError.lease_not_held("gone"), RID)
         stored = _batch.answer([refusal])
-        replay = _batch.replayed(stored.body, lambda lease: False, RID)
+        replay = _batch.replayed(stored.body, lambda lease: None, RID)
         assert json.loads(replay.body) == json.loads(stored.body)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from volcano_server._transactions import Caller
-from volcano_server._watching import KeyView, Watches, delivers
-from volcano_server._wire import Answer
+from volcano_server.locks._transactions import Caller
+from volcano_server.locks._watching import KeyView, Watches, delivers
+from volcano_server.wire._wire import Answer
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,7 @@
+"""Locks: decided, stored in one transaction each, waited for, watched.
+
+The rules as pure decisions (`_rules`), each operation one transaction (`_transactions`,
+`_batch`), the waiting requests (`_registry`, `_waiters`), watches (`_watching`), where storage
+work runs (`_offload`, `_lanes`, `_admission`), this server's heartbeat (`_pulse`), and
+`_service`, the operations the API calls.
+"""

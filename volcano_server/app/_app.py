@@ -41,6 +41,7 @@ from ..telemetry._accesslog import AccessLog, RequestRecord
 from ..telemetry._lockmetrics import End, Ended, KeyPrefixes
 from ..telemetry._metrics import Metrics
 from ..telemetry._tracing import Tracing
+from ..transport._pacing import Pacer
 from ..wire._errors import ApiError
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ log = logging.getLogger("volcano_server")
 # Expired leases (and idle keys) deleted per transaction: small, since each holds the write lock
 # (SQLite) or its keys' row locks (PostgreSQL) while it runs.
 _LEASES_PER_PURGE = 500
+# Watchers answered per turn of the event loop, when one read answers many.
+_WATCH_ANSWERS_PER_TURN = 64
 
 
 def create_app(
@@ -96,7 +99,7 @@ def create_app(
         patience=config.patience,
         on_refused=metrics.over_time_share.inc,
     )
-    metrics.watch_admission(admission)
+    metrics.watch_admission(lambda: admission.waiting)
     offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
     run = Runner(offload, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
@@ -109,6 +112,7 @@ def create_app(
         max_wait_seconds=config.waiting.max_wait_seconds,
         heartbeat_lifetime_us=lifetime_us,
         readers={GROUP_WATCH_PREFIX: (read_group, record_group)},
+        pace=Pacer(_WATCH_ANSWERS_PER_TURN).submit,
     )
     groups = GroupTransactions(
         storage,

@@ -19,6 +19,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 import uvicorn
@@ -29,7 +30,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._config import ServerConfig
-from ..cli._daemon import Announce
 from ..http._readiness import readiness_endpoint
 from ..storage import Storage, redact_url
 from ..telemetry._metrics import Metrics
@@ -54,6 +54,18 @@ __all__ = [
 ]
 
 log = logging.getLogger("volcano_server")
+
+
+class Announce(Protocol):
+    """What the server tells whoever started it (the command's `Announce` in `cli/_daemon`)."""
+
+    def listening(self, url: str) -> None:
+        """The server listens at `url`."""
+        ...
+
+    def stopped(self) -> None:
+        """The server stopped cleanly."""
+        ...
 
 
 class StartupError(Exception):

@@ -17,7 +17,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import attrs
 
@@ -26,9 +25,7 @@ from ..wire._errors import ApiError
 
 __all__ = [
     "Authenticator",
-    "NoRevocations",
     "Principal",
-    "Revocations",
     "hash_key",
     "make_project_keys",
 ]
@@ -63,30 +60,6 @@ def make_project_keys(
 def new_service_key() -> str:
     """A fresh service key (store only its hash)."""
     return _SERVICE_PREFIX + secrets.token_urlsafe(32)
-
-
-class Revocations(Protocol):
-    """What the waiting code asks of the keys: has a waiter's service key been revoked?"""
-
-    def revoked(self, digest: bytes, *, may_block: bool = True) -> bool:
-        """Whether the key with this hash is revoked or gone (may read the database)."""
-        ...
-
-    def known_revoked(self, digest: bytes) -> bool:
-        """Whether it is already known revoked (no database read)."""
-        ...
-
-
-class NoRevocations:
-    """For transactions run without keys (storage tests): nothing is ever revoked."""
-
-    def revoked(self, digest: bytes, *, may_block: bool = True) -> bool:
-        """Never."""
-        return False
-
-    def known_revoked(self, digest: bytes) -> bool:
-        """Never."""
-        return False
 
 
 @attrs.frozen

@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 import attrs
 
 from .._config import WaitingSettings
-from ..http._auth import Revocations
 from ..storage import Lease, LockRow, Storage, StoredOutcome, Waiter, WouldBlock, WriteTx
 from ..telemetry._lockmetrics import End, Ended, Grant, Granted, Joined, LockEvent, LockMetrics
 from ..wire._errors import ApiError
@@ -41,6 +40,7 @@ from . import _batch
 from ._batch import Renewal
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Registry
+from ._revocations import Revocations
 from ._rules import (
     HOLDERS_INLINE,
     Decision,

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 
 from .._config import WaitingSettings
-from ..http._auth import Revocations
 from ..storage import Storage
 from ..telemetry._lockmetrics import LockMetrics, Waited
 from ..telemetry._tracing import Tracing
@@ -39,6 +38,7 @@ from ._admission import Job
 from ._offload import Runner
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Phase, Registry
+from ._revocations import Revocations
 from ._transactions import Caller, Transactions, shutting_down
 from ._watching import Watches
 

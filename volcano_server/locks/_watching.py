@@ -48,7 +48,6 @@ from typing import Any
 import attrs
 
 from ..storage import LockSummary, Storage
-from ..transport._pacing import Pacer
 from ..wire._errors import ApiError
 from ..wire._wire import Answer, dumps
 from ._admission import Job
@@ -63,8 +62,6 @@ log = logging.getLogger("volcano_server")
 
 # A watch record outlives the key's last watcher this long (seconds): a watcher polls again.
 LINGER_SECONDS = 10.0
-# Watchers answered per turn of the event loop, when one read answers many.
-_ANSWERS_PER_TURN = 64
 
 
 @attrs.frozen
@@ -161,7 +158,8 @@ class Watches:
 
     Built with the storage, how storage work runs (`run`: an outage becomes 503), this
     server's id (its watch records) and heartbeat lifetime, the longest wait allowed, and how
-    to read the keys of other things watched (`readers`: by the prefix of their keys).
+    to read the keys of other things watched (`readers`: by the prefix of their keys), and
+    `pace`, which runs answers a few per turn of the event loop when one read answers many.
     """
 
     def __init__(
@@ -174,6 +172,7 @@ class Watches:
         heartbeat_lifetime_us: int,
         linger_seconds: float = LINGER_SECONDS,
         readers: Mapping[str, tuple[Read, Record]] | None = None,
+        pace: Callable[[Callable[[], None]], None],
     ) -> None:
         self._storage = storage
         self._readers = dict(readers or {})
@@ -189,7 +188,7 @@ class Watches:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # known once a watch arrives
         self._held = 0
-        self._pacer = Pacer(_ANSWERS_PER_TURN)
+        self._pace = pace  # answers per turn of the loop, when one read answers many
 
     def __len__(self) -> int:
         """How many watching requests are held open here."""
@@ -353,7 +352,7 @@ class Watches:
                 and not watcher.answer.done()
                 and delivers(view.version, watcher.after_version, fresh=watcher.fresh)
             ):
-                self._pacer.submit(functools.partial(_answer, watcher, view))
+                self._pace(functools.partial(_answer, watcher, view))
         self._time(keyed, view.expires_in)
 
     def _fail(self, keyed: KeyWatch, number: int, error: Exception) -> None:

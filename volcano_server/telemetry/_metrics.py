@@ -24,7 +24,6 @@ from prometheus_client.registry import Collector
 from ._lockmetrics import KeyPrefixes, LockMetrics
 
 if TYPE_CHECKING:
-    from ..locks._admission import Admission
     from ._accesslog import RequestRecord
 
 __all__ = ["Metrics"]
@@ -125,9 +124,9 @@ class Metrics:
         """Export `volcano_reaped_connections_total`, counted by the listener's seats."""
         self.registry.register(_Reaped(reaped))
 
-    def watch_admission(self, admission: Admission) -> None:
-        """Report the work waiting for a slot, and the refusals, at each scrape."""
-        self.admission_waiting.set_function(lambda: admission.waiting)
+    def watch_admission(self, waiting: Callable[[], float]) -> None:
+        """Report the work waiting for a slot (`waiting`: the admission's count) at each scrape."""
+        self.admission_waiting.set_function(waiting)
 
     def watch_waiters(self, room: Sized, watches: Sized) -> None:
         """Report how many waiting acquires (`room`) and watches are open, at each scrape."""

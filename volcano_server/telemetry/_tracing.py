@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.datastructures import Headers
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from starlette.types import Scope
 
-    from ..http._spec import Operation
     from ._lockmetrics import Waited
 
 __all__ = ["LOCK_KEY", "Tracing", "TracingSetupError", "configure_from_environment"]
@@ -43,6 +42,17 @@ log = logging.getLogger("volcano_server")
 _NAME = "volcano_server"
 # The attribute that names the lock key, set only when the operator asked for it.
 LOCK_KEY = "volcano.lock.key"
+
+
+class Operation(Protocol):
+    """What a request's span tells of its operation (the spec's `http._spec.Operation`)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def operation_id(self) -> str: ...
 
 
 def _version() -> str:

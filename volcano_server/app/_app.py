@@ -18,11 +18,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .._config import ServerConfig
-from ..groups._service import GroupService
 from ..groups._transactions import GroupTransactions
 from ..groups._watching import read_group, record_group
 from ..http._api import HANDLED_OPERATIONS, Api
 from ..http._auth import Authenticator
+from ..http._operations import Parts
 from ..http._ratelimit import RateLimiter
 from ..http._readiness import readiness_endpoint
 from ..http._routing import Endpoint, SpecRoute
@@ -32,7 +32,6 @@ from ..locks._admission import Admission
 from ..locks._offload import Offload, Runner, ThreadOffload
 from ..locks._pulse import Pulse
 from ..locks._registry import Registry
-from ..locks._service import LockService
 from ..locks._waiters import Waits
 from ..locks._watching import Watches
 from ..storage import Storage, StorageUnavailable, open_storage
@@ -136,10 +135,9 @@ def create_app(
     metrics.watch_waiters(waits, watches)
     metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
-        LockService(waits, watches, run),
+        Parts(waits.transactions, groups, waits, watches, storage, run),
         authenticator,
         spec.request_id,
-        groups=GroupService(storage, groups, watches, run),
         max_body_bytes=config.max_body_bytes,
         max_batch_body_bytes=config.max_batch_body_bytes,
         quotas=config.quotas,

@@ -21,7 +21,7 @@ import logging
 import time
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -31,11 +31,10 @@ from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from .._config import Quotas
-from ..groups._service import GROUP_BODIES, GROUP_OPERATIONS, GroupService
 from ..locks import _batch
 from ..locks._admission import KEY_LOOKUP, Admission, Job
 from ..locks._offload import Runner
-from ..locks._service import Caller, LockService, Renewal
+from ..locks._transactions import Caller
 from ..storage import StorageUnavailable
 from ..telemetry._accesslog import AccessLog, RequestRecord
 from ..telemetry._logs import Throttle
@@ -46,6 +45,7 @@ from ..wire._errors import ApiError
 from ..wire._wire import Answer, dumps
 from ._auth import Authenticator, Principal
 from ._headers import check_content_encoding, credentials
+from ._operations import OPERATIONS, Parts
 from ._ratelimit import RateLimiter
 from ._routing import raw_segments
 from ._schema import ValidationFailure, Validator
@@ -63,52 +63,12 @@ _INTERNAL = ApiError.internal()
 # The longest a request waits for the waiters it granted to be answered before its own answer.
 _AFTER_WAITERS_SECONDS = 1.0
 
-# operationId -> how it runs on the service, given the caller, path parameters, body, and a way
-# to learn that the client disconnected (only a waiting acquire asks). None: nobody to answer.
-_Run = Callable[
-    [LockService, Caller, dict[str, Any], dict[str, Any], Callable[[], "asyncio.Future[None]"]],
-    Awaitable[Answer | None],
-]
-_OPERATIONS: dict[str, _Run] = {
-    "acquireLock": lambda s, c, p, b, gone: s.acquire(
-        c,
-        p["key"],
-        b["owner_token"],
-        b["ttl_seconds"],
-        limit=b.get("limit", 1),
-        label=b.get("label") or None,
-        shared=b.get("shared", False),
-        wait_seconds=b.get("wait_seconds", 0.0),
-        gone=gone,
-    ),
-    "renewLock": lambda s, c, p, b, _gone: s.renew(  # label None (or absent): kept
-        c, p["key"], b["owner_token"], b["fencing_token"], b["ttl_seconds"], label=b.get("label")
-    ),
-    "renewLeases": lambda s, c, _p, b, _gone: s.renew_many(
-        c, [Renewal(**entry) for entry in b["leases"]]
-    ),
-    "releaseLock": lambda s, c, p, b, _gone: s.release(
-        c, p["key"], b["owner_token"], b["fencing_token"]
-    ),
-    "getLock": lambda s, c, p, _b, gone: s.get(
-        c,
-        p["key"],
-        after_version=p.get("after_version"),
-        wait_seconds=p.get("wait_seconds", 0.0),
-        gone=gone,
-    ),
-    "listLocks": lambda s, c, p, _b, _gone: s.list_locks(
-        c, prefix=p.get("prefix", ""), after=p.get("after", ""), limit=p.get("limit", 100)
-    ),
-    "listHolders": lambda s, c, p, _b, _gone: s.holders(
-        c, p["key"], after=p.get("after", 0), limit=p.get("limit", 100)
-    ),
-    "checkLease": lambda s, c, p, _b, _gone: s.check(c, p["key"], p["fencing_token"]),
-    "forceReleaseLock": lambda s, c, p, _b, _gone: s.force_release(c, p["key"]),
-}
-HANDLED_OPERATIONS = frozenset({*_OPERATIONS, *GROUP_OPERATIONS, "getHealth"})
+HANDLED_OPERATIONS = frozenset({*OPERATIONS, "getHealth"})
 # Operations whose bodies may be larger than the rest: up to 500 entries of a batch.
 _BATCHES = frozenset({"renewLeases"})
+# Operations whose bodies may be as large as a group body: capabilities, or many memberships.
+_GROUP_BODIES = frozenset({"joinGroup", "updateCapabilities", "renewMemberships"})
+_LARGE_BODIES = _BATCHES | _GROUP_BODIES  # judged in a worker thread
 
 
 class _ClientGone(Exception):
@@ -134,11 +94,10 @@ class Api:
 
     def __init__(
         self,
-        service: LockService,
+        parts: Parts,
         authenticator: Authenticator,
         request_id: Validator,
         *,
-        groups: GroupService,
         max_body_bytes: int,
         max_batch_body_bytes: int,
         quotas: Quotas,
@@ -151,8 +110,7 @@ class Api:
         run: Runner,
         tracing: Tracing | None = None,
     ) -> None:
-        self._service = service
-        self._groups = groups
+        self._parts = parts
         self._auth = authenticator
         self._request_id = request_id
         self._max_body = max_body_bytes
@@ -216,7 +174,7 @@ class Api:
                 answer = _HEALTH
             else:
                 principal = await self._admit(headers, malformed, scope)
-                large = operation.operation_id in _BATCHES or operation.operation_id in GROUP_BODIES
+                large = operation.operation_id in _LARGE_BODIES
                 limit = self._body_limit(operation.operation_id)
                 with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
                     body = (
@@ -266,7 +224,7 @@ class Api:
 
     def _body_limit(self, operation_id: str) -> int:
         """How large the operation's body may be: a batch's and a group body's are larger."""
-        if operation_id in GROUP_BODIES:
+        if operation_id in _GROUP_BODIES:
             return self._max_group_body
         return self._max_batch_body if operation_id in _BATCHES else self._max_body
 
@@ -416,15 +374,9 @@ class Api:
         ahead of it). Otherwise the loop serves others meanwhile, and their commits share the
         next fsync.
         """
-        service = self._service
+        parts = self._parts
         gone = lambda: asyncio.ensure_future(_disconnected(receive))  # noqa: E731
-        run = _OPERATIONS.get(operation.operation_id)
-        if run is not None:
-            answer = await run(service, caller, params, body, gone)
-        else:
-            answer = await GROUP_OPERATIONS[operation.operation_id](
-                self._groups, caller, params, body, gone
-            )
+        answer = await OPERATIONS[operation.operation_id](parts, caller, params, body, gone)
         if answer is None:
             raise _ClientGone
         back = asyncio.get_running_loop().time()
@@ -437,7 +389,7 @@ class Api:
             finally:
                 self._behind -= 1
         try:
-            await service.synced(here=self._in_flight - self._behind - service.parked == 1)
+            await parts.locks.synced(here=self._in_flight - self._behind - parts.parked == 1)
         except StorageUnavailable as exc:
             raise self._run.unavailable(exc) from exc
         return _still_true(answer, back, caller.request_id)

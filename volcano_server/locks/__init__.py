@@ -2,6 +2,5 @@
 
 The rules as pure decisions (`_rules`), each operation one transaction (`_transactions`,
 `_batch`), the waiting requests (`_registry`, `_waiters`), watches (`_watching`), where storage
-work runs (`_offload`, `_lanes`, `_admission`), this server's heartbeat (`_pulse`), and
-`_service`, the operations the API calls.
+work runs (`_offload`, `_lanes`, `_admission`) and this server's heartbeat (`_pulse`).
 """

@@ -308,18 +308,22 @@ class GroupTransactions:
         """
         if not may_block:
             raise WouldBlock  # up to 500 renewals: longer than the event loop may be held
-        project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
+        project_id, request_id, fingerprint = (
+            caller.project_id,
+            caller.request_id,
+            caller.fingerprint,
+        )
         names = sorted({renewal.group for renewal in renewals})
         pairs = sorted({(renewal.group, renewal.member) for renewal in renewals})
 
         def work(tx: WriteTx) -> Answer:
-            prior = tx.claim_request(project_id, request_id) if print_ is not None else None
+            prior = tx.claim_request(project_id, request_id) if fingerprint is not None else None
             rows = tx.lock_groups(project_id, names)
             now = tx.now_us()
             members: dict[tuple[str, str], Member | None] = dict.fromkeys(pairs)
             members.update(tx.load_members(project_id, pairs))
-            if prior is not None and print_ is not None:
-                return self._replay_many(caller, prior, print_, members, now)
+            if prior is not None and fingerprint is not None:
+                return self._replay_many(caller, prior, fingerprint, members, now)
             results: list[_batch.Result] = []
             renewed: dict[tuple[str, str], Member] = {}
             for entry in renewals:
@@ -344,8 +348,8 @@ class GroupTransactions:
             for (group, _), member in sorted(renewed.items()):
                 tx.renew_member(project_id, group, member)
             answer = _batch.answer(results)
-            if print_ is not None:
-                tx.save_outcome(project_id, request_id, self._stored(print_, answer, now))
+            if fingerprint is not None:
+                tx.save_outcome(project_id, request_id, self._stored(fingerprint, answer, now))
             return answer
 
         return self._in_transaction(work, may_block=may_block)
@@ -369,14 +373,14 @@ class GroupTransactions:
         `sweeps`: drop a few expired members first. `lease`: a 200 tells of a membership,
         which a replay gives back only while it is still live.
         """
-        project_id, print_ = caller.project_id, caller.fingerprint
+        project_id, fingerprint = caller.project_id, caller.fingerprint
         moved: list[str] = []
 
         def work(tx: WriteTx) -> Answer:
-            if print_ is not None:
+            if fingerprint is not None:
                 prior = tx.claim_request(project_id, caller.request_id)
                 if prior is not None:
-                    return self._replay(tx, caller, prior, print_, lease=lease)
+                    return self._replay(tx, caller, prior, fingerprint, lease=lease)
             row = tx.lock_group(project_id, group, placeholder=placeholder)
             now = tx.now_us()
             swept = None
@@ -398,8 +402,10 @@ class GroupTransactions:
                 self._announce(tx, project_id, group)
                 moved.append(group)
             answer = _render(decision, caller.request_id)
-            if print_ is not None:
-                tx.save_outcome(project_id, caller.request_id, self._stored(print_, answer, now))
+            if fingerprint is not None:
+                tx.save_outcome(
+                    project_id, caller.request_id, self._stored(fingerprint, answer, now)
+                )
             return answer
 
         answer = self._in_transaction(work, may_block=may_block)
@@ -413,10 +419,10 @@ class GroupTransactions:
             tx.announce_change(project_id, watch_key(group))
 
     def _replay(
-        self, tx: WriteTx, caller: Caller, prior: StoredOutcome, print_: bytes, *, lease: bool
+        self, tx: WriteTx, caller: Caller, prior: StoredOutcome, fingerprint: bytes, *, lease: bool
     ) -> Answer:
         """The stored answer to a repeated request id, if it still holds true."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         replayed = Answer(prior.status, prior.body, prior.retry_after, replayed=True)
         if not (lease and prior.status == 200):
@@ -431,12 +437,12 @@ class GroupTransactions:
         self,
         caller: Caller,
         prior: StoredOutcome,
-        print_: bytes,
+        fingerprint: bytes,
         members: dict[tuple[str, str], Member | None],
         now: int,
     ) -> Answer:
         """The stored answer to a repeated batch, each membership that has ended since refused."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         if prior.status != 200:
             return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
@@ -462,9 +468,9 @@ class GroupTransactions:
             return attrs.evolve(answer, clock_us=tx.committed_us)
         return answer
 
-    def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
+    def _stored(self, fingerprint: bytes, answer: Answer, now: int) -> StoredOutcome:
         return StoredOutcome(
-            print_, answer.status, answer.body, answer.retry_after, now + self._retention_us
+            fingerprint, answer.status, answer.body, answer.retry_after, now + self._retention_us
         )
 
 

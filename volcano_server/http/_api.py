@@ -345,13 +345,13 @@ class Api:
             request.operation, request.params, body, request.query
         )
         _within_quotas(self._quotas, checked_body)
-        print_ = None
+        fingerprint = None
         if request.replayable:
-            print_ = _fingerprint(
+            fingerprint = _fingerprint(
                 request.operation.operation_id, checked_params, checked_body, principal.credential
             )
         return (
-            Caller(principal.project_id, request.request_id, print_, principal.credential),
+            Caller(principal.project_id, request.request_id, fingerprint, principal.credential),
             checked_params,
             checked_body,
         )

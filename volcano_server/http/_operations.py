@@ -21,7 +21,7 @@ from ..groups._transactions import GroupTransactions, MemberRenewal
 from ..groups._watching import read_group
 from ..locks._admission import Job
 from ..locks._offload import Runner
-from ..locks._transactions import Caller, Queued, Renewal, Transactions
+from ..locks._transactions import Caller, LeaseRenewal, Queued, Transactions
 from ..locks._waiters import Waits
 from ..locks._watching import Watches
 from ..storage import Storage
@@ -182,7 +182,7 @@ OPERATIONS: dict[str, Handler] = {
     ),
     "renewLeases": Transaction(
         lambda o, c, _p, b, may_block: o.locks.renew_many(
-            c, [Renewal(**entry) for entry in b["leases"]], may_block=may_block
+            c, [LeaseRenewal(**entry) for entry in b["leases"]], may_block=may_block
         ),
         None,
         keeps=True,

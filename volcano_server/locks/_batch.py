@@ -19,14 +19,14 @@ import attrs
 from ..wire._errors import ApiError
 from ..wire._wire import Answer, dumps, parse_rfc3339_us
 
-__all__ = ["Renewal", "Result", "answer", "refused", "renewed", "replayed", "still_true"]
+__all__ = ["LeaseRenewal", "Result", "answer", "refused", "renewed", "replayed", "still_true"]
 
 Result = tuple[dict[str, Any], int | None]
 """One entry's result, and the expiry of the lease it tells of (None: a refusal)."""
 
 
 @attrs.frozen
-class Renewal:
+class LeaseRenewal:
     """One entry of a batch: which lease to renew, for how long, and with which label.
 
     `label` None keeps the lease's label, as a single renew without one does.

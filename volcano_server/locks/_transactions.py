@@ -37,7 +37,7 @@ from ..telemetry._lockmetrics import End, Ended, Grant, Granted, Joined, LockEve
 from ..wire._errors import ApiError
 from ..wire._wire import Answer, dumps, parse_rfc3339_us
 from . import _batch
-from ._batch import Renewal
+from ._batch import LeaseRenewal
 from ._pulse import Pulse
 from ._registry import Entry, KeyRef, Move, Registry
 from ._revocations import Revocations
@@ -61,7 +61,7 @@ from ._rules import (
     without,
 )
 
-__all__ = ["Caller", "Queued", "Renewal", "Transactions", "shutting_down"]
+__all__ = ["Caller", "LeaseRenewal", "Queued", "Transactions", "shutting_down"]
 
 T = TypeVar("T")
 
@@ -270,7 +270,7 @@ class Transactions:
         return _answer(self._mutate(caller, key, run, may_block=may_block, claims_lease=True))
 
     def renew_many(
-        self, caller: Caller, renewals: Sequence[Renewal], *, may_block: bool = True
+        self, caller: Caller, renewals: Sequence[LeaseRenewal], *, may_block: bool = True
     ) -> Answer:
         """Renew each lease as `renew` would, all in one transaction, one outcome for them all.
 

@@ -80,7 +80,7 @@ from ..wire._errors import ApiError
 from ._pacing import Pacer
 from ._seats import KEYED, Arrival, Seats
 
-__all__ = ["LimitedProtocol", "Phase", "Policy", "Seat", "protocol_class"]
+__all__ = ["Awaiting", "LimitedProtocol", "Policy", "Seat", "protocol_class"]
 
 
 @attrs.frozen
@@ -99,7 +99,7 @@ class Policy:
     pacer: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))
 
 
-class Phase(enum.Enum):
+class Awaiting(enum.Enum):
     """What a connection waits for from its client."""
 
     HEAD = "head"  # a request's head (nothing yet, or part of it)
@@ -219,8 +219,8 @@ class LimitedProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = self.policy.limits
-        self._phase = Phase.HEAD
-        self._since = 0.0  # loop time when the current phase began
+        self._awaiting = Awaiting.HEAD
+        self._since = 0.0  # loop time when it began to await what it awaits
         self._head_bytes = 0  # bytes of the current request's head fed to the parser
         self._header_fields = 0  # header fields of the current request parsed so far
         self._deadline: asyncio.TimerHandle | None = None  # the client's, or the linger's end
@@ -256,7 +256,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._seat is not None or self.transport.is_closing():
             return  # admitted out of turn, refused, or the client left while it waited
         self._seat = Seat.SERVING if self.policy.seats.take(self) else Seat.SPARE
-        self._enter(Phase.HEAD)
+        self._enter(Awaiting.HEAD)
         self._parse()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -275,7 +275,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase is Phase.CLOSING:
+        if self._awaiting is Awaiting.CLOSING:
             self._head_bytes += len(data)  # counts what is discarded while lingering
             if self._closing is Closing.BRIEF or self._head_bytes > LINGER_BYTES:
                 self._close()
@@ -300,7 +300,7 @@ class LimitedProtocol(HttpToolsProtocol):
             if end == start:
                 self._refuse(ApiError.headers_too_large(self.limits.max_header_bytes))
                 break
-            if self._phase is not Phase.BODY:
+            if self._awaiting is not Awaiting.BODY:
                 self._head_bytes += end - start
             super().data_received(data[start:end])
             start = end
@@ -318,7 +318,7 @@ class LimitedProtocol(HttpToolsProtocol):
         """
         found = data.find(_END_OF_HEAD, start + PIECE_BYTES - len(_END_OF_HEAD))
         end = len(data) if found < 0 else found + len(_END_OF_HEAD)
-        if self._phase is Phase.BODY:
+        if self._awaiting is Awaiting.BODY:
             return end
         return min(end, start + max(self.limits.max_header_bytes - self._head_bytes, 0))
 
@@ -329,11 +329,11 @@ class LimitedProtocol(HttpToolsProtocol):
         body of a queued request would be parsed before it runs.
         """
         queued = len(self.pipeline)
-        return queued >= MAX_PIPELINED or (queued > 0 and self._phase is Phase.BODY)
+        return queued >= MAX_PIPELINED or (queued > 0 and self._awaiting is Awaiting.BODY)
 
     def _reading(self) -> bool:
         """Whether what arrives is still parsed (not after an answer of the protocol's own)."""
-        return self._phase is not Phase.CLOSING and not self.transport.is_closing()
+        return self._awaiting is not Awaiting.CLOSING and not self.transport.is_closing()
 
     def send_400_response(self, msg: str) -> None:
         """The request could not be parsed: the API's JSON 400, then close.
@@ -341,7 +341,7 @@ class LimitedProtocol(HttpToolsProtocol):
         (Also called when a callback of ours stopped the parser after answering: then it has
         nothing to add.)
         """
-        if self._phase is not Phase.CLOSING:
+        if self._awaiting is not Awaiting.CLOSING:
             self._refuse(ApiError.invalid_request("the request is not valid HTTP/1.1"))
 
     def timeout_keep_alive_handler(self) -> None:
@@ -354,8 +354,8 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.scope["extensions"] = {KEYED: {"mark": self._keyed}}
         self._header_fields = 0
-        if self._phase is not Phase.HEAD:  # a new request: its head's clock starts now
-            self._enter(Phase.HEAD)
+        if self._awaiting is not Awaiting.HEAD:  # a new request: its head's clock starts now
+            self._enter(Awaiting.HEAD)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_fields += 1
@@ -376,11 +376,11 @@ class LimitedProtocol(HttpToolsProtocol):
             self.cycle.keep_alive = False  # answered, then closed: the seat is only lent
         self._unanswered.append(self.cycle)
         self._head_bytes = 0
-        self._enter(Phase.BODY)
+        self._enter(Awaiting.BODY)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._enter(Phase.DONE)
+        self._enter(Awaiting.DONE)
 
     def on_response_complete(self) -> None:
         while self._unanswered and self._unanswered[0].response_complete:
@@ -392,7 +392,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._parse()  # what was held for want of room in the pipeline
         if self._deadline is None and self._reading():
             # Whatever the client sent meanwhile waited on this answer: its clock starts now.
-            self._enter(self._phase)
+            self._enter(self._awaiting)
 
     # keyless connections giving way (`_seats`)
 
@@ -405,13 +405,13 @@ class LimitedProtocol(HttpToolsProtocol):
         """Whether it has waited IDLE_SECONDS for its client (for a request, or its head)."""
         if self._answering() or self._unparsed or self.transport.is_closing():
             return False
-        waiting = self._phase is Phase.DONE or self._phase is Phase.HEAD
+        waiting = self._awaiting is Awaiting.DONE or self._awaiting is Awaiting.HEAD
         return waiting and self.loop.time() - self._since >= IDLE_SECONDS
 
     def reap(self) -> None:
         """Close it: it has no key and is idle, and its seat has gone to a newcomer."""
         self._seat = Seat.REAPED
-        if self._phase is Phase.HEAD and self._head_bytes:
+        if self._awaiting is Awaiting.HEAD and self._head_bytes:
             self._refuse(ApiError.seat_taken(), Closing.AT_ONCE)  # in the middle of a head
         else:
             self._disarm()
@@ -455,17 +455,22 @@ class LimitedProtocol(HttpToolsProtocol):
 
     # deadlines
 
-    def _enter(self, phase: Phase) -> None:
-        """Move to `phase` and arm its deadline (none while a whole request awaits its answer)."""
-        self._phase = phase
+    def _enter(self, awaiting: Awaiting) -> None:
+        """Await `awaiting` and arm its deadline (none while a whole request awaits its answer)."""
+        self._awaiting = awaiting
         self._since = self.loop.time()
         self._disarm()
-        timeout = {Phase.HEAD: self.limits.header_timeout, Phase.BODY: self.limits.body_timeout}
+        timeout = {
+            Awaiting.HEAD: self.limits.header_timeout,
+            Awaiting.BODY: self.limits.body_timeout,
+        }
         if self._seat is Seat.SPARE:
-            timeout[Phase.HEAD] = min(SPARE_SECONDS, self.limits.header_timeout)
-        if phase in timeout and not self._answering():
+            timeout[Awaiting.HEAD] = min(SPARE_SECONDS, self.limits.header_timeout)
+        if awaiting in timeout and not self._answering():
             self._armed += 1
-            self._deadline = self.loop.call_at(self._since + timeout[phase], self._due, self._armed)
+            self._deadline = self.loop.call_at(
+                self._since + timeout[awaiting], self._due, self._armed
+            )
 
     def _answering(self) -> bool:
         """Whether a request that arrived whole is waiting for its answer."""
@@ -485,13 +490,13 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._deadline is None or armed != self._armed:
             return  # disarmed or armed again while it waited for its turn
         self._deadline = None
-        if self._seat is Seat.SPARE and self._phase is Phase.HEAD:
+        if self._seat is Seat.SPARE and self._awaiting is Awaiting.HEAD:
             self._refuse_full()  # no probe in time
-        elif self._phase is Phase.HEAD and self._head_bytes == 0:
+        elif self._awaiting is Awaiting.HEAD and self._head_bytes == 0:
             self.transport.close()  # nothing was asked: nothing to answer
-        elif self._phase is Phase.BODY and self.cycle.response_started:
+        elif self._awaiting is Awaiting.BODY and self.cycle.response_started:
             self.transport.close()  # answered early (413, say): stop waiting for the rest
-        elif self._phase is Phase.HEAD:
+        elif self._awaiting is Awaiting.HEAD:
             self._refuse(ApiError.request_timeout("headers", self.limits.header_timeout))
         else:
             self._refuse(ApiError.request_timeout("body", self.limits.body_timeout))
@@ -517,7 +522,7 @@ class LimitedProtocol(HttpToolsProtocol):
         ]
         if error.retry_after is not None:
             lines.append(f"retry-after: {error.retry_after}")
-        known = self._phase is Phase.BODY  # past the head, the method and path are known
+        known = self._awaiting is Awaiting.BODY  # past the head, the method and path are known
         method = self.scope["method"] if known else "-"
         path = self.scope["raw_path"].decode("latin-1") if known else "-"
         self.transport.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
@@ -527,7 +532,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _linger(self, closing: Closing) -> None:
         """Stop writing, discard what still arrives, and close in a moment (see above)."""
         self._disarm()
-        self._phase = Phase.CLOSING
+        self._awaiting = Awaiting.CLOSING
         self._closing = closing
         self._head_bytes = 0
         if closing is Closing.AT_ONCE:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from volcano_server._auth import hash_key
+from volcano_server.http._auth import hash_key
 
 from ._measure import Summary
 from ._servers import Keys, deployment, make_keys

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._app import create_app
     from ._config import ServerConfig
+    from .app._app import create_app
 
 __all__ = ["ServerConfig", "create_app"]
 
@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use, so `volcano-server keys create` works without the web stack.
     if name == "create_app":
         try:
-            from ._app import create_app
+            from .app._app import create_app
         except ModuleNotFoundError as exc:  # `pip install volcano` alone: see CONTRIBUTING.md
             raise ModuleNotFoundError(
                 f"volcano_server.create_app needs the server extra ({exc.name} is missing): "

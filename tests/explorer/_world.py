@@ -34,10 +34,10 @@ import attrs
 
 from tests.explorer._loop import VirtualLoop
 from volcano_server import ServerConfig, create_app
-from volcano_server._admission import Job
-from volcano_server._auth import make_project_keys
 from volcano_server._config import WaitingSettings
-from volcano_server._spec import Spec, load_spec
+from volcano_server.http._auth import make_project_keys
+from volcano_server.http._spec import Spec, load_spec
+from volcano_server.locks._admission import Job
 from volcano_server.storage import Storage, StorageUnavailable, WouldBlock
 
 __all__ = ["EPOCH_US", "RUNNING_PER_SERVER", "Pending", "Request", "SimServer", "World"]

@@ -15,7 +15,7 @@ from tests.conftest import BACKENDS
 from tests.explorer._checks import Checks
 from tests.explorer._world import Request, World
 from tests.explorer.test_schedules import KEY, open_world
-from volcano_server import _rules, _transactions
+from volcano_server.locks import _rules, _transactions
 
 
 @pytest.fixture(params=BACKENDS)

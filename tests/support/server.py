@@ -25,8 +25,8 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
 from volcano_server import ServerConfig
-from volcano_server._auth import make_project_keys
-from volcano_server._server import Listeners, uvicorn_config
+from volcano_server.app._server import Listeners, uvicorn_config
+from volcano_server.http._auth import make_project_keys
 from volcano_server.storage import open_storage
 
 __all__ = ["DEFAULT_SIGNALS", "Project", "ServerProcess", "create_project", "serve_in_thread"]

@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
-from volcano_server._auth import Authenticator, Principal
-from volcano_server._errors import ApiError
+from volcano_server.http._auth import Authenticator, Principal
+from volcano_server.wire._errors import ApiError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -136,3 +136,67 @@ class TestImportGraph:
         assert "volcano._seam._reading" in graph["volcano._seam._operations"]  # from . import
         assert "volcano._config" in graph["volcano._base"]  # from . import _config
         assert "volcano._async_client" in graph["volcano"]  # inside __getattr__
+
+
+# The server's map (CONTRIBUTING.md, "The server's layers"): each part -> the parts it may import.
+# A part is a package of volcano_server/ or one of its top modules; what is not listed here is a
+# new part to place on the map first. Dependencies point one way: no part imports one that
+# may import it back.
+SERVER_MAP: dict[str, frozenset[str]] = {
+    "volcano_server": frozenset({"app", "_config"}),  # create_app, ServerConfig
+    "__main__": frozenset({"cli"}),  # python -m volcano_server
+    "cli": frozenset({"app", "http", "_config", "telemetry", "storage"}),
+    "app": frozenset(
+        {"http", "transport", "groups", "locks", "wire", "_config", "telemetry", "storage"}
+    ),
+    "http": frozenset({"transport", "groups", "locks", "wire", "_config", "telemetry", "storage"}),
+    "transport": frozenset({"wire", "_config", "telemetry"}),
+    "groups": frozenset({"locks", "wire", "_config", "telemetry", "storage"}),
+    "locks": frozenset({"wire", "_config", "telemetry", "storage"}),
+    "wire": frozenset(),
+    "_config": frozenset({"storage"}),
+    "telemetry": frozenset(),
+    "storage": frozenset(),
+}
+
+
+def server_part(module: str) -> str:
+    """The map's part of a module of volcano_server: `volcano_server.locks._rules` -> `locks`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+class TestServerLayers:
+    def test_no_import_circle_in_the_server(self) -> None:
+        """volcano_server/ imports downward only, every import counted (typing-only and lazy
+        ones too): cli.py and _keys_cli.py once imported each other, as did _accesslog and
+        _metrics, and storage's _base and _keys."""
+        circle = find_circle(import_graph("volcano_server"))
+        assert circle is None, " -> ".join(circle or [])
+
+    def test_every_part_of_the_server_is_on_the_map(self) -> None:
+        """A new package or top module of volcano_server/ is placed on the map before it lands."""
+        parts = {server_part(name) for name in import_graph("volcano_server")}
+        assert parts == set(SERVER_MAP)
+
+    def test_the_map_points_one_way(self) -> None:
+        """The map itself has no circle, and telemetry, storage and wire import no other part."""
+        assert find_circle({part: set(allowed) for part, allowed in SERVER_MAP.items()}) is None
+        assert SERVER_MAP["telemetry"] == SERVER_MAP["storage"] == SERVER_MAP["wire"] == set()
+
+    def test_no_import_against_the_map(self) -> None:
+        """Each module imports only its own part and the parts the map lets its part import."""
+        against = sorted(
+            f"{name} -> {target}"
+            for name, targets in import_graph("volcano_server").items()
+            for target in targets
+            if server_part(target) != server_part(name)
+            and server_part(target) not in SERVER_MAP[server_part(name)]
+        )
+        assert against == []
+
+    def test_the_map_check_sees_a_wrong_way_import(self) -> None:
+        """The check itself works: the lock rules importing the HTTP layer would be against it."""
+        assert "http" not in SERVER_MAP[server_part("volcano_server.locks._rules")]
+        assert server_part("volcano_server._config") == "_config"
+        assert server_part("volcano_server") == "volcano_server"

@@ -1,6 +1,6 @@
 """The storage interface every backend implements, and the records that cross it.
 
-A backend provides transactions; the lock rules live once, in `volcano_server._transactions`,
+A backend provides transactions; the lock rules live once, in `volcano_server.locks._transactions`,
 written against `WriteTx` and `ReadTx`. Each lock operation is one short transaction: `write()`
 begins it, the transactions read and write rows through the handle, and leaving the `with` block
 commits (or rolls back on an exception). Time inside a transaction is the storage's clock
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import attrs
 
 from ._groups import GroupReads, GroupWrites
+from ._keys import KeyKind
 
 if TYPE_CHECKING:
     from ._keys import KeyEvent, KeyInfo
@@ -58,7 +59,6 @@ __all__ = [
     "WriteTx",
 ]
 
-KeyKind = Literal["anon", "service"]
 # SQLite's durability: "full" survives power loss, "normal" only a killed process.
 Synchronous = Literal["full", "normal"]
 # waiting: in line; reserved: first in line, the lock set aside for it until its server takes

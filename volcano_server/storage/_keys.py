@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
-from ._base import KeyKind
+__all__ = ["KeyAdmin", "KeyEvent", "KeyInfo", "KeyKind", "Sql", "UnknownProject", "key_id"]
 
-__all__ = ["KeyAdmin", "KeyEvent", "KeyInfo", "Sql", "UnknownProject", "key_id"]
+KeyKind = Literal["anon", "service"]
 
 # Runs one statement (`?` placeholders) and returns its rows ([] for statements without any).
 Sql = Callable[[str, tuple[object, ...]], list[tuple[Any, ...]]]

@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.databases import fresh_postgres_database
-from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
-from volcano_server._lockmetrics import LockMetrics
-from volcano_server._pulse import Pulse
-from volcano_server._registry import Registry
-from volcano_server._transactions import Caller, Transactions
+from volcano_server.locks._pulse import Pulse
+from volcano_server.locks._registry import Registry
+from volcano_server.locks._revocations import NoRevocations
+from volcano_server.locks._transactions import Caller, Transactions
 from volcano_server.storage._postgres import PostgresStorage
+from volcano_server.telemetry._lockmetrics import LockMetrics
 
 
 @pytest.fixture(scope="session")

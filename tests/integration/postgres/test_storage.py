@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 
 from tests.support.databases import admin_url, fresh_postgres_database, scalar
-from volcano_server._wire import Answer
 from volcano_server.storage import StorageUnavailable, StoredOutcome
 from volcano_server.storage._postgres import NETWORK_DEFAULTS, PostgresStorage
+from volcano_server.wire._wire import Answer
 
 from .conftest import caller, service
 

@@ -24,7 +24,7 @@ import pytest
 from tests.support.raw import Locks, Waiter, new_id, wait_for
 from tests.support.server import Project, ServerProcess, create_project
 from tests.support.sockets import burst, connect, read_reply, request_bytes, send_quietly
-from volcano_server._logs import CONTINUATION
+from volcano_server.telemetry._logs import CONTINUATION
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from tests.support.databases import fresh_postgres_database, process_database, q
 from tests.support.raw import Locks, Waiter, wait_for
 from tests.support.server import Project, ServerProcess, serve_in_thread
 from volcano_server import ServerConfig, create_app
-from volcano_server._auth import hash_key
+from volcano_server.http._auth import hash_key
 from volcano_server.storage import key_id, open_storage
 
 pytestmark = pytest.mark.slow

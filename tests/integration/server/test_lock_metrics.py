@@ -1,5 +1,5 @@
-"""The lock metrics (volcano_server/_lockmetrics.py) of real servers under real contention,
-scraped and parsed with prometheus-client's own parser: the waits and holds that clients
+"""The lock metrics (volcano_server/telemetry/_lockmetrics.py) of real servers under real
+contention, scraped and parsed with prometheus-client's own parser: the waits and holds that clients
 measured show in the histograms within a bucket, each outcome is counted where
 docs/monitoring.md says, and servers sharing one database count each event once."""
 

@@ -1,5 +1,5 @@
-"""The connection limits rest on uvicorn internals (see volcano_server/_protocol.py); these
-tests pin each one, over real sockets, so an upgrade of uvicorn that changes them fails here.
+"""The connection limits rest on uvicorn internals (see volcano_server/transport/_protocol.py);
+these tests pin each one, over real sockets, so an upgrade of uvicorn that changes them fails here.
 
 They run a tiny app with a slow endpoint under the server's protocol, with deadlines far
 shorter than the endpoint's delay.
@@ -20,9 +20,9 @@ from starlette.routing import Route
 from tests.support.server import serve_in_thread
 from tests.support.sockets import connect, read_reply, request_bytes
 from volcano_server import ServerConfig
-from volcano_server._accesslog import AccessLog
 from volcano_server._config import Limits
-from volcano_server._metrics import Metrics
+from volcano_server.telemetry._accesslog import AccessLog
+from volcano_server.telemetry._metrics import Metrics
 
 SLOW = 1.0  # seconds the slow endpoint takes: several times every deadline below
 LIMITS = Limits(header_timeout=0.3, body_timeout=0.5, keepalive_timeout=3)
@@ -43,7 +43,7 @@ def slow_app() -> Starlette:
         routes=[Route("/slow", slow, methods=["POST"]), Route("/fast", fast, methods=["GET"])]
     )
     app.state.metrics = Metrics()
-    app.state.access_log = AccessLog(app.state.metrics, enabled=False)
+    app.state.access_log = AccessLog(app.state.metrics.observe, enabled=False)
     return app
 
 

@@ -17,9 +17,10 @@ import pytest
 
 from tests.support.raw import Waiter
 from tests.support.server import create_project, serve_in_thread
-from volcano_server import ServerConfig, _api, create_app
-from volcano_server._auth import Authenticator
-from volcano_server._transactions import Transactions
+from volcano_server import ServerConfig, create_app
+from volcano_server.http import _api
+from volcano_server.http._auth import Authenticator
+from volcano_server.locks._transactions import Transactions
 from volcano_server.storage import Lease, LockRow, StoredOutcome
 from volcano_server.storage._sqlite import SQLiteStorage
 

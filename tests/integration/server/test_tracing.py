@@ -1,4 +1,4 @@
-"""The server's OpenTelemetry spans (volcano_server/_tracing.py), exported by the SDK's
+"""The server's OpenTelemetry spans (volcano_server/telemetry/_tracing.py), exported by the SDK's
 in-memory exporter from a real server: parented by the caller's W3C traceparent, one for the
 request, its lock transaction and its wait, never a secret; none at all when not configured;
 and `volcano-server serve` exporting them itself when OTEL_TRACES_EXPORTER asks."""

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from volcano_server._admission import UPKEEP, Admission, Job
-from volcano_server._errors import ApiError
+from volcano_server.locks._admission import UPKEEP, Admission, Job
+from volcano_server.wire._errors import ApiError
 
 pytestmark = pytest.mark.anyio
 

@@ -1,14 +1,15 @@
-"""A batch renewal's results kept true when heard (`volcano_server._batch`): pure functions."""
+"""A batch renewal's results kept true when heard (`volcano_server.locks._batch`): pure
+functions."""
 
 from __future__ import annotations
 
 import json
 
-from volcano_server import _batch
-from volcano_server._errors import ApiError
-from volcano_server._rules import lease_payload
-from volcano_server._wire import rfc3339_us
+from volcano_server.locks import _batch
+from volcano_server.locks._rules import lease_payload
 from volcano_server.storage import Lease
+from volcano_server.wire._errors import ApiError
+from volcano_server.wire._wire import rfc3339_us
 
 RID = "7C9E6679-7425-40DE-944B-E07FC1F90AE7"
 OWNER = "0F8FAD5B-D9CB-469F-A165-70867728950E"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from volcano_server._rules import (
+from volcano_server.locks._rules import (
     HOLDERS_INLINE,
     MAX_SHARED_HOLDERS,
     Decision,
@@ -26,8 +26,8 @@ from volcano_server._rules import (
     versioned,
     without,
 )
-from volcano_server._wire import parse_rfc3339_us, rfc3339_us
 from volcano_server.storage import Lease, LockRow, LockSummary, Waiter
+from volcano_server.wire._wire import parse_rfc3339_us, rfc3339_us
 
 NOW = 1_780_000_000_000_000
 SECOND = 1_000_000

@@ -1,4 +1,4 @@
-"""The group rules as pure decisions (volcano_server._group_rules): plain values, no storage."""
+"""The group rules as pure decisions (volcano_server.groups._rules): plain values, no storage."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 import attrs
 import pytest
 
-from volcano_server._errors import ApiError
-from volcano_server._group_rules import (
+from volcano_server.groups._rules import (
     MAX_CAPABILITY_BYTES,
     GroupDecision,
     decide_create,
@@ -25,6 +24,7 @@ from volcano_server._group_rules import (
     stored_capabilities,
 )
 from volcano_server.storage._groups import CapabilityBytes, GroupCounts, GroupRow, Member
+from volcano_server.wire._errors import ApiError
 
 NOW = 1_000_000_000_000
 OWNER = "0F8FAD5B-D9CB-469F-A165-70867728950E"

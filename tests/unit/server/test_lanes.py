@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from volcano_server._lanes import Lanes
+from volcano_server.locks._lanes import Lanes
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from volcano_server import ServerConfig
-from volcano_server._lockmetrics import (
+from volcano_server.locks._registry import Phase
+from volcano_server.locks._waiters import wait_outcome
+from volcano_server.telemetry._lockmetrics import (
     OTHER_KEYS,
     End,
     Ended,
@@ -18,9 +20,7 @@ from volcano_server._lockmetrics import (
     LockMetrics,
     Waited,
 )
-from volcano_server._registry import Phase
-from volcano_server._waiting import wait_outcome
-from volcano_server._wire import Answer
+from volcano_server.wire._wire import Answer
 
 
 def series(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:

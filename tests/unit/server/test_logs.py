@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from volcano_server._logs import CONTINUATION, TextFormatter, Throttle
+from volcano_server.telemetry._logs import CONTINUATION, TextFormatter, Throttle
 
 
 def record(message: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:

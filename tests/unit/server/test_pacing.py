@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from volcano_server._pacing import Pacer
+from volcano_server.transport._pacing import Pacer
 
 
 async def turns_taken(pacer: Pacer, count: int) -> list[int]:

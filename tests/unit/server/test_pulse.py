@@ -3,7 +3,7 @@ a lapse for a lifetime, all by the storage clock."""
 
 from __future__ import annotations
 
-from volcano_server._pulse import Pulse
+from volcano_server.locks._pulse import Pulse
 
 SECOND = 1_000_000
 LIFETIME = 3 * SECOND

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_server._ratelimit import RateLimiter
+from volcano_server.http._ratelimit import RateLimiter
 
 
 class FakeClock:

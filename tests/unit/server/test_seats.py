@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from volcano_server._seats import (
+from volcano_server.transport._seats import (
     PRIVATE_BACKLOG,
     PRIVATE_SEATS,
     RESERVED_FILES,

@@ -6,8 +6,8 @@ import contextlib
 
 import pytest
 
-from volcano_server._errors import ApiError
-from volcano_server._shares import ProjectShares
+from volcano_server.http._shares import ProjectShares
+from volcano_server.wire._errors import ApiError
 
 
 class TestProjectShares:

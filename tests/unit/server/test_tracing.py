@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from volcano_server._tracing import Tracing, configure_from_environment
+from volcano_server.telemetry._tracing import Tracing, configure_from_environment
 
 
 class TestOnOrOff:

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.conformance import SchemaViolation, validate_schema
-from volcano_server._schema import SchemaError, ValidationFailure, compile_schema
-from volcano_server._spec import load_spec
+from volcano_server.http._schema import SchemaError, ValidationFailure, compile_schema
+from volcano_server.http._spec import load_spec
 
 SPEC = load_spec()
 

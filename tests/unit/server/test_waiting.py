@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from volcano_server._auth import NoRevocations
 from volcano_server._config import WaitingSettings
-from volcano_server._lockmetrics import LockMetrics
-from volcano_server._pulse import Pulse
-from volcano_server._registry import MOVES, Entry, Move, Phase, Registry
-from volcano_server._waiting import Turn, Waits, next_turn
-from volcano_server._watching import Watches
-from volcano_server._wire import Answer
+from volcano_server.locks._pulse import Pulse
+from volcano_server.locks._registry import MOVES, Entry, Move, Phase, Registry
+from volcano_server.locks._revocations import NoRevocations
+from volcano_server.locks._waiters import Turn, Waits, next_turn
+from volcano_server.locks._watching import Watches
 from volcano_server.storage import StorageUnavailable
+from volcano_server.telemetry._lockmetrics import LockMetrics
+from volcano_server.transport._pacing import Pacer
+from volcano_server.wire._wire import Answer
 
 pytestmark = pytest.mark.anyio
 
@@ -157,6 +158,7 @@ class TestWaitTurn:
                 server_id="here",
                 max_wait_seconds=60,
                 heartbeat_lifetime_us=3_000_000,
+                pace=Pacer(64).submit,
             ),
             metrics=LockMetrics(CollectorRegistry()),
         )

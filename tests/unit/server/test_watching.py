@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from volcano_server._transactions import Caller
-from volcano_server._watching import KeyView, Watches, delivers
-from volcano_server._wire import Answer
+from volcano_server.locks._transactions import Caller
+from volcano_server.locks._watching import KeyView, Watches, delivers
+from volcano_server.transport._pacing import Pacer
+from volcano_server.wire._wire import Answer
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +74,12 @@ def room(reads: Reads) -> Watches:
     storage: Any = _Storage()
     run: Any = reads
     return Watches(
-        storage, run, server_id="here", max_wait_seconds=60, heartbeat_lifetime_us=3_000_000
+        storage,
+        run,
+        server_id="here",
+        max_wait_seconds=60,
+        heartbeat_lifetime_us=3_000_000,
+        pace=Pacer(64).submit,
     )
 
 

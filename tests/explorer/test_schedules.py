@@ -20,13 +20,14 @@ time); `--explore=N` runs N fresh schedules per backend, of up to 80 steps.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -412,6 +413,9 @@ def _fast_tmp() -> str | None:
     return str(shm) if shm.is_dir() else None
 
 
+_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
 @pytest.fixture
 def budget(request: pytest.FixtureRequest) -> Callable[[int], settings]:
     """The Hypothesis settings for a backend whose CI budget is `examples` schedules."""
@@ -427,6 +431,8 @@ def budget(request: pytest.FixtureRequest) -> Callable[[int], settings]:
             derandomize=not explore,
             database=None,
             print_blob=True,
+            # The mutation runner times the search alone: a failure is reported unshrunk.
+            phases=_NO_SHRINK if os.environ.get("VOLCANO_EXPLORER_NO_SHRINK") else tuple(Phase),
         )
 
     return settings_for

@@ -322,8 +322,7 @@ class Schedules(RuleBasedStateMachine):
         self._through(self.world.send(client, server, op, KEY, body, request_id=self._new_id()))
 
     @rule(
-        holder=st.sampled_from(CLIENTS),
-        waiter=st.sampled_from(CLIENTS),
+        data=st.data(),
         server=st.sampled_from(SERVERS),
         same_server=st.sampled_from([True, True, False]),
         late=st.sampled_from([0.05, 0.5]),
@@ -332,8 +331,7 @@ class Schedules(RuleBasedStateMachine):
     )
     def stalled_handoff(
         self,
-        holder: str,
-        waiter: str,
+        data: st.DataObject,
         server: str,
         same_server: bool,
         late: float,
@@ -345,9 +343,19 @@ class Schedules(RuleBasedStateMachine):
         transaction waits for the key's lane up to its 1 s patience, then runs beside the
         stalled one) or the other. With `resume`, the release then goes on, handing the key
         to the waiter, and answers after it: the grant must count from the waiter's own send,
-        not from the release's clock read (rule 5), whatever the order of their answers."""
-        if holder == waiter or not (self._idle(holder) and self._idle(waiter)):
+        not from the release's clock read (rule 5), whatever the order of their answers.
+
+        The holder is a client holding a lease if one does; else one acquires first (at once):
+        the scenario of `test_found.py`'s stalled release, from wherever the schedule stands."""
+        idle = [name for name in CLIENTS if self._idle(name)]
+        if len(idle) < 2:
             return
+        holding = [name for name in idle if self._live_leases(name)]
+        holder = data.draw(st.sampled_from(holding or idle))
+        waiter = data.draw(st.sampled_from([name for name in idle if name != holder]))
+        if not holding:
+            ask = {"owner_token": self.tokens[holder], "ttl_seconds": 2.5}
+            self._through(self.world.send(holder, server, "acquire", KEY, ask))
         live = self._live_leases(holder)
         if not live:
             return

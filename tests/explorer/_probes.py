@@ -35,16 +35,33 @@ class Probes:
         for lease in _leases_in(request):
             self.owners.setdefault((lease["key"], lease["fencing_token"]), lease["owner_token"])
         body = request.body or {}
+        if request.op == "renew_many" and request.status == 200:
+            for index, (entry, result) in enumerate(
+                zip(body["leases"], request.payload["results"], strict=True)
+            ):
+                if "lease" in result and self._wrong(entry["key"], entry):
+                    self._checks.problem(
+                        WrongTokenAccepted,
+                        f"{request.describe()} entry {index} named fencing token"
+                        f" {entry['fencing_token']}, never granted to its owner token, and was"
+                        " renewed",
+                    )
         if request.op not in ("renew", "release") or "fencing_token" not in body:
             return
-        told = self.owners.get((request.key, body["fencing_token"]))
-        never = told is None and body["fencing_token"] >= NEVER_ISSUED
-        if (never or (told is not None and told != body["owner_token"])) and _accepted(request):
+        if self._wrong(request.key, body) and _accepted(request):
             self._checks.problem(
                 WrongTokenAccepted,
                 f"{request.describe()} named fencing token {body['fencing_token']}, never granted"
                 f" to its owner token, and got {request.status}",
             )
+
+    def _wrong(self, key: str, named: dict[str, Any]) -> bool:
+        """Whether `named` pairs an owner token with a fencing token never granted to it: told
+        to another owner, or never issued."""
+        told = self.owners.get((key, named["fencing_token"]))
+        if told is None:
+            return bool(named["fencing_token"] >= NEVER_ISSUED)
+        return told != named["owner_token"]
 
 
 NEVER_ISSUED = 1_000_000

@@ -3,7 +3,7 @@ every step, and a failure shrinks to a short schedule.
 
 Two servers share one database (SQLite; PostgreSQL with the `postgres` marker); three clients
 acquire (waiting or not, with or without a request id, with or without a label; as a lock, a
-semaphore of 2 slots, or shared, so that shared and exclusive requests mix), renew (one
+semaphore of 2 or 3 slots, or shared, so that shared and exclusive requests mix), renew (one
 lease, some with a new label, or in a batch with an older token beside it), release (with their
 latest or an older fencing token), force-release and read one key, retry requests with the same
 request id, and close connections at any point of a request's life; a fourth client watches the
@@ -12,6 +12,14 @@ nothing changes any more. The schedule also decides when each piece of storage w
 fails before committing, or commits and loses its answer), when a PostgreSQL transaction stopped
 at a clock read goes on, when time moves, and when a server is killed or restarted. `_checks`
 says what must hold.
+
+Beside these single steps, some rules play a short scenario aimed where broken rules hide (each
+kept as a patch in `tests/explorer/mutations`, which must all be caught with CI's budget): probes
+that renew or release with an owner token and a fencing token never granted together (another's
+token, one never issued, a stranger's owner token; `_probes`), a replay after the lease its answer
+told of ended (released, force-released, expired), and a release stalled at its clock read while a
+waiter joins on the same server past its lane's 1 s patience, then answered after that waiter
+(`test_found.py`'s stalled release, from wherever the schedule stands). Acquires may run at once.
 
 CI runs a bounded budget (`SQLITE_SCHEDULES`, `POSTGRES_SCHEDULES`, the same schedules each
 time); `--explore=N` runs N fresh schedules per backend, of up to 80 steps.
@@ -286,13 +294,14 @@ class Schedules(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.probes.owners))
     @rule(
         server=st.sampled_from(SERVERS),
-        op=st.sampled_from(["release", "release", "renew"]),
+        op=st.sampled_from(["release", "release", "renew", "renew_many"]),
         wrong=st.sampled_from(["theirs", "theirs", "never", "stranger"]),
         data=st.data(),
     )
     def wrong_tokens(self, server: str, op: str, wrong: str, data: st.DataObject) -> None:
-        """A probe: renew or release naming an owner token and a fencing token never granted
-        together, run at once: the client's own owner token with a token told to another
+        """A probe: renew or release (or a batch renewal: that entry first, the client's own
+        live lease after it) naming an owner token and a fencing token never granted together,
+        run at once: the client's own owner token with a token told to another
         (`theirs`) or never issued (`never`), or a stranger's owner token with a token told to
         someone (`stranger`). It names no lease, so it must be refused (`_probes`), and touch
         nothing: a release that heeded one token only would end the client's own lease, or
@@ -317,8 +326,17 @@ class Schedules(RuleBasedStateMachine):
         if wrong == "stranger":
             owner = self._new_id()
         body: dict[str, object] = {"owner_token": owner, "fencing_token": token}
-        if op == "renew":
+        if op != "release":
             body["ttl_seconds"] = 2.5
+        if op == "renew_many":  # the wrong entry beside the client's own live lease, if any
+            entries = [{"key": KEY, **body}]
+            for lease in self._live_leases(client)[:1]:
+                mine = {
+                    "owner_token": lease["owner_token"],
+                    "fencing_token": lease["fencing_token"],
+                }
+                entries.append({"key": KEY, **mine, "ttl_seconds": 2.5})
+            body = {"leases": entries}
         self._through(self.world.send(client, server, op, KEY, body, request_id=self._new_id()))
 
     @rule(

@@ -193,7 +193,9 @@ class ClockGates:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT pid, wait_event FROM pg_stat_activity"
-                " WHERE pid = ANY(%s) AND state = 'active' AND wait_event_type = 'Lock'",
+                " WHERE pid = ANY(%s) AND state = 'active' AND wait_event_type = 'Lock'"
+                # Granted its lock, not yet run again (a loaded machine): not at rest.
+                " AND cardinality(pg_blocking_pids(pid)) > 0",
                 (pids,),
             ).fetchall()
         return dict(rows)

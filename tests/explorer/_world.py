@@ -176,7 +176,6 @@ class SimServer:
         )
         faulty: Any = FaultyStorage(storage)
         self.app = create_app(config, storage=faulty, spec=_spec(), offload=self._offload)
-        _judge_on_the_loop(self.app)
         self.alive = True
         self._stop = asyncio.Event()
         self.requests: set[asyncio.Task[None]] = set()
@@ -208,24 +207,6 @@ class SimServer:
         for task in [*self.requests, self.life]:
             task.cancel()
         self.world.drop_pending(self.name)
-
-
-def _judge_on_the_loop(app: Any) -> None:
-    """Judge every request's body on the loop, a batch's too.
-
-    The server validates a batch's body in a worker thread (`Api._judged`), which ends at a
-    moment real time decides: the explorer's loop may have gone idle before, or not, so the
-    same schedule took two paths (its storage work offloaded before or after the next step),
-    and Hypothesis's replay of a failure drew differently (FlakyStrategyDefinition). The
-    judging itself is what the explorer runs; the thread and the share it is charged to are
-    not.
-    """
-    api = app.router.default.__self__
-
-    async def judged(request: Any, principal: Any, *, off_the_loop: bool) -> Any:
-        return api._judge(request, principal)
-
-    api._judged = judged
 
 
 class World:

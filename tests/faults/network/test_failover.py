@@ -35,6 +35,7 @@ import pytest
 from tests.faults.fencing import FencingStore
 from tests.faults.history import Grant, check
 from tests.faults.test_contention import Contention, figures, grants_of
+from tests.support.databases import scalar
 from tests.support.netlab import Lab
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.raw import Locks, new_id, wait_for
@@ -224,7 +225,21 @@ class TestDatabaseGoesAway:
 
 def _served_in_turn(d: Deployment, queue: Queue) -> list[int]:
     """The tokens granted to b's waiter then a's (b's released through b in between)."""
-    first = queue.on_b.result()
+    try:
+        first = queue.on_b.result()
+    except AssertionError as exc:  # say where the waiter stands in its line, and since when
+        line = scalar(
+            d.database_url,
+            "SELECT string_agg(server_id || ' ' || state || ' until ' || coalesce(until_us::text,"
+            " '-'), '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
+            (queue.key,),
+        )
+        now = scalar(d.database_url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
+        waited = time.monotonic() - queue.b_started
+        raise AssertionError(
+            f"{exc}: b's waiter on {queue.key} (wait {queue.b_wait} s) has waited {waited:.1f} s;"
+            f" the line at {now} us: {line}"
+        ) from None
     assert first.status_code == 200, f"b's waiter, first in line: {first.text}"
     token = first.json()["fencing_token"]
     with httpx.Client(base_url=d.b.url, headers=d.project.headers()) as b:

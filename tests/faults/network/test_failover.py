@@ -227,25 +227,30 @@ def _served_in_turn(d: Deployment, queue: Queue) -> list[int]:
     """The tokens granted to b's waiter then a's (b's released through b in between)."""
     try:
         first = queue.on_b.result()
-    except AssertionError as exc:  # say where the waiter stands in its line, and since when
-        line = scalar(
-            d.database_url,
-            "SELECT string_agg(server_id || ' ' || state || ' until ' || coalesce(until_us::text,"
-            " '-'), '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
-            (queue.key,),
-        )
-        now = scalar(d.database_url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
-        waited = time.monotonic() - queue.b_started
-        raise AssertionError(
-            f"{exc}: b's waiter on {queue.key} (wait {queue.b_wait} s) has waited {waited:.1f} s;"
-            f" the line at {now} us: {line}"
-        ) from None
-    assert first.status_code == 200, f"b's waiter, first in line: {first.text}"
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {_line(d, queue)}") from None
+    assert first.status_code == 200, f"b's waiter, first in line: {first.text}; {_line(d, queue)}"
     token = first.json()["fencing_token"]
     with httpx.Client(base_url=d.b.url, headers=d.project.headers()) as b:
         released = Locks(b).release(queue.key, queue.on_b.owner, token)
     assert released.status_code == 204, released.text
     return [token, queue.on_a.lease["fencing_token"]]
+
+
+def _line(d: Deployment, queue: Queue) -> str:
+    """Where b's waiter stands, for a failure's message: how long it waited, and the line."""
+    line = scalar(
+        d.database_url,
+        "SELECT string_agg(server_id || ' ' || state || ' until ' || coalesce(until_us::text, '-'),"
+        " '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
+        (queue.key,),
+    )
+    now = scalar(d.database_url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
+    answered = queue.on_b.answered_at or time.monotonic()
+    return (
+        f"b's waiter on {queue.key} (wait {queue.b_wait} s) was answered or given up"
+        f" {answered - queue.b_started:.1f} s after it began; the line at {now} us: {line}"
+    )
 
 
 def _served_since(prober: Prober, server: str, since: float) -> float | None:

@@ -238,19 +238,28 @@ def _served_in_turn(d: Deployment, queue: Queue) -> list[int]:
 
 
 def _line(d: Deployment, queue: Queue) -> str:
-    """Where b's waiter stands, for a failure's message: how long it waited, and the line."""
-    line = scalar(
-        d.database_url,
-        "SELECT string_agg(server_id || ' ' || state || ' until ' || coalesce(until_us::text, '-'),"
-        " '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
-        (queue.key,),
-    )
-    now = scalar(d.database_url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
+    """Where b's waiter stands, for a failure's message: how long it waited, and the line.
+
+    Read through the URL naming both hosts, with a connect timeout: after a network cut the
+    old primary, first in it, never answers a connection.
+    """
     answered = queue.on_b.answered_at or time.monotonic()
-    return (
+    waited = (
         f"b's waiter on {queue.key} (wait {queue.b_wait} s) was answered or given up"
-        f" {answered - queue.b_started:.1f} s after it began; the line at {now} us: {line}"
+        f" {answered - queue.b_started:.1f} s after it began"
     )
+    url = f"{d.database_url}&connect_timeout=3"
+    try:
+        line = scalar(
+            url,
+            "SELECT string_agg(server_id || ' ' || state || ' until '"
+            " || coalesce(until_us::text, '-'), '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
+            (queue.key,),
+        )
+        now = scalar(url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
+    except Exception as exc:  # a diagnostic never hides the failure it explains
+        return f"{waited}; the line could not be read: {exc!r}"
+    return f"{waited}; the line at {now} us: {line}"
 
 
 def _served_since(prober: Prober, server: str, since: float) -> float | None:

@@ -32,12 +32,12 @@ ttl` is never after the real one. A renewal is tried once a third of the ttl has
 leaving two thirds to retry transient failures (transport errors, timeouts, 5xx, 429) after a
 backoff, until the deadline (`Timeline.failed`, `Timeline.attempt_timeout`): the backoff
 doubles from 0.1 s up to a step (2 s, at most a tenth of the ttl); no attempt begun before the
-last third of the ttl outlasts it, so one that hangs (a request into a server that died) leaves
-room for more in the last third; the last call, a step before the deadline, is tried whatever
-the backoff (the step is its round trip's margin), and after it attempts go on every 0.1 s
-while an answer may still come in time: a server back a step before the deadline is reached.
-Each attempt is bounded by the time left. The lease is at risk when no renewal has succeeded
-and less than the margin is left; lost at the deadline, or at once on a refusal.
+last call, a step before the deadline, outlasts it, so one that hangs (a request into a server
+that died) leaves the last step for another; the last call is tried whatever the backoff (the
+step is its round trip's margin), and after it attempts go on every 0.1 s while an answer may
+still come in time: a server back a step before the deadline is reached. Each attempt is
+bounded by the time left. The lease is at risk when no renewal has succeeded and less than the
+margin is left; lost at the deadline, or at once on a refusal.
 
 `_move` is the only place a state changes: it records the reason, logs, wakes waiters (when the
 state changed) and hands back the user's callbacks to call outside every lock. Reading a state
@@ -260,15 +260,13 @@ class Timeline(Generic[LeaseT]):
     def attempt_timeout(self, now: float, limit: float) -> float:
         """How long an attempt begun at `now` may wait for its answer.
 
-        No longer than `limit` (the client's timeout), nor past the deadline, nor past the next
-        point that must see another attempt: the start of the ttl's last third, then the last
-        call (but a step at least).
+        No longer than `limit` (the client's timeout), nor past the deadline, nor, begun
+        before the last call, past it (but a step at least): one that hangs (sent into a
+        server that died) leaves the last step for one more try.
         """
         left = self.deadline - now
-        for point in (self.deadline - self.ttl / 3, self.last_call):
-            if now < point:
-                left = min(left, max(point - now, step(self.ttl)))
-                break
+        if now < self.last_call:
+            left = min(left, max(self.last_call - now, step(self.ttl)))
         return min(limit, left)
 
 

@@ -38,7 +38,7 @@ def target(process: tuple[ServerProcess, LiveServer]) -> LiveServer:
 class TestRestart:
     TTL = 24.0
     """Renewal due 8 s after the acquire's send, the last third from 16 s, the last call 2 s
-    before the deadline: the restart has more than 10 s to complete (a server process takes
+    before the deadline: the restart has more than 12 s to complete (a server process takes
     up to 6 s to start at load 15)."""
     TIMEOUT = 20.0
     """The client's timeout: longer than the two thirds of the ttl left at the first renewal."""
@@ -53,7 +53,8 @@ class TestRestart:
         """The first renewal goes into the dying server and hangs; the server is killed and
         started again. With a client timeout longer than the time left, that attempt
         used to wait until the deadline: the guard was lost though the server was back. Now it
-        is given up at the last third, another is sent to the restarted server, and the guard
+        is given up at the last call, 2 s before the deadline, another is sent to the restarted
+        server, and the guard
         is held past its first lease's deadline, then releases."""
         server, _ = process
         sdk = make_sdk(timeout=self.TIMEOUT)

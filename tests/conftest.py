@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.conformance import check_response
 from tests.support.databases import fresh_postgres_database
+from tests.support.load import hogging
 from tests.support.sdk import Kind, Sdk, SdkTarget
 from tests.support.server import Project, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
@@ -45,6 +46,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " before a standby is promoted, 60 s of load) instead of CI's shorter runs; prints the"
         " figures",
     )
+    parser.addoption(
+        "--cpu-hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N processes spinning on the CPU for the whole session (the tests beside a"
+        " loaded machine, as on a busy CI runner); they are killed when the session ends",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_hog(request: pytest.FixtureRequest) -> Iterator[int]:
+    """`--cpu-hog N`: N child processes that only spin, for the whole session; yields N."""
+    count: int = request.config.getoption("--cpu-hog")
+    with hogging(count):
+        yield count
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -29,9 +29,15 @@ deadline did while the request was in flight: RELEASED, never LOST.
 Time is the client's monotonic clock, counted from when the request that produced the current
 lease was first *sent*: the server's expiry is at least that late, so `deadline = sent_at +
 ttl` is never after the real one. A renewal is tried once a third of the ttl has passed,
-leaving two thirds to retry transient failures (transport errors, timeouts, 5xx, 429) with a
-short backoff, each attempt bounded by the time left. The lease is at risk when no renewal has
-succeeded and less than the margin is left; lost at the deadline, or at once on a refusal.
+leaving two thirds to retry transient failures (transport errors, timeouts, 5xx, 429) after a
+backoff, until the deadline (`Timeline.failed`, `Timeline.attempt_timeout`): the backoff
+doubles from 0.1 s up to a step (2 s, at most a tenth of the ttl); no attempt begun before the
+last call, a step before the deadline, outlasts it, so one that hangs (a request into a server
+that died) leaves the last step for another; the last call is tried whatever the backoff (the
+step is its round trip's margin), and after it attempts go on every 0.1 s while an answer may
+still come in time: a server back a step before the deadline is reached. Each attempt is
+bounded by the time left. The lease is at risk when no renewal has succeeded and less than the
+margin is left; lost at the deadline, or at once on a refusal.
 
 `_move` is the only place a state changes: it records the reason, logs, wakes waiters (when the
 state changed) and hands back the user's callbacks to call outside every lock. Reading a state
@@ -174,7 +180,12 @@ def is_transient(error: BaseException) -> bool:
 
 def backoff(failures: int, ttl: float) -> float:
     """Seconds to wait after the `failures`-th failed attempt in a row."""
-    return min(BACKOFF_FIRST * 2.0 ** (failures - 1), BACKOFF_CAP, ttl * BACKOFF_TTL_FRACTION)
+    return min(BACKOFF_FIRST * 2.0 ** (failures - 1), step(ttl))
+
+
+def step(ttl: float) -> float:
+    """The longest wait between attempts on a lease of `ttl`; also the last call's margin."""
+    return min(BACKOFF_CAP, ttl * BACKOFF_TTL_FRACTION)
 
 
 @attrs.frozen
@@ -220,12 +231,43 @@ class Timeline(Generic[LeaseT]):
             renew_at=answer.sent_at + ttl * RENEW_AFTER_FRACTION,
         )
 
+    @property
+    def ttl(self) -> float:
+        """The lease's ttl (0 before there is one)."""
+        return self.lease.ttl_seconds if self.lease is not None else 0.0
+
+    @property
+    def last_call(self) -> float:
+        """The last attempt that still has a step's margin for its round trip."""
+        return self.deadline - step(self.ttl)
+
     def failed(self, error: Error, now: float) -> Timeline[LeaseT]:
-        """After a transient failure at `now`: the next attempt after a backoff, by the deadline."""
+        """After a transient failure at `now`: when to try again.
+
+        After a backoff, but never after the last call; past it, every `BACKOFF_FIRST` s (or
+        less) while an answer may still come in time.
+        """
         failures = self.failures + 1
-        ttl = self.lease.ttl_seconds if self.lease is not None else 0.0
-        retry_at = min(now + backoff(failures, ttl), self.deadline)
+        ttl = self.ttl
+        if now < self.last_call:
+            retry_at = min(now + backoff(failures, ttl), self.last_call)
+        else:
+            retry_at = now + backoff(1, ttl)
+            if retry_at > self.deadline - backoff(1, ttl) / 2:
+                retry_at = self.deadline  # too late for any answer: no more attempts
         return attrs.evolve(self, renew_at=retry_at, failures=failures, last_error=error)
+
+    def attempt_timeout(self, now: float, limit: float) -> float:
+        """How long an attempt begun at `now` may wait for its answer.
+
+        No longer than `limit` (the client's timeout), nor past the deadline, nor, begun
+        before the last call, past it (but a step at least): one that hangs (sent into a
+        server that died) leaves the last step for one more try.
+        """
+        left = self.deadline - now
+        if now < self.last_call:
+            left = min(left, max(self.last_call - now, step(self.ttl)))
+        return min(limit, left)
 
 
 @attrs.frozen
@@ -400,7 +442,7 @@ class Ownership(Generic[LeaseT]):
                 return None
             renewal = Renewal(
                 timeline.lease,
-                min(self._timeout, timeline.deadline - now),
+                timeline.attempt_timeout(now, self._timeout),
                 request_id or new_uuid(),
                 self._trace,
             )

@@ -19,11 +19,18 @@ that lease after its own backoff. A guard whose renewal
 is under way is still woken for its at-risk point and deadline, so those moves (and their
 callbacks) happen on time however long the answer takes.
 
+A guard let go of while its renewal is under way, or answered but not yet taken in, is
+forgotten at once: its outcome is never taken in. An unexpected exception while the schedule
+works on one guard (a bug) is contained to that guard: it is logged, the guard is lost with a
+`LockLostError` caused by it (a guard that had left is only forgotten), and every other guard
+is served on.
+
 The loop's owner holds a lock around every call (the asyncio loop runs them on one thread).
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -35,7 +42,7 @@ from ._exceptions import Error, LockLostError
 from ._validate import new_uuid
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from ._ownership import Notice, Ownership, Renewal
     from ._seam import Answer
@@ -137,7 +144,7 @@ class Schedule:
         self._ready: dict[Guard, None] = {}  # due for a renewal, waiting for a slot
         self._in_flight: dict[Guard, str] = {}  # guard -> the request carrying its renewal
         self._batches: set[str] = set()  # requests under way
-        self._finished: list[tuple[Guard, Outcome]] = []
+        self._finished: dict[Guard, Outcome] = {}  # answered, not yet taken in (in order)
         self._let_go: set[Guard] = set()  # removed while under way: outcome not taken in
         self._sequence = itertools.count()
         self.stopped: Error | None = None
@@ -159,7 +166,8 @@ class Schedule:
         self._ready.pop(guard, None)
         busy = guard in self._in_flight
         if busy and let_go:
-            self._let_go.add(guard)
+            if self._finished.pop(guard, None) is None:  # still under way in its batch
+                self._let_go.add(guard)
             del self._in_flight[guard]
             guard.renewal_ended()
             return False
@@ -176,7 +184,7 @@ class Schedule:
             if guard in self._let_go:
                 self._let_go.discard(guard)
             elif self._in_flight.get(guard) == batch.request_id:
-                self._finished.append((guard, outcome))
+                self._finished[guard] = outcome
 
     def singles(self) -> None:
         """From now on, one lease per request (a server without batch renewals)."""
@@ -185,26 +193,29 @@ class Schedule:
     def step(self, now: float) -> Work:
         """Take in finished renewals, make the moves due at `now`, and start what may start."""
         work = Work()
-        finished, self._finished = self._finished, []
-        for guard, outcome in finished:
-            del self._in_flight[guard]
-            work.notices += _take_in(guard, outcome, now)
-            if guard in self._entry:
-                self._push(guard)
+        finished, self._finished = self._finished, {}
+        for guard, outcome in finished.items():
+            with self._contained(guard, work):
+                del self._in_flight[guard]
+                work.notices += _take_in(guard, outcome, now)
+                if guard in self._entry:
+                    self._push(guard)
         later: list[tuple[Guard, bool]] = []
         while self._heap and self._heap[0][0] <= now + EARLY:
             _, sequence, guard = heapq.heappop(self._heap)
             if self._entry.get(guard) != sequence:
                 continue  # superseded, or the guard left
-            notices, renew = guard.due(now, early=EARLY)
-            work.notices += notices
-            if renew:
-                self._ready[guard] = None
-            later.append((guard, not renew))
+            with self._contained(guard, work):
+                notices, renew = guard.due(now, early=EARLY)
+                work.notices += notices
+                if renew:
+                    self._ready[guard] = None
+                later.append((guard, not renew))
         for guard, renewal in later:
-            self._push(guard, renewal=renewal)
+            with self._contained(guard, work):
+                self._push(guard, renewal=renewal)
         while self._ready and len(self._batches) < self._limit:
-            work.starts += self._start(now)
+            work.starts += self._start(now, work)
         return work
 
     def next_wake(self, now: float) -> float | None:
@@ -238,28 +249,65 @@ class Schedule:
             notices += guard.stop(reason)
         return notices
 
-    def _start(self, now: float) -> list[Batch]:
+    def _start(self, now: float, work: Work) -> list[Batch]:
         """One batch of the ready guards (none if none may renew any more).
 
         A batch holds leases of one kind, that of the guard first in line: keys' leases and
         group memberships are renewed by requests of their own.
         """
-        kind = type(next(iter(self._ready)).lease())
-        alike = (guard for guard in self._ready if type(guard.lease()) is kind)
-        chosen = list(itertools.islice(alike, self.batch_size))
+        kind: type | None = None
+        chosen: list[Guard] = []
+        for guard in list(self._ready):
+            if len(chosen) == self.batch_size:
+                break
+            with self._contained(guard, work):
+                its_kind = type(guard.lease())
+                kind = kind or its_kind
+                if its_kind is kind:
+                    chosen.append(guard)
         request_id = self._new_id()
         entries = []
         for guard in chosen:
             del self._ready[guard]
-            renewal = guard.begin_renewal(now, early=EARLY, request_id=request_id)
-            if renewal is not None:
-                entries.append((guard, renewal))
-                self._in_flight[guard] = request_id
-            self._push(guard)  # still woken for its at-risk point and deadline
+            with self._contained(guard, work):
+                renewal = guard.begin_renewal(now, early=EARLY, request_id=request_id)
+                if renewal is not None:
+                    entries.append((guard, renewal))
+                    self._in_flight[guard] = request_id
+                self._push(guard)  # still woken for its at-risk point and deadline
         if not entries:
             return []
         self._batches.add(request_id)
         return [Batch(request_id, tuple(entries))]
+
+    @contextlib.contextmanager
+    def _contained(self, guard: Guard, work: Work) -> Iterator[None]:
+        """Run one guard's part of a step; an exception from it (a bug) loses that guard only.
+
+        The guard is forgotten; one still served is lost with a `LockLostError` caused by the
+        exception (its lease may lapse unrenewed), one that had left only forgotten. The log
+        names the key and the exception, never a token (a lease's repr redacts its owner token).
+        """
+        try:
+            yield
+        except Exception as exc:  # a bug: contained to this guard, never the loop's
+            served = guard in self._entry
+            logger.exception(
+                "the renewal loop failed on the lease on %s; %s, every other lease is renewed on",
+                guard.key,
+                "it is lost" if served else "it had left",
+            )
+            self._entry.pop(guard, None)
+            self._ready.pop(guard, None)
+            self._in_flight.pop(guard, None)
+            self._finished.pop(guard, None)
+            if served:
+                reason = LockLostError(f"renewing the lease on {guard.key!r} failed unexpectedly")
+                reason.__cause__ = exc
+                try:
+                    work.notices += guard.stop(reason)
+                except Exception:  # the guard is beyond saving; the others are not
+                    logger.exception("losing the lease on %s failed", guard.key)
 
     def _push(self, guard: Guard, *, renewal: bool = True) -> None:
         wake = guard.next_wake(renewal=renewal)

@@ -35,6 +35,7 @@ import pytest
 from tests.faults.fencing import FencingStore
 from tests.faults.history import Grant, check
 from tests.faults.test_contention import Contention, figures, grants_of
+from tests.support.databases import scalar
 from tests.support.netlab import Lab
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.raw import Locks, new_id, wait_for
@@ -224,13 +225,41 @@ class TestDatabaseGoesAway:
 
 def _served_in_turn(d: Deployment, queue: Queue) -> list[int]:
     """The tokens granted to b's waiter then a's (b's released through b in between)."""
-    first = queue.on_b.result()
-    assert first.status_code == 200, f"b's waiter, first in line: {first.text}"
+    try:
+        first = queue.on_b.result()
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {_line(d, queue)}") from None
+    assert first.status_code == 200, f"b's waiter, first in line: {first.text}; {_line(d, queue)}"
     token = first.json()["fencing_token"]
     with httpx.Client(base_url=d.b.url, headers=d.project.headers()) as b:
         released = Locks(b).release(queue.key, queue.on_b.owner, token)
     assert released.status_code == 204, released.text
     return [token, queue.on_a.lease["fencing_token"]]
+
+
+def _line(d: Deployment, queue: Queue) -> str:
+    """Where b's waiter stands, for a failure's message: how long it waited, and the line.
+
+    Read through the URL naming both hosts, with a connect timeout: after a network cut the
+    old primary, first in it, never answers a connection.
+    """
+    answered = queue.on_b.answered_at or time.monotonic()
+    waited = (
+        f"b's waiter on {queue.key} (wait {queue.b_wait} s) was answered or given up"
+        f" {answered - queue.b_started:.1f} s after it began"
+    )
+    url = f"{d.database_url}&connect_timeout=3"
+    try:
+        line = scalar(
+            url,
+            "SELECT string_agg(server_id || ' ' || state || ' until '"
+            " || coalesce(until_us::text, '-'), '; ' ORDER BY seq) FROM lock_waiters WHERE key = ?",
+            (queue.key,),
+        )
+        now = scalar(url, "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint")
+    except Exception as exc:  # a diagnostic never hides the failure it explains
+        return f"{waited}; the line could not be read: {exc!r}"
+    return f"{waited}; the line at {now} us: {line}"
 
 
 def _served_since(prober: Prober, server: str, since: float) -> float | None:

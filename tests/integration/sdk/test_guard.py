@@ -11,9 +11,11 @@ polls for the awaited change with a generous upper bound, and no assertion depen
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -271,6 +273,46 @@ class TestManyGuards:
             assert renewer_threads() == before + 1
             assert sender_threads() - senders_before <= MAX_IN_FLIGHT < len(keys)
         assert not any(server.state(k)["held"] for k in keys)
+
+
+@pytest.mark.anyio
+class TestGuardsComingAndGoing:
+    TTL = 10.0  # long enough that a loaded machine (load 15) loses no lease by its deadline
+    GUARDS = 60
+    SECONDS = 12.0
+
+    async def test_guards_let_go_of_while_renewing_lose_no_other(
+        self, aclient: volcano.AsyncClient, key: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Issue 34: sixty guards of one AsyncClient come and go for 12 s, each leaving its
+        block about when its renewal is under way (a third into the ttl), so some leave
+        between the answer and the loop taking it in. The loop never stops: no guard is lost
+        and no re-acquire of a key just released is refused."""
+        caplog.set_level(logging.WARNING, logger="volcano")
+        lost: list[str] = []
+        refused: list[str] = []
+        cycles = 0
+        end = time.monotonic() + self.SECONDS
+
+        async def come_and_go(n: int) -> None:
+            nonlocal cycles
+            chance = random.Random(n)
+            while time.monotonic() < end:
+                try:
+                    async with aclient.locks.with_lock(f"{key}-{n}", ttl=self.TTL) as guard:
+                        await asyncio.sleep(chance.uniform(0.33, 0.36) * self.TTL)
+                except volcano.LockHeldError as exc:
+                    refused.append(str(exc))
+                    continue
+                cycles += 1
+                if guard.lost:
+                    lost.append(f"{guard.key}: {guard.lost_reason}")
+
+        await asyncio.gather(*(come_and_go(n) for n in range(self.GUARDS)))
+        assert cycles > self.GUARDS
+        assert lost == []
+        assert refused == []
+        assert "renewer stopped" not in caplog.text
 
 
 def batches(wire: Wire) -> list[list[str]]:

@@ -110,14 +110,19 @@ class TestSchedule:
     async def test_each_attempt_is_bounded_by_the_time_left(
         self, make_guards: Callable[..., Guards], fake_api: FakeApi
     ) -> None:
-        """A renewal may not wait past the deadline: its timeout is min(timeout, time left)."""
+        """A renewal waits no longer than the client's timeout, nor past the last call a step
+        before the deadline (an attempt that hangs leaves room for one more), nor past the
+        deadline."""
         guards = make_guards(timeout=10)
-        async with guards.lock(ttl=6):  # deadline 106, first attempt at 102
-            fake_api.then(fail(httpx.ConnectError("refused")))
+        async with guards.lock(ttl=6):  # deadline 106, first attempt at 102, last call 105.4
+            fake_api.then(*[fail(httpx.ConnectError("refused"))] * 3)
             await guards.advance(2)
             await guards.advance(0.5)
+            await guards.advance(2)
+            await guards.advance(1)
         timeouts = [r.extensions["timeout"]["read"] for r in fake_api.of("renew")]
-        assert timeouts == [pytest.approx(4.0), pytest.approx(3.5)]
+        # until the last call at 105.4 (a step, 0.6 s, at least), then until the deadline
+        assert timeouts == [pytest.approx(t) for t in (3.4, 2.9, 0.9, 0.5)]
 
     @pytest.mark.parametrize("status", [503, 0], ids=["503", "connect"])
     async def test_acquisition_retries_once_then_spends_the_guard(

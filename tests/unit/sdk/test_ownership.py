@@ -179,17 +179,18 @@ class TestTimeline:
         assert made.state(130.0) is S.LOST
 
     def test_attempt_timeout_is_bounded_by_time_left(self) -> None:
-        """An attempt waits at most min(timeout, deadline - now); none is due at the deadline."""
+        """An attempt in the last third waits at most until the last call (a step, 2 s, before
+        the deadline), or a step if that is sooner; none is due at the deadline."""
         made = held()
         assert made.begin_renewal(109.0) is None
         first = made.begin_renewal(125.0)
         assert first is not None
-        assert first.timeout == 5.0
+        assert first.timeout == 3.0
         assert made.begin_renewal(125.0) is None  # one at a time
         made.renewal_failed(volcano.APITimeoutError("slow"), 125.0)
         second = made.begin_renewal(126.0)
         assert second is not None
-        assert second.timeout == 4.0
+        assert second.timeout == 2.0
         assert second.request_id != first.request_id
         made.renewal_failed(volcano.APITimeoutError("slow"), 129.0)
         assert made.begin_renewal(130.0) is None
@@ -464,6 +465,64 @@ class TestIsTransient:
         assert is_transient(volcano.APITimeoutError("x"))
         assert not is_transient(volcano.ClientClosedError("x"))
         assert not is_transient(ValueError("x"))
+
+
+def attempts(made: Ownership, answer_after: Callable[[float], float], until: float) -> list[float]:
+    """When `made` tries to renew, each attempt failing `answer_after(start)` s after it
+    starts (a refusal at once, or a timeout at its end), up to `until`."""
+    starts: list[float] = []
+    now = made.next_wake() or until
+    while now < until:
+        made.due(now)
+        renewal = made.begin_renewal(now)
+        if renewal is not None:
+            starts.append(now)
+            now += min(answer_after(now), renewal.timeout)
+            made.renewal_failed(volcano.APIConnectionError("refused"), now)
+        wake = made.next_wake()
+        if wake is None or wake >= until:
+            break
+        now = max(now, wake)
+    return starts
+
+
+class TestRetriesReachTheDeadline:
+    """Issue 34: a ttl of 6 s lost across a 3.5 s restart of the server, back about a second
+    before the deadline. Acquired at 100 with ttl 6: renewal due at 102, the last third from
+    104, the last call at 105.4 (a step, 0.6 s, before the deadline at 106)."""
+
+    def test_refused_at_once_tries_to_the_last_call_and_after(self) -> None:
+        """Refused at once every time: the backoff doubles to its step, the last call is tried
+        whatever the backoff, then every 0.1 s while an answer may still come in time."""
+        made = held6()
+        starts = attempts(made, lambda _: 0.0, 106.0)
+        assert [round(s, 2) for s in starts] == [
+            102.0, 102.1, 102.3, 102.7, 103.3, 103.9, 104.5, 105.1, 105.4,
+            105.5, 105.6, 105.7, 105.8, 105.9,
+        ]  # fmt: skip
+
+    def test_an_attempt_that_hangs_leaves_room_for_one_more(self) -> None:
+        """The first attempt hangs (the server died under it): it is given up at the last call
+        (105.4), not at the deadline, so one more goes out with half a second left, and a
+        server back at 105 is reached before the deadline."""
+        made = held6()
+        starts = attempts(made, lambda start: 100.0 if start < 103 else 0.0, 106.0)
+        assert starts[:2] == [102.0, pytest.approx(105.5)]
+        assert 105.0 <= starts[1] <= 106.0 - 0.5
+
+    def test_attempts_that_hang_still_leave_one_in_the_last_third(self) -> None:
+        """Every attempt hangs: one is still begun in the last third, given up by the
+        deadline."""
+        made = held6()
+        starts = attempts(made, lambda _: 100.0, 106.0)
+        assert starts == [102.0, pytest.approx(105.5)]
+
+
+def held6() -> Ownership:
+    made = machine(None, margin=None)
+    made.enter()
+    made.acquired(answer(sent_at=100.0, ttl=6.0))
+    return made
 
 
 class TestBackoff:

@@ -11,7 +11,7 @@ cd "$root"
 mkdir -p reports
 if [ $# -eq 0 ]; then
   # The figures of CI's machine (2 cores); CONTRIBUTING.md lists the tiers in between.
-  echo "scripts/test.sh: every test (unit, integration, contract, faults), about 18 minutes on" \
+  echo "scripts/test.sh: every test (unit, integration, contract, faults), about 29 minutes on" \
     "2 cores; the unit tests alone: scripts/test.sh tests/unit (about 20 s)" >&2
 fi
 exec "$VENV/bin/python" -m pytest --junitxml=reports/junit.xml "$@"

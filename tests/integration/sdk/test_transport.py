@@ -206,6 +206,9 @@ class OnLoop:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+        # Let the loop finish closing what the transport closed (uvloop runs a failed TLS
+        # handshake's shutdown a few callbacks later, and refuses to close a busy loop).
+        self._runner.run(asyncio.sleep(0.05))
         self._runner.close()
 
 

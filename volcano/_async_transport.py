@@ -28,13 +28,12 @@ from sniffio import current_async_library
 
 from . import _pool
 from ._http11 import Broken, Connection, NeedMore, head_of
+from ._pool import Origin, origin_of, seconds
 
 if TYPE_CHECKING:
     import ssl
 
 __all__ = ["AsyncOwnClient", "AsyncTransport"]
-
-Origin = tuple[str, str, int]
 
 
 class _Gathered(Connection):
@@ -123,7 +122,7 @@ class _Link(asyncio.Protocol):
             raise httpx.WriteError("the connection is closed", request=request)
         transport.write(message)  # one write; asyncio sends what the socket takes at once
         try:
-            async with asyncio.timeout(_seconds(timeouts.get("read"))):
+            async with asyncio.timeout(seconds(timeouts.get("read"))):
                 while True:
                     reader = _Gathered(bytes(self.data), self.ended)
                     try:
@@ -165,7 +164,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         slots = self._slots
         if slots.locked():
             try:
-                async with asyncio.timeout(_seconds(timeouts.get("pool"))):
+                async with asyncio.timeout(seconds(timeouts.get("pool"))):
                     await slots.acquire()
             except TimeoutError:
                 raise httpx.PoolTimeout(
@@ -189,8 +188,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             await self._other.aclose()
 
     async def _exchange(self, request: httpx.Request, timeouts: dict[str, Any]) -> httpx.Response:
-        url = request.url
-        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        origin = origin_of(request.url)
         link = self._reuse(origin) or await self._connect(request, origin, timeouts)
         try:
             response = await link.exchange(request, timeouts)
@@ -230,7 +228,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         tls = self._ssl_context() if scheme == "https" else None
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(_seconds(timeouts.get("connect"))):
+            async with asyncio.timeout(seconds(timeouts.get("connect"))):
                 _, link = await loop.create_connection(
                     _Link, host, port, ssl=tls, server_hostname=host if tls else None
                 )
@@ -245,10 +243,6 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         if self._ssl is None:
             self._ssl = httpx.create_ssl_context()
         return self._ssl
-
-
-def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
 
 
 class AsyncOwnClient(_pool.Own, httpx.AsyncClient):

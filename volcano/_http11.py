@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ._pool import seconds
+
 if TYPE_CHECKING:
     import socket
 
@@ -75,14 +77,14 @@ class Connection:
         self.reusable = False
         head = head_of(request, body := request.read())
         try:
-            self.sock.settimeout(_seconds(timeouts.get("write")))
+            self.sock.settimeout(seconds(timeouts.get("write")))
             self.sock.sendall(head + body)
         except TimeoutError as exc:
             raise httpx.WriteTimeout(str(exc) or "timed out", request=request) from exc
         except OSError as exc:
             raise httpx.WriteError(str(exc), request=request) from exc
         try:
-            self.sock.settimeout(_seconds(timeouts.get("read")))
+            self.sock.settimeout(seconds(timeouts.get("read")))
             return self.answer(request)
         except TimeoutError as exc:
             raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
@@ -236,7 +238,3 @@ def head_of(request: httpx.Request, body: bytes) -> bytes:
     if body and not length_given:
         lines.append(b"Content-Length: " + str(len(body)).encode())
     return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import httpx
 
-__all__ = ["KEEPALIVE_EXPIRY", "MAX_CONNECTIONS", "MAX_IDLE", "Own"]
+__all__ = [
+    "KEEPALIVE_EXPIRY",
+    "MAX_CONNECTIONS",
+    "MAX_IDLE",
+    "Origin",
+    "Own",
+    "origin_of",
+    "seconds",
+]
 
 MAX_CONNECTIONS = 100
 """Requests one client's transport has under way at once (httpx's default pool: 100)."""
@@ -26,3 +34,17 @@ class Own:
     """
 
     transport: httpx.BaseTransport | httpx.AsyncBaseTransport
+
+
+Origin = tuple[str, str, int]
+"""Where a connection goes: scheme, host and port."""
+
+
+def origin_of(url: httpx.URL) -> Origin:
+    """The origin of `url`, its port filled in from its scheme."""
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+def seconds(value: object) -> float | None:
+    """A timeout of `request.extensions["timeout"]` in seconds; None (none) for anything else."""
+    return float(value) if isinstance(value, int | float) else None

@@ -35,7 +35,7 @@ import httpx
 
 from . import _pool
 from ._http11 import Connection
-from ._pool import Own
+from ._pool import Origin, Own, origin_of, seconds
 
 if TYPE_CHECKING:
     import ssl
@@ -48,8 +48,6 @@ __all__ = [
 ]
 
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
-
-Origin = tuple[str, str, int]
 
 
 class OwnClient(Own, httpx.Client):
@@ -110,7 +108,7 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` and read its answer whole; httpx's exceptions for what goes wrong."""
         timeouts = request.extensions.get("timeout", {})
-        if not self._slots.acquire(timeout=_seconds(timeouts.get("pool"))):
+        if not self._slots.acquire(timeout=seconds(timeouts.get("pool"))):
             raise httpx.PoolTimeout("no connection came free in time", request=request)
         try:
             return self._exchange(request, timeouts)
@@ -127,8 +125,7 @@ class Transport(httpx.BaseTransport):
                 connection.close()
 
     def _exchange(self, request: httpx.Request, timeouts: dict[str, Any]) -> httpx.Response:
-        url = request.url
-        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        origin = origin_of(request.url)
         connection = self._reuse(origin) or self._connect(request, origin, timeouts)
         try:
             response = connection.exchange(request, timeouts)
@@ -167,7 +164,7 @@ class Transport(httpx.BaseTransport):
         scheme, host, port = origin
         if scheme not in ("http", "https"):
             raise httpx.UnsupportedProtocol(f"the scheme {scheme!r} is not http or https")
-        timeout = _seconds(timeouts.get("connect"))
+        timeout = seconds(timeouts.get("connect"))
         try:
             sock = socket.create_connection((host, port), timeout)
         except TimeoutError as exc:
@@ -192,7 +189,3 @@ class Transport(httpx.BaseTransport):
             if self._ssl is None:
                 self._ssl = httpx.create_ssl_context()
             return self._ssl
-
-
-def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None

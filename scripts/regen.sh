@@ -31,6 +31,13 @@ python=${PYTHON:-python3}
 requirements="$root/scripts/regen-requirements.txt"
 venv=${VOLCANO_REGEN_VENV:-$root/.cache/regen-venv}
 stamp="$venv/.volcano-pins"
+# Two runs at once (two terminals, the test suite's workers) would build the environment over
+# each other: the second waits for the first (flock, where the system has it).
+mkdir -p "$(dirname "$venv")"
+if command -v flock >/dev/null; then
+  exec 9>"$venv.lock"
+  flock 9
+fi
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
   echo "regen.sh: building the generator environment in $venv" >&2
   rm -rf "$venv"

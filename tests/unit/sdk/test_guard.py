@@ -499,6 +499,15 @@ def renewal_ids(fake_api: FakeApi) -> list[str]:
 class TestOneThreadPerClient:
     """The Client's renewals run on one thread of its own (an AsyncClient's: one task)."""
 
+    @pytest.fixture(autouse=True)
+    def _earlier_renewers(self) -> None:
+        # A client another test of this process left open keeps its renewer thread: under
+        # pytest-xdist any test may run before these. Only threads started since count.
+        self.earlier = set(renewer_threads())
+
+    def renewers(self) -> list[threading.Thread]:
+        return [t for t in renewer_threads() if t not in self.earlier]
+
     def test_many_guards_share_one_thread(self, client: volcano.Client, fake_api: FakeApi) -> None:
         """Hundreds of guards on one client are renewed by a single thread."""
         before = threading.active_count()
@@ -507,7 +516,7 @@ class TestOneThreadPerClient:
                 stack.enter_context(client.locks.with_lock(f"key-{i}", ttl=30)) for i in range(300)
             ]
             assert threading.active_count() == before + 1
-            assert len(renewer_threads()) == 1
+            assert len(self.renewers()) == 1
             assert not any(g.lost for g in guards)
         assert len(fake_api.of("release")) == 300
 
@@ -526,19 +535,19 @@ class TestOneThreadPerClient:
             assert keys.count("long") == 1
             assert not short.lost
             assert not long.lost
-            assert len(renewer_threads()) == 1
+            assert len(self.renewers()) == 1
 
     def test_no_thread_until_a_guard_is_entered(self, client: volcano.Client) -> None:
         """Plain lock calls start no thread; the renewer starts with the first guard."""
         client.locks.acquire("k", ttl=30)
-        assert renewer_threads() == []
+        assert self.renewers() == []
 
     def test_close_stops_the_thread(self, client: volcano.Client) -> None:
         """Closing the client ends its renewal thread, though guards were still held."""
         with client.locks.with_lock("k", ttl=30):
-            assert len(renewer_threads()) == 1
+            assert len(self.renewers()) == 1
             client.close()
-            assert renewer_threads() == []
+            assert self.renewers() == []
 
     def test_a_stopped_renewer_loses_new_guards_at_once(self, client: volcano.Client) -> None:
         """A guard handed to a client's engine that has stopped is marked lost with the stop
@@ -551,7 +560,7 @@ class TestOneThreadPerClient:
         client.close()
         client._engine.hold(guard)
         assert isinstance(guard.reason(100.0), volcano.ClientClosedError)
-        assert renewer_threads() == []
+        assert self.renewers() == []
 
     def test_exit_waits_for_an_inflight_renewal(
         self, client: volcano.Client, fake_api: FakeApi, clock: FakeClock

@@ -433,7 +433,7 @@ class Bystander:
                     lease = http.post(f"/v1/locks/{key}/acquire", json=body)
                     self.seconds.append(time.perf_counter() - started)
                     if lease.status_code != 200:
-                        self.failures[str(lease.status_code)] += 1
+                        self.failures[f"{lease.status_code} {_code(lease)}"] += 1
                         continue
                     held = {"owner_token": owner, "fencing_token": lease.json()["fencing_token"]}
                     release = http.post(f"/v1/locks/{key}/release", json=held)
@@ -441,6 +441,14 @@ class Bystander:
                         self.failures[f"release {release.status_code}"] += 1
             except httpx.HTTPError as exc:
                 self.failures[type(exc).__name__] += 1
+
+
+def _code(answer: httpx.Response) -> str:
+    """The error code of an error answer in the API's shape, else its first bytes."""
+    try:
+        return str(answer.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return repr(answer.content[:40])
 
 
 # -- one run ------------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ per connection:
   admitted at once.
 - The API's JSON error shape where uvicorn would answer a request it cannot parse with
   plain-text "Invalid HTTP request received.".
+- `GET /healthz` answered here, as soon as its head is parsed, when nothing else is being
+  answered on its connection: the same answer as the API's `getHealth` (and the private
+  listener's), counted and logged alike, but without a task, the app or the router. A load
+  balancer's probes, or ten thousand kept-alive connections asking for nothing else, then cost
+  the event loop tens of microseconds each rather than the whole request path's hundreds.
 
 Each of those answers is followed by a lingering close: the server stops writing and, for a
 second or 64 KiB, whichever comes first, reads and discards what the client is still sending
@@ -53,15 +58,21 @@ test_protocol.py or test_hostile.py: the parser callbacks `on_message_begin`, `o
 `timeout_keep_alive_handler`; `self.url` and `self.parser` before the headers are complete;
 `self.cycle` (its `response_complete`, `response_started`, `more_body`, `keep_alive`,
 `disconnected` and `message_event`), `self.pipeline`; `self.flow` (a `FlowControl` made in
-`connection_made`, replaced here by a subclass); and the constructor's keyword arguments.
+`connection_made`, replaced here by a subclass); `on_body`, and
+`self.headers`, `self.server_state` (`default_headers`, the `date` header, and
+`total_requests`), `timeout_keep_alive_task` and `_unset_keepalive_if_required` for the health
+answer; and the
+constructor's keyword arguments.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import re
 import socket
 import struct
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -114,6 +125,11 @@ BURST_PER_TURN = 32
 SPARE_SECONDS = 1.0
 # What a connection on a spare seat may ask (method and path, the query string ignored).
 PROBES = frozenset({(b"GET", b"/healthz"), (b"GET", b"/readyz")})
+# The probe answered by the protocol itself, and its answer's body (the API's `getHealth`).
+HEALTH = (b"GET", b"/healthz")
+_HEALTH_BODY = b'{"status":"ok"}'
+# A client's X-Request-Id, echoed when it is one UUID (the spec's `RequestId`), else made anew.
+_UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # How a probe's request line starts (a probe is admitted at once, not in its turn).
 _PROBE_LINES = tuple(
     method + b" " + path + end for method, path in sorted(PROBES) for end in (b" ", b"?")
@@ -231,6 +247,9 @@ class LimitedProtocol(HttpToolsProtocol):
         self._armed = 0  # counts deadlines armed, so a paced expiry knows it is still due
         self._closing = Closing.DRAINED  # how it closes once the protocol has answered
         self._address: str | None = None  # the client's, for the per-address cap
+        self._health: float | None = None  # a health probe being read: when its head began
+        self._inline = 0  # health probes answered in the current parse
+        self._began = 0.0  # perf_counter when the current request's head began
 
     # uvicorn's connection events
 
@@ -295,6 +314,7 @@ class LimitedProtocol(HttpToolsProtocol):
         What cannot be parsed yet is held, and reading paused, until an answer is done.
         """
         data, start = self._unparsed, 0
+        self._inline = 0
         while start < len(data) and self._reading() and not self._pipeline_full():
             end = self._piece_end(data, start)
             if end == start:
@@ -306,6 +326,14 @@ class LimitedProtocol(HttpToolsProtocol):
             start = end
         self._unparsed = data[start:] if self._reading() else b""
         self._flow.hold(bool(self._unparsed))
+        if self._unparsed and self._inline >= MAX_PIPELINED and not self._flow.write_paused:
+            self.loop.call_soon(self._parse_held)  # other connections' turn first
+
+    def _parse_held(self) -> None:
+        """Go on parsing what was held back after health probes answered in one turn."""
+        self._inline = 0  # a new turn
+        if self._unparsed and self._reading() and not self._pipeline_full():
+            self._parse()
 
     def _piece_end(self, data: bytes, start: int) -> int:
         """Where the next piece fed to the parser ends.
@@ -329,7 +357,11 @@ class LimitedProtocol(HttpToolsProtocol):
         body of a queued request would be parsed before it runs.
         """
         queued = len(self.pipeline)
-        return queued >= MAX_PIPELINED or (queued > 0 and self._awaiting is Awaiting.BODY)
+        if queued >= MAX_PIPELINED or (queued > 0 and self._awaiting is Awaiting.BODY):
+            return True
+        # Health probes answered as they are parsed: a few per turn of the loop, and none
+        # while the client leaves its answers unread.
+        return self._inline >= MAX_PIPELINED or self._flow.write_paused
 
     def _reading(self) -> bool:
         """Whether what arrives is still parsed (not after an answer of the protocol's own)."""
@@ -351,6 +383,10 @@ class LimitedProtocol(HttpToolsProtocol):
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
+        self._began = time.perf_counter()
+        # A request has begun: the connection is not idle, even if the keep-alive timer was
+        # armed by an answer given in the middle of this read (a health probe's, above).
+        self._unset_keepalive_if_required()
         super().on_message_begin()
         self.scope["extensions"] = {KEYED: {"mark": self._keyed}}
         self._header_fields = 0
@@ -365,12 +401,18 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        probe = (self.parser.get_method(), _path(self.url)) in PROBES
+        asked = (self.parser.get_method(), _path(self.url))
+        probe = asked in PROBES
         if self._seat is Seat.SPARE and not probe:
             if not self.policy.seats.take(self, reap=True):
                 self._refuse_full()
                 raise _Answered  # stops the parser: the request is never run
             self._seat = Seat.SERVING  # an idle connection without keys gave way
+        if asked == HEALTH and not self._unanswered and not self.parser.should_upgrade():
+            self._health = self._began  # answered once it has arrived (`_answer_health`)
+            self._head_bytes = 0
+            self._enter(Awaiting.BODY)
+            return
         super().on_headers_complete()
         if self._seat is Seat.SPARE:
             self.cycle.keep_alive = False  # answered, then closed: the seat is only lent
@@ -378,7 +420,16 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._enter(Awaiting.BODY)
 
+    def on_body(self, body: bytes) -> None:
+        if self._health is None:
+            super().on_body(body)
+        # a health probe's body (it should have none) is read and dropped
+
     def on_message_complete(self) -> None:
+        if self._health is not None:
+            self._enter(Awaiting.DONE)
+            self._answer_health(self._health)
+            return
         super().on_message_complete()
         self._enter(Awaiting.DONE)
 
@@ -427,6 +478,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().resume_writing()
         if not self.transport.is_closing():
             self._unwatch_writes()
+            self._parse_held()  # probes held while their answers went unread
 
     def _close(self) -> None:
         """Close the connection, once what was written is sent (within the write deadline)."""
@@ -502,6 +554,46 @@ class LimitedProtocol(HttpToolsProtocol):
             self._refuse(ApiError.request_timeout("body", self.limits.body_timeout))
 
     # answers of the protocol itself
+
+    def _answer_health(self, began: float) -> None:
+        """`GET /healthz`, answered as the API would, with nothing else on the connection."""
+        self._health = None
+        self._inline += 1
+        sent = [value for name, value in self.headers if name == b"x-request-id"]
+        if len(sent) == 1 and _UUID.fullmatch(sent[0]):
+            request_id = sent[0].decode("ascii")
+        else:
+            request_id = str(uuid.uuid4())
+        keep_alive = (
+            self._seat is Seat.SERVING
+            and self.parser.get_http_version() == "1.1"
+            and self.parser.should_keep_alive()
+        )
+        lines = [b"HTTP/1.1 200 OK"]
+        lines.extend(name + b": " + value for name, value in self.server_state.default_headers)
+        lines += [
+            b"x-request-id: " + request_id.encode("ascii"),
+            b"cache-control: no-store",
+            b"content-type: application/json",
+            b"content-length: %d" % len(_HEALTH_BODY),
+        ]
+        if not keep_alive:
+            lines.append(b"connection: close")
+        self.transport.write(b"\r\n".join([*lines, b"", _HEALTH_BODY]))
+        path = _path(self.url).decode("latin-1")
+        seconds = time.perf_counter() - began
+        self.policy.report(RequestRecord("GET", path, 200, request_id, "getHealth", seconds))
+        # What uvicorn does once an answer is complete, but from within the parser's callback:
+        # the parse loop that called it goes on with whatever else has arrived.
+        self.server_state.total_requests += 1
+        if not keep_alive:
+            self.transport.close()
+            self._watch_unsent()
+            return
+        self._unset_keepalive_if_required()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
 
     def _refuse_full(self, closing: Closing = Closing.DRAINED) -> None:
         """503: no seat for a request of this kind (counted as a refused connection)."""

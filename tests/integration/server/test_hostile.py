@@ -220,6 +220,39 @@ class TestPipelining:
         echoed = re.findall(rb"x-request-id: ([0-9a-f-]{36})", reply.raw)
         assert [i.decode() for i in echoed] == ids
 
+    def test_probes_answered_by_the_protocol_keep_their_place(
+        self, database: str, project: Project
+    ) -> None:
+        """The protocol answers /healthz itself, but only in its turn: pipelined behind a watch
+        that waits, a probe is answered after the watch; and a probe's answer does not start
+        the keep-alive clock (1 s here) for a watch (2 s) parsed in the same read."""
+        with ServerProcess(database, "--keepalive-timeout", "1") as server:
+            key = f"held-{uuid.uuid4().hex[:8]}"
+            with httpx.Client(base_url=server.url, headers=project.headers()) as http:
+                assert Locks(http).acquire(key, new_id()).status_code == 200
+                version = http.get(f"/v1/locks/{key}").json()["version"]
+            keys = list(project.headers().items())
+
+            def watch(seconds: int, request_id: str) -> bytes:
+                path = f"/v1/locks/{key}?after_version={version}&wait_seconds={seconds}"
+                return request_bytes("GET", path, [*keys, ("X-Request-Id", request_id)])
+
+            def probe(request_id: str) -> bytes:
+                return request_bytes("GET", "/healthz", [("X-Request-Id", request_id)])
+
+            first, second = new_id(), new_id()
+            # A probe short enough that the parser is fed it and the watch's head in one piece.
+            for requests, ids in [
+                (request_bytes("GET", "/healthz") + watch(2, first), [first]),
+                (watch(1, first) + probe(second), [first, second]),
+            ]:
+                with connect(server.port) as sock:
+                    sock.sendall(requests)
+                    reply = read_reply(sock, timeout=10, until=ids[-1].encode())
+                echoed = re.findall(rb"x-request-id: ([0-9a-f-]{36})", reply.raw)
+                assert [i.decode() for i in echoed[-len(ids) :]] == ids, reply.raw
+                assert re.findall(rb"HTTP/1.1 (\d+)", reply.raw) == [b"200", b"200"], reply.raw
+
     def test_pipelining_flood_costs_little(self, server: ServerProcess, project: Project) -> None:
         """Four clients each pipelining 20,000 GET /healthz at once (720 KB each) and never
         reading: lock calls keep answering, and the server's memory grows by far less than the

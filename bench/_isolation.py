@@ -444,9 +444,10 @@ class Bystander:
 
 
 def _code(answer: httpx.Response) -> str:
-    """The error code of an error answer in the API's shape, else its first bytes."""
+    """The error code and message of an error answer in the API's shape, else its first bytes."""
     try:
-        return str(answer.json()["error"]["code"])
+        error = answer.json()["error"]
+        return f"{error['code']}: {error['message'][:60]}"
     except (ValueError, KeyError, TypeError):
         return repr(answer.content[:40])
 

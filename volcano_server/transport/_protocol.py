@@ -387,6 +387,8 @@ class LimitedProtocol(HttpToolsProtocol):
         # A request has begun: the connection is not idle, even if the keep-alive timer was
         # armed by an answer given in the middle of this read (a health probe's, above).
         self._unset_keepalive_if_required()
+        if self._seat is Seat.SERVING:
+            self.policy.seats.asked(self)
         super().on_message_begin()
         self.scope["extensions"] = {KEYED: {"mark": self._keyed}}
         self._header_fields = 0

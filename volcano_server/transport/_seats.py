@@ -21,7 +21,9 @@ the process opens.
 A connection without a key cannot keep a seat from one with a key: when the serving seats are
 all taken, a newcomer on a spare seat that asks for anything but a health probe takes the seat
 of a connection that has never sent a request with valid keys and is idle (between requests,
-or slow to send a head), which is closed (`reap`), the one seated longest first. (A probe
+or slow to send a head), which is closed (`reap`), the one whose last request is oldest first
+(not the one seated longest: clients that all ask at the same moment would have the longest
+seated busy together, and a newcomer arriving then would find none to reap). (A probe
 never takes one: reaped clients that reconnect only to probe cost nobody a seat.) So ten
 thousand kept-alive connections that only ask for /healthz hold seats only while nobody else
 needs them. `accepting` says whether a new connection would
@@ -117,7 +119,7 @@ class Seats:
         self._per_address = per_address  # 0: no cap
         self._open = 0  # connections open, whatever their seat
         self._taken = 0  # serving seats taken
-        self._keyless: dict[Reapable, None] = {}  # serving, no key yet: seated longest first
+        self._keyless: dict[Reapable, None] = {}  # serving, no key yet: oldest request first
         self._addresses: collections.Counter[str] = collections.Counter()
         self.reaped = 0  # connections closed to give their seat to a newcomer
 
@@ -158,6 +160,12 @@ class Seats:
             self._keyless[connection] = None
         return True
 
+    def asked(self, connection: Reapable) -> None:
+        """`connection` has begun a request: while it has no key, it is the last to be reaped."""
+        if connection in self._keyless:
+            del self._keyless[connection]
+            self._keyless[connection] = None
+
     def keyed(self, connection: Reapable) -> None:
         """`connection` sent a request with valid keys: its seat is its own from now on."""
         self._keyless.pop(connection, None)
@@ -179,7 +187,7 @@ class Seats:
                 del self._addresses[address]
 
     def _reap_one(self, looks: int = 64) -> bool:
-        """Close the keyless connection seated longest among the idle ones; its seat is free.
+        """Close the idle keyless connection whose last request is oldest; its seat is free.
 
         Busy ones looked at go to the back of the line; at most `looks` are looked at.
         """

@@ -88,6 +88,22 @@ class TestKeylessGiveWay:
         seats.leave(serving=False, connection=idle)  # it closes holding no seat
         assert seats.taken == 3
 
+    def test_the_keyless_connection_asked_least_lately_is_reaped(self) -> None:
+        """Keyless clients that all ask at the same moment (the longest seated asking first)
+        leave idle ones behind them: a newcomer then reaps one of those, not a busy one, however
+        many busy ones were seated before them."""
+        seats = Seats(200, backlog=0)
+        connections = [Connection() for _ in range(200)]
+        for connection in connections:
+            seats.arrive()
+            seats.take(connection)
+        for connection in connections[:150]:  # their periodic requests, oldest first
+            connection.is_idle = False
+            seats.asked(connection)
+        seats.arrive()
+        assert seats.take(Connection(), reap=True)
+        assert [c for c in connections if c.reaped] == [connections[150]]
+
     def test_with_none_to_reap_a_newcomer_gets_a_spare_seat(self) -> None:
         """Every seat held by keyed or busy connections: no reaping; the API is not accepting,
         which /readyz reports."""

@@ -22,7 +22,7 @@ from typing import Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
-from ..storage import KEY_LOCKED, StorageUnavailable, WouldBlock
+from ..storage import OnLocked, StorageUnavailable, WouldBlock
 from ..telemetry._metrics import Metrics
 from ..telemetry._tracing import Tracing
 from ..wire._errors import ApiError
@@ -80,7 +80,7 @@ class Runner:
     Only the storage work is repeated in a worker thread after a WouldBlock (it changed
     nothing); what the caller judged before stays judged. With `tracing`, work given a name
     (`traced_as`: a lock transaction) is a span of its own when a request's span is current
-    (its try on the loop and its run in a thread, as one). Work on one key (`lane`) runs in
+    (its try on the loop and its run in a thread, as one). Work on one key (`in_lane`) runs in
     that key's lane (`_lanes`): after all work on the key that asked for it before, and until it
     ends or holds the key's lock in the database.
     """
@@ -92,30 +92,31 @@ class Runner:
         self.lanes = Lanes()
 
     async def __call__(
-        self,
-        work: Callable[[bool], T],
-        *,
-        job: Job = UPKEEP,
-        traced_as: str | None = None,
-        lane: KeyRef | None = None,
+        self, work: Callable[[bool], T], *, job: Job = UPKEEP, traced_as: str | None = None
     ) -> T:
-        """Run `work` for `job` (in the key's lane, if given one); an outage is 503."""
+        """Run `work` for `job`; an outage is 503."""
         try:
-            if lane is None:
-                return await self._traced(work, job, traced_as)
-            async with self.lanes.lane(lane) as leave:
-                loop = asyncio.get_running_loop()
-
-                def key_locked() -> None:  # in the transaction's thread
-                    loop.call_soon_threadsafe(leave)
-
-                locked = KEY_LOCKED.set(key_locked)
-                try:
-                    return await self._traced(work, job, traced_as)
-                finally:
-                    KEY_LOCKED.reset(locked)
+            return await self._traced(work, job, traced_as)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
+
+    async def in_lane(
+        self, lane: KeyRef, work: Callable[[bool, OnLocked], T], *, job: Job, traced_as: str
+    ) -> T:
+        """Run `work` as `__call__` does, in the key's lane, handing it what leaves the lane.
+
+        `work` passes that on to its write transaction (`Storage.write`'s `on_locked`), which
+        calls it, from its thread, once it holds the key's lock.
+        """
+        async with self.lanes.lane(lane) as leave:
+            loop = asyncio.get_running_loop()
+
+            def on_locked() -> None:
+                loop.call_soon_threadsafe(leave)
+
+            return await self(
+                lambda may_block: work(may_block, on_locked), job=job, traced_as=traced_as
+            )
 
     async def _traced(self, work: Callable[[bool], T], job: Job, traced_as: str | None) -> T:
         if self._tracing is None or traced_as is None:

@@ -35,6 +35,7 @@ from .._config import WaitingSettings
 from ..storage import (
     Lease,
     LockRow,
+    OnLocked,
     StaleClock,
     Storage,
     StoredOutcome,
@@ -216,6 +217,7 @@ class Transactions:
         shared: bool = False,
         entry: Entry | None = None,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer | Queued:
         """Take a free slot of the key (`shared`: a shared lease), or extend the caller's own.
 
@@ -257,7 +259,9 @@ class Transactions:
                 return row, Queued()
             return decision.row or row, decision
 
-        return self._mutate(caller, key, run, may_block=may_block, claims_lease=True)
+        return self._mutate(
+            caller, key, run, may_block=may_block, on_locked=on_locked, claims_lease=True
+        )
 
     def renew(
         self,
@@ -269,6 +273,7 @@ class Transactions:
         *,
         label: str | None = None,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer:
         """Extend the live lease that matches both tokens; with `label`, relabel it."""
 
@@ -284,7 +289,11 @@ class Transactions:
             )
             return decision.row or row, decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block, claims_lease=True))
+        return _answer(
+            self._mutate(
+                caller, key, run, may_block=may_block, on_locked=on_locked, claims_lease=True
+            )
+        )
 
     def renew_many(
         self, caller: Caller, renewals: Sequence[LeaseRenewal], *, may_block: bool = True
@@ -373,6 +382,7 @@ class Transactions:
         fencing_token: int,
         *,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer:
         """End the live lease that matches both tokens, and hand the key to the next in line."""
 
@@ -382,17 +392,24 @@ class Transactions:
             )
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block, ending=End.RELEASED))
+        return _answer(
+            self._mutate(
+                caller, key, run, may_block=may_block, on_locked=on_locked, ending=End.RELEASED
+            )
+        )
 
-    def force_release(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
+    def force_release(
+        self, caller: Caller, key: str, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> Answer:
         """End every live lease, whoever holds it, and hand the slots to the next in line."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_force_release(row, now, key=key)
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
+        ending = End.FORCE_RELEASED
         return _answer(
-            self._mutate(caller, key, run, may_block=may_block, ending=End.FORCE_RELEASED)
+            self._mutate(caller, key, run, may_block=may_block, on_locked=on_locked, ending=ending)
         )
 
     def get(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
@@ -472,16 +489,17 @@ class Transactions:
         reservation, or by polling; like every transaction on a key we wait for, it re-times
         the key's timer to the lease it leaves.
         """
-        project_id, key = key_ref
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             if row is not None and row.held(now):
                 row = self._take_reserved(tx, effects, row, now)
             return self._hand_off(tx, row, now, effects), None
 
-        self._on_key(project_id, key, run, may_block=may_block)
+        self._on_key(key_ref, run, may_block=may_block)
 
-    def confirm(self, entry: Entry, *, may_block: bool = True) -> None:
+    def confirm(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """Deliver the entry's unconfirmed grant if the database has it after all.
 
         A transaction that granted it rolled back, or committed and lost its answer: the
@@ -493,9 +511,11 @@ class Transactions:
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._recover(tx, effects, entry, row, now), None
 
-        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+        self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)
 
-    def give_up(self, entry: Entry, *, may_block: bool = True) -> Answer | None:
+    def give_up(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
 
         None when the entry was granted the key meanwhile (by this very transaction, or by one
@@ -517,9 +537,11 @@ class Transactions:
                 )
             return row, answer
 
-        return self._on_key(entry.project_id, entry.key, run, may_block=may_block)[2]
+        return self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)[2]
 
-    def leave(self, entry: Entry, *, may_block: bool = True) -> None:
+    def leave(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while.
 
         An unconfirmed grant the database has after all is ended first, as `undeliver` ends a
@@ -527,14 +549,16 @@ class Transactions:
         """
         if entry.unconfirmed is not None:
             entry.granted, entry.unconfirmed = entry.unconfirmed, None
-            self.undeliver(entry, may_block=may_block)
+            self.undeliver(entry, may_block=may_block, on_locked=on_locked)
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
 
-        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+        self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)
 
-    def undeliver(self, entry: Entry, *, may_block: bool = True) -> None:
+    def undeliver(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """End the lease granted to an entry whose client left before it was answered.
 
         Only that very lease, unchanged: if a retry with the same owner token took it over (a
@@ -550,8 +574,9 @@ class Transactions:
             return self._hand_off(tx, row, now, effects), None
 
         if entry.fingerprint is None:
+            ending = End.UNDELIVERED
             self._on_key(
-                entry.project_id, entry.key, run, may_block=may_block, ending=End.UNDELIVERED
+                entry.key_ref, run, may_block=may_block, on_locked=on_locked, ending=ending
             )
             return
         print_ = entry.fingerprint
@@ -567,7 +592,7 @@ class Transactions:
             answer = _undelivered(entry, granted)
             tx.save_outcome(entry.project_id, entry.request_id, self._stored(print_, answer, now))
 
-        self._in_transaction(claimed, may_block=may_block, key=entry.key_ref)
+        self._in_transaction(claimed, may_block=may_block, key=entry.key_ref, on_locked=on_locked)
 
     def beat(self, server_id: str, lifetime_us: int, *, may_block: bool = True) -> tuple[bool, int]:
         """Record this server's heartbeat: whether any other server is alive, and its clock."""
@@ -775,6 +800,7 @@ class Transactions:
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
         *,
         may_block: bool,
+        on_locked: OnLocked | None = None,
         claims_lease: bool = False,
         ending: End | None = None,
     ) -> Answer | Queued:
@@ -804,7 +830,8 @@ class Transactions:
                 )
             return answer
 
-        return self._in_transaction(work, may_block=may_block, key=(caller.project_id, key))
+        key_ref = (caller.project_id, key)
+        return self._in_transaction(work, may_block=may_block, key=key_ref, on_locked=on_locked)
 
     def _replay(
         self,
@@ -859,23 +886,23 @@ class Transactions:
 
     def _on_key(
         self,
-        project_id: int,
-        key: str,
+        key_ref: KeyRef,
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Touched[T]],
         *,
         may_block: bool,
+        on_locked: OnLocked | None = None,
         ending: End | None = None,
     ) -> tuple[LockRow | None, int, T]:
         """A transaction on one key's row that answers no API request: (row after, now, result)."""
 
         def work(tx: WriteTx, effects: _Effects) -> tuple[LockRow | None, int, T]:
             now = tx.now_us()
-            loaded = tx.load_lock(project_id, key)
+            loaded = tx.load_lock(*key_ref)
             row, result = run(tx, effects, now, loaded)
             self._save(tx, effects, loaded, row, now, ending=ending)
             return row, now, result
 
-        return self._in_transaction(work, may_block=may_block, key=(project_id, key))
+        return self._in_transaction(work, may_block=may_block, key=key_ref, on_locked=on_locked)
 
     def _save(
         self,
@@ -937,15 +964,17 @@ class Transactions:
         *,
         may_block: bool,
         key: KeyRef | None,
+        on_locked: OnLocked | None = None,
     ) -> T:
         """Run `work` in one write transaction; its effects on waiting requests follow.
 
-        `key` is the key `work` locks first; None when it locks several itself.
+        `key` is the key `work` locks first (then `on_locked` is called, by a backend that
+        locks it early); None when it locks several itself.
         """
         for run in range(1, _STALE_RUNS + 1):
             effects = _Effects(self._registry)
             try:
-                with self._storage.write(may_block=may_block, key=key) as tx:
+                with self._storage.write(may_block=may_block, key=key, on_locked=on_locked) as tx:
                     result = work(tx, effects)
             except StaleClock:
                 effects.rolled_back()

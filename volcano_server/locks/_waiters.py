@@ -25,12 +25,12 @@ import asyncio
 import enum
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
 from .._config import WaitingSettings
-from ..storage import Storage
+from ..storage import OnLocked, Storage
 from ..telemetry._lockmetrics import LockMetrics, Waited
 from ..telemetry._tracing import Tracing
 from ..wire._errors import ApiError
@@ -46,6 +46,15 @@ from ._watching import Watches
 __all__ = ["Turn", "Waits", "next_turn", "wait_outcome"]
 
 log = logging.getLogger("volcano_server")
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _EntryStep(Protocol[T_co]):
+    """A transaction on a waiting request's entry (`Transactions.leave`, `give_up`, ...)."""
+
+    def __call__(self, entry: Entry, *, may_block: bool, on_locked: OnLocked | None) -> T_co: ...
 
 
 class Turn(enum.Enum):
@@ -192,8 +201,9 @@ class Waits:
             shared=shared,
         )
         tx = self.transactions
-        result = await self._run(
-            lambda may_block: tx.acquire(
+        result = await self._run.in_lane(
+            entry.key_ref,
+            lambda may_block, on_locked: tx.acquire(
                 caller,
                 key,
                 owner_token,
@@ -203,10 +213,10 @@ class Waits:
                 shared=shared,
                 entry=entry,
                 may_block=may_block,
+                on_locked=on_locked,
             ),
             job=Job(caller.project_id),
             traced_as="acquire",
-            lane=entry.key_ref,
         )
         if isinstance(result, Answer):
             return result
@@ -233,7 +243,7 @@ class Waits:
         self, entry: Entry, wait_seconds: float, gone: asyncio.Future[None]
     ) -> Answer | None:
         """Hold a queued request open until its turn, its wait runs out, or its client leaves."""
-        tx, run = self.transactions, self._run
+        tx = self.transactions
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:
@@ -248,28 +258,13 @@ class Waits:
                 return entry.answer
             if turn is Turn.UNDELIVER:
                 entry.delivered()  # nobody to answer: whoever granted it need not wait
-                await run(
-                    lambda may_block: tx.undeliver(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="undeliver",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.undeliver, "undeliver")
                 return None
             if turn is Turn.REVOKED:
-                await run(
-                    lambda may_block: tx.leave(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="leave",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.leave, "leave")
                 return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
-                await run(
-                    lambda may_block: tx.leave(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="leave",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.leave, "leave")
                 return None if gone.done() else shutting_down(entry.request_id)
             if turn is Turn.GIVE_UP:
                 answer = await self._give_up(entry)
@@ -288,14 +283,8 @@ class Waits:
         False if the database could not be asked: the request waits on (its wait's end, or
         the next change, asks again; `give_up` asks too).
         """
-        tx = self.transactions
         try:
-            await self._run(
-                lambda may_block: tx.confirm(entry, may_block=may_block),
-                job=Job(entry.project_id, keeps=True, request=False),
-                traced_as="confirm",
-                lane=entry.key_ref,
-            )
+            await self._on_entry(entry, self.transactions.confirm, "confirm")
         except ApiError:  # the database is out of reach (503)
             return False
         return True
@@ -306,14 +295,8 @@ class Waits:
         A grant made by another transaction while this one is on its way is delivered at once,
         not after it: a slow database must not hold a lease's answer past its ttl.
         """
-        tx = self.transactions
         giving_up = asyncio.ensure_future(
-            self._run(
-                lambda may_block: tx.give_up(entry, may_block=may_block),
-                job=Job(entry.project_id, keeps=True, request=False),
-                traced_as="give_up",
-                lane=entry.key_ref,
-            )
+            self._on_entry(entry, self.transactions.give_up, "give_up")
         )
         try:
             while not giving_up.done():
@@ -329,6 +312,15 @@ class Waits:
             # request that left.
             self._registry.move(entry, Move.LEAVE)
             raise
+
+    async def _on_entry(self, entry: Entry, step: _EntryStep[T], traced_as: str) -> T:
+        """Run a transaction on a waiting request's entry, in its key's lane, as lease-keeping."""
+        return await self._run.in_lane(
+            entry.key_ref,
+            lambda may_block, on_locked: step(entry, may_block=may_block, on_locked=on_locked),
+            job=Job(entry.project_id, keeps=True, request=False),
+            traced_as=traced_as,
+        )
 
     # -- waking keys ------------------------------------------------------------------------
 

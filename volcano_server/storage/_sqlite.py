@@ -50,6 +50,7 @@ from ._base import (
     Listener,
     LockRow,
     LockSummary,
+    OnLocked,
     StaleClock,
     StorageUnavailable,
     StoredOutcome,
@@ -596,8 +597,16 @@ class SQLiteStorage(KeyAdmin):
                 raise
 
     @contextmanager
-    def write(self, *, may_block: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
-        """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot).
+    def write(
+        self,
+        *,
+        may_block: bool = True,
+        key: tuple[int, str] | None = None,
+        on_locked: OnLocked | None = None,
+    ) -> Iterator[_Tx]:
+        """One BEGIN IMMEDIATE transaction on the shared writer connection.
+
+        `key` and `on_locked` are moot: the write lock, held to the end, is the only lock.
 
         A durable commit is on disk when this returns if `may_block`; else once `synced()`
         returns.

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -43,7 +43,7 @@ from ._revocations import Revocations
 from ._transactions import Caller, Transactions, shutting_down
 from ._watching import Watches
 
-__all__ = ["Turn", "Waits", "next_turn", "wait_outcome"]
+__all__ = ["HandoffTimers", "Turn", "Waits", "next_turn", "wait_outcome"]
 
 log = logging.getLogger("volcano_server")
 
@@ -106,22 +106,65 @@ def wait_outcome(phase: Phase, answer: Answer | None) -> Waited:
     return _ENDED.get(phase, Waited.ERROR)
 
 
+class HandoffTimers:
+    """A timer per key that requests wait for here, at its live lease's expiry.
+
+    Made before the lock transactions, which re-time a key through it (`time_handoff`) after
+    each commit; started by `Waits.run` with what runs a hand-off when a timer fires.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
+        self._running: tuple[asyncio.AbstractEventLoop, Callable[[KeyRef], None]] | None = None
+
+    def time_handoff(self, key_ref: KeyRef, seconds: float | None) -> None:
+        """Hand the key over after `seconds` (when its live lease ends), from any thread.
+
+        None: the key is not held, so nothing to time; a key with no entries here is dropped.
+        Nothing is timed before `start`.
+        """
+        if self._running is not None:
+            self._running[0].call_soon_threadsafe(self.arm, key_ref, seconds)
+
+    def arm(self, key_ref: KeyRef, seconds: float | None) -> None:
+        """`time_handoff`, on the loop."""
+        old = self._timers.pop(key_ref, None)
+        if old is not None:
+            old.cancel()
+        if seconds is None or not self._registry.entries_of(key_ref) or self._running is None:
+            return
+        loop, due = self._running
+        # A millisecond past the expiry, so the storage clock agrees the lease has ended.
+        self._timers[key_ref] = loop.call_later(max(0.0, seconds) + 0.001, due, key_ref)
+
+    def start(self, due: Callable[[KeyRef], None]) -> None:
+        """Time hand-offs on the running loop from now on: `due(key_ref)` runs one."""
+        self._running = (asyncio.get_running_loop(), due)
+
+    def stop(self) -> None:
+        """Cancel every timer."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
 class Waits:
     """Every waiting request this server holds open, the timers and heartbeat that serve them.
 
-    Built with everything it needs: the storage, its settings, how storage work runs (`run`,
-    which answers an outage with 503), this server's watches (told of each change), and the
-    lock transactions, which it makes with its own timers as their way to re-time a key.
+    Built with everything it needs: the storage, the lock transactions and the hand-off timers
+    they re-time keys through, its settings, how storage work runs (`run`, which answers an
+    outage with 503), and this server's watches (told of each change).
     """
 
     def __init__(
         self,
         storage: Storage,
         registry: Registry,
+        transactions: Transactions,
+        timers: HandoffTimers,
         *,
         settings: WaitingSettings,
-        retention_seconds: float,
-        max_keys: int = 0,
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
@@ -138,20 +181,9 @@ class Waits:
         self._pulse = pulse
         self._revocations = revocations
         self._watches = watches
-        self.transactions = Transactions(
-            storage,
-            registry,
-            retention_seconds=retention_seconds,
-            max_keys=max_keys,
-            settings=settings,
-            time_handoff=self.time_handoff,
-            changed=watches.changed,
-            pulse=pulse,
-            revocations=revocations,
-            metrics=metrics,
-        )
+        self._transactions = transactions
+        self._timers = timers
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
         self._settling: dict[KeyRef, bool] = {}  # key -> settle again when the current ends
         self._tasks: set[asyncio.Task[None]] = set()
         self._parked = 0  # requests in `_turns`: they need the loop only when their turn comes
@@ -200,7 +232,7 @@ class Waits:
             label=label,
             shared=shared,
         )
-        tx = self.transactions
+        tx = self._transactions
         result = await self._run.in_lane(
             entry.key_ref,
             lambda may_block, on_locked: tx.acquire(
@@ -243,7 +275,7 @@ class Waits:
         self, entry: Entry, wait_seconds: float, gone: asyncio.Future[None]
     ) -> Answer | None:
         """Hold a queued request open until its turn, its wait runs out, or its client leaves."""
-        tx = self.transactions
+        tx = self._transactions
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:
@@ -284,7 +316,7 @@ class Waits:
         the next change, asks again; `give_up` asks too).
         """
         try:
-            await self._on_entry(entry, self.transactions.confirm, "confirm")
+            await self._on_entry(entry, self._transactions.confirm, "confirm")
         except ApiError:  # the database is out of reach (503)
             return False
         return True
@@ -296,7 +328,7 @@ class Waits:
         not after it: a slow database must not hold a lease's answer past its ttl.
         """
         giving_up = asyncio.ensure_future(
-            self._on_entry(entry, self.transactions.give_up, "give_up")
+            self._on_entry(entry, self._transactions.give_up, "give_up")
         )
         try:
             while not giving_up.done():
@@ -324,27 +356,6 @@ class Waits:
 
     # -- waking keys ------------------------------------------------------------------------
 
-    def time_handoff(self, key_ref: KeyRef, seconds: float | None) -> None:
-        """Hand the key over after `seconds` (when its live lease ends), from any thread.
-
-        None: the key is not held, so nothing to time; a key with no entries here is dropped.
-        """
-        loop = self._loop
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(self._arm, key_ref, seconds)
-
-    def _arm(self, key_ref: KeyRef, seconds: float | None) -> None:
-        old = self._timers.pop(key_ref, None)
-        if old is not None:
-            old.cancel()
-        if seconds is None or not self._registry.entries_of(key_ref) or self._loop is None:
-            return
-        # A millisecond past the expiry, so the storage clock agrees the lease has ended.
-        self._timers[key_ref] = self._loop.call_later(
-            max(0.0, seconds) + 0.001, self.settle_soon, key_ref
-        )
-
     def settle_soon(self, key_ref: KeyRef) -> None:
         """Run a hand-off for the key in a task of its own (coalescing repeated calls)."""
         if key_ref in self._settling:
@@ -354,7 +365,7 @@ class Waits:
         self._spawn(self._settle(key_ref))
 
     async def _settle(self, key_ref: KeyRef) -> None:
-        tx = self.transactions
+        tx = self._transactions
         try:
             again = True
             while again:
@@ -369,7 +380,7 @@ class Waits:
                 self._settling[key_ref] = False
         except Exception as exc:  # noqa: BLE001 - a timer must survive a failing database
             log.warning("handing over %s failed, will retry: %s", key_ref[1], exc)
-            self._arm(key_ref, self.settings.heartbeat_seconds)
+            self._timers.arm(key_ref, self.settings.heartbeat_seconds)
         finally:
             self._settling.pop(key_ref, None)
 
@@ -384,20 +395,19 @@ class Waits:
     async def run(self) -> None:
         """Beat, listen for hand-offs from other servers (or poll for them), until cancelled."""
         self._loop = asyncio.get_running_loop()
+        self._timers.start(self.settle_soon)
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._beat)
                 tasks.start_soon(self._storage.listen, _Listener(self, self._watches))
         finally:
-            for timer in self._timers.values():
-                timer.cancel()
-            self._timers.clear()
+            self._timers.stop()
             for task in self._tasks:
                 task.cancel()
             self._watches.stop()
 
     async def _beat(self) -> None:
-        settings, tx, server_id = self.settings, self.transactions, self._registry.server_id
+        settings, tx, server_id = self.settings, self._transactions, self._registry.server_id
         lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
 
         def beat(may_block: bool) -> tuple[bool, int]:

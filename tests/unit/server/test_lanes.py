@@ -74,7 +74,7 @@ async def test_the_runner_hands_work_in_a_lane_what_leaves_it() -> None:
     PostgreSQL calls it once it holds the key's row lock), the next work on the key runs while
     the first is still under way."""
 
-    async def in_a_thread(work: Callable[[bool], T], _job: Job) -> T:
+    async def in_a_thread(work: Callable[[bool], T], job: Job) -> T:
         return await anyio.to_thread.run_sync(work, True)
 
     run = Runner(in_a_thread, Metrics())

@@ -47,14 +47,6 @@ class Parts:
     storage: Storage  # a group's state is read straight from it
     run: Runner
 
-    @property
-    def parked(self) -> int:
-        """Waiting acquires parked in line and watches held open.
-
-        They need the loop only when their turn comes or their key changes.
-        """
-        return self.waits.parked + self.watches.parked
-
 
 # An operation: its answer, or None when its client left before it (only a held request).
 Handler = Callable[[Parts, Caller, Params, Body, Gone], Awaitable[Answer | None]]

@@ -14,9 +14,10 @@ schedules itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Protocol, TypeVar
 
 import anyio
@@ -30,7 +31,7 @@ from ._admission import UPKEEP, Admission, Job
 from ._lanes import Lanes
 from ._registry import KeyRef
 
-__all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
+__all__ = ["Offload", "Runner", "Synced", "ThreadOffload", "Work"]
 
 log = logging.getLogger("volcano_server")
 
@@ -38,6 +39,14 @@ T = TypeVar("T")
 
 Work = Callable[[bool], T]
 """Storage work, given whether it may block."""
+
+
+class Synced(Protocol):
+    """`Storage.synced`: returns once every commit so far is durable (`here`: on this thread)."""
+
+    def __call__(self, *, here: bool) -> Awaitable[None]:
+        """Wait for the commits made so far."""
+        ...
 
 
 class Offload(Protocol):
@@ -85,11 +94,15 @@ class Runner:
     ends or holds the key's lock in the database.
     """
 
-    def __init__(self, offload: Offload, metrics: Metrics, tracing: Tracing | None = None) -> None:
+    def __init__(
+        self, offload: Offload, metrics: Metrics, synced: Synced, tracing: Tracing | None = None
+    ) -> None:
         self._offload = offload
         self._metrics = metrics
+        self._synced = synced
         self._tracing = tracing
         self.lanes = Lanes()
+        self._busy = 0  # requests being served that need the loop (`serving`, `parked`)
 
     async def __call__(
         self, work: Callable[[bool], T], *, job: Job = UPKEEP, traced_as: str | None = None
@@ -117,6 +130,41 @@ class Runner:
             return await self(
                 lambda may_block: work(may_block, on_locked), job=job, traced_as=traced_as
             )
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Count a request as being served while the block runs (`synced` asks)."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """Count a request being served as not needing the loop while the block runs.
+
+        A waiting acquire parked in line, a watch held open (they need the loop only when their
+        turn comes or their key changes), a request held until the waiters it granted are
+        answered.
+        """
+        self._busy -= 1
+        try:
+            yield
+        finally:
+            self._busy += 1
+
+    async def synced(self) -> None:
+        """Return once every commit made so far is on disk; an outage is 503.
+
+        Alone, the request waits for the disk on the event loop: nothing else is waiting to
+        be served, and it saves two thread hand-offs. Otherwise the loop serves others
+        meanwhile (the wait runs in a worker thread), and their commits share the next fsync.
+        """
+        try:
+            await self._synced(here=self._busy == 1)
+        except StorageUnavailable as exc:
+            raise self.unavailable(exc) from exc
 
     async def _traced(self, work: Callable[[bool], T], job: Job, traced_as: str | None) -> T:
         if self._tracing is None or traced_as is None:

@@ -476,10 +476,6 @@ class Transactions:
         self._metrics.checked(key, live=checked["live"])
         return Answer(200, dumps(checked))
 
-    async def synced(self, *, here: bool = False) -> None:
-        """Return once every transaction committed so far is on disk: answer only then."""
-        await self._storage.synced(here=here)
-
     # -- the life of a waiting request -----------------------------------------------------
 
     def settle(self, key_ref: KeyRef, *, may_block: bool = True) -> None:

@@ -186,16 +186,10 @@ class Waits:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._settling: dict[KeyRef, bool] = {}  # key -> settle again when the current ends
         self._tasks: set[asyncio.Task[None]] = set()
-        self._parked = 0  # requests in `_turns`: they need the loop only when their turn comes
 
     def __len__(self) -> int:
         """How many waiting requests hold a place here."""
         return len(self._registry)
-
-    @property
-    def parked(self) -> int:
-        """Waiting requests parked in line, a granted one included until it resumes."""
-        return self._parked
 
     def close(self) -> None:
         """Refuse new waits and send every queued request away (the server is shutting down).
@@ -255,20 +249,19 @@ class Waits:
         loop = asyncio.get_running_loop()
         joined = loop.time()
         outcome = Waited.ERROR
-        self._parked += 1
         try:
-            if self._tracing is None:
-                answer = await self._turns(entry, wait_seconds, gone)
-                outcome = wait_outcome(entry.phase, answer)
-                return answer
-            with self._tracing.wait() as span:
-                answer = await self._turns(entry, wait_seconds, gone)
-                outcome = wait_outcome(entry.phase, answer)
-                self._tracing.waited(span, outcome)
-                return answer
+            with self._run.parked():  # it needs the loop only when its turn comes
+                if self._tracing is None:
+                    answer = await self._turns(entry, wait_seconds, gone)
+                    outcome = wait_outcome(entry.phase, answer)
+                    return answer
+                with self._tracing.wait() as span:
+                    answer = await self._turns(entry, wait_seconds, gone)
+                    outcome = wait_outcome(entry.phase, answer)
+                    self._tracing.waited(span, outcome)
+                    return answer
         finally:
             entry.delivered()
-            self._parked -= 1
             self._metrics.waited(key, outcome, loop.time() - joined)
 
     async def _turns(

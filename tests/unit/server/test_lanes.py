@@ -1,4 +1,5 @@
-"""Lanes: one key's transactions in the order they asked, and a lane left early lets the next go."""
+"""Lanes: one key's transactions in the order they asked, a lane left early lets the next go; the
+runner hands work in a lane what leaves it, and decides where the wait for the disk runs."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ async def test_the_runner_hands_work_in_a_lane_what_leaves_it() -> None:
     async def in_a_thread(work: Callable[[bool], T], job: Job) -> T:
         return await anyio.to_thread.run_sync(work, True)
 
-    run = Runner(in_a_thread, Metrics())
+    run = Runner(in_a_thread, Metrics(), _synced)
     run.lanes = Lanes(patience=60)  # never let in by the one ahead stalling: only by on_locked
     order: list[str] = []
     second_ran = threading.Event()
@@ -99,6 +100,33 @@ async def test_the_runner_hands_work_in_a_lane_what_leaves_it() -> None:
     await first_run
     assert order == ["first in", "second", "first out"]
     assert len(run.lanes) == 0
+
+
+async def test_the_runner_waits_for_the_disk_here_only_for_a_request_alone() -> None:
+    """`synced` waits on the loop's thread (`here`) only when one request is being served:
+    requests parked (waiting in line, watching, held for the waiters they granted) do not
+    count; two requests served send the wait to a thread, so the loop serves the other."""
+    asked: list[bool] = []
+
+    async def synced(*, here: bool) -> None:
+        asked.append(here)
+
+    run = Runner(_inline, Metrics(), synced)
+    with run.serving():
+        await run.synced()  # alone
+        with run.serving(), run.parked():
+            await run.synced()  # the other one is parked
+        with run.serving():
+            await run.synced()  # another one is being served
+    assert asked == [True, True, False]
+
+
+async def _inline(work: Callable[[bool], T], job: Job) -> T:
+    return work(False)
+
+
+async def _synced(*, here: bool) -> None:
+    """Nothing committed to wait for."""
 
 
 async def test_a_stalled_lane_is_waited_for_only_so_long() -> None:

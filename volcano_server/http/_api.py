@@ -9,7 +9,7 @@ Each request is judged once, on the event loop. Storage work (a key lookup, the 
 transaction) is first tried on the loop without waiting, when the storage runs inline (SQLite),
 and only what would have to wait is repeated in a worker thread, so a locked database, a busy
 pool or a slow network never stalls the event loop. A waiting acquire joins the key's queue in
-its transaction and then waits on the loop, costing no thread (`_waiting`).
+its transaction and then waits on the loop, costing no thread (`locks._waiters`).
 """
 
 from __future__ import annotations

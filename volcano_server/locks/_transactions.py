@@ -307,7 +307,8 @@ class Transactions:
         """
         if not may_block:
             raise WouldBlock  # up to 500 renewals: longer than the event loop may be held
-        project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
+        project_id, request_id = caller.project_id, caller.request_id
+        fingerprint = caller.fingerprint
         keys = sorted({renewal.key for renewal in renewals})
         by_key: dict[str, list[int]] = {}
         owners_of: dict[str, set[str]] = {}
@@ -316,7 +317,7 @@ class Transactions:
             owners_of.setdefault(renewal.key, set()).add(renewal.owner_token)
 
         def work(tx: WriteTx, effects: _Effects) -> Answer:
-            prior = tx.claim_request(project_id, request_id) if print_ is not None else None
+            prior = tx.claim_request(project_id, request_id) if fingerprint is not None else None
             # Only the named owners' leases of each key (however crowded it is; a replay's
             # stored answer names the same ones), unless requests wait here for the key:
             # their hand-off is timed by all of its leases.
@@ -327,8 +328,8 @@ class Transactions:
             }
             loaded = tx.load_locks(project_id, keys, owners=partial)
             now = tx.now_us()
-            if prior is not None and print_ is not None:
-                return self._replay_many(caller, loaded, now, prior, print_)
+            if prior is not None and fingerprint is not None:
+                return self._replay_many(caller, loaded, now, prior, fingerprint)
             rows = dict(loaded)
             decisions: dict[int, Decision] = {}
             for key, entries in by_key.items():  # a key's entries in order, in one pass
@@ -368,8 +369,8 @@ class Transactions:
             for key in keys:
                 self._retime(effects, rows[key], now)
             answer = _batch.answer(results)
-            if print_ is not None:
-                tx.save_outcome(project_id, request_id, self._stored(print_, answer, now))
+            if fingerprint is not None:
+                tx.save_outcome(project_id, request_id, self._stored(fingerprint, answer, now))
             return answer
 
         return self._in_transaction(work, may_block=may_block, key=None)
@@ -575,7 +576,7 @@ class Transactions:
                 entry.key_ref, run, may_block=may_block, on_locked=on_locked, ending=ending
             )
             return
-        print_ = entry.fingerprint
+        fingerprint = entry.fingerprint
 
         def claimed(tx: WriteTx, effects: _Effects) -> None:
             prior = tx.claim_request(entry.project_id, entry.request_id)
@@ -586,7 +587,9 @@ class Transactions:
             row, _ = run(tx, effects, now, loaded)
             self._save(tx, effects, loaded, row, now, ending=End.UNDELIVERED)
             answer = _undelivered(entry, granted)
-            tx.save_outcome(entry.project_id, entry.request_id, self._stored(print_, answer, now))
+            tx.save_outcome(
+                entry.project_id, entry.request_id, self._stored(fingerprint, answer, now)
+            )
 
         self._in_transaction(claimed, may_block=may_block, key=entry.key_ref, on_locked=on_locked)
 
@@ -806,13 +809,15 @@ class Transactions:
         gives back only while that lease is still the key's live one. `ending`: how a live
         lease this operation removes has ended (release, force release).
         """
-        print_ = caller.fingerprint
+        fingerprint = caller.fingerprint
 
         def work(tx: WriteTx, effects: _Effects) -> Answer | Queued:
-            if print_ is not None:
+            if fingerprint is not None:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
-                    return self._replay(tx, caller, key, prior, print_, claims_lease=claims_lease)
+                    return self._replay(
+                        tx, caller, key, prior, fingerprint, claims_lease=claims_lease
+                    )
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
@@ -820,9 +825,9 @@ class Transactions:
             if isinstance(outcome, Queued | Answer):
                 return outcome
             answer = _render(outcome, caller.request_id)
-            if print_ is not None:
+            if fingerprint is not None:
                 tx.save_outcome(
-                    caller.project_id, caller.request_id, self._stored(print_, answer, now)
+                    caller.project_id, caller.request_id, self._stored(fingerprint, answer, now)
                 )
             return answer
 
@@ -835,12 +840,12 @@ class Transactions:
         caller: Caller,
         key: str,
         prior: StoredOutcome,
-        print_: bytes,
+        fingerprint: bytes,
         *,
         claims_lease: bool,
     ) -> Answer:
         """The stored answer to a repeated request id, if it still holds true."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         replayed = Answer(prior.status, prior.body, prior.retry_after, replayed=True)
         if not (claims_lease and prior.status == 200):
@@ -866,10 +871,10 @@ class Transactions:
         rows: dict[str, LockRow | None],
         now: int,
         prior: StoredOutcome,
-        print_: bytes,
+        fingerprint: bytes,
     ) -> Answer:
         """The stored answer to a repeated batch, each lease that has ended since refused."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         if prior.status != 200:
             return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
@@ -991,9 +996,9 @@ class Transactions:
             return attrs.evolve(result, clock_us=committed, clock_at=asked_at)
         return result
 
-    def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
+    def _stored(self, fingerprint: bytes, answer: Answer, now: int) -> StoredOutcome:
         return StoredOutcome(
-            print_, answer.status, answer.body, answer.retry_after, now + self._retention_us
+            fingerprint, answer.status, answer.body, answer.retry_after, now + self._retention_us
         )
 
 

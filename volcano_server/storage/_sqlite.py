@@ -441,8 +441,10 @@ class _Tx(SQLiteGroups):
         ).fetchone()
         if row is None:
             return None
-        print_, status, body, retry_after, expires_at_us, undelivered = row
-        return StoredOutcome(print_, status, body, retry_after, expires_at_us, bool(undelivered))
+        fingerprint, status, body, retry_after, expires_at_us, undelivered = row
+        return StoredOutcome(
+            fingerprint, status, body, retry_after, expires_at_us, bool(undelivered)
+        )
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
@@ -635,7 +637,8 @@ class SQLiteStorage(KeyAdmin):
         finally:
             self._write_lock.release()
         if syncer is not None and may_block:
-            syncer.wait(ticket)  # outside the write lock: other writers join this fsync
+            # Outside the write lock: other writers join this fsync.
+            syncer.block_until_synced(ticket)
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every durable commit so far is on disk (the syncer's group fsync).

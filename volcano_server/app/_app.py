@@ -101,7 +101,7 @@ def create_app(
     )
     metrics.watch_admission(lambda: admission.waiting)
     offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
-    run = Runner(offload, metrics, storage.synced, tracing)
+    run = Runner(offload, storage, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
     pulse = Pulse(lifetime_us)
     registry = Registry(uuid.uuid4().hex)  # this server's id and its waiting requests

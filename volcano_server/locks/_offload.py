@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from ..storage import OnLocked, StorageUnavailable, WouldBlock
+from ..storage import OnLocked, Storage, StorageUnavailable, WouldBlock
 from ..telemetry._metrics import Metrics
 from ..telemetry._tracing import Tracing
 from ..wire._errors import ApiError
@@ -31,7 +31,7 @@ from ._admission import UPKEEP, Admission, Job
 from ._lanes import Lanes
 from ._registry import KeyRef
 
-__all__ = ["Offload", "Runner", "Synced", "ThreadOffload", "Work"]
+__all__ = ["Offload", "Runner", "ThreadOffload", "Work"]
 
 log = logging.getLogger("volcano_server")
 
@@ -39,14 +39,6 @@ T = TypeVar("T")
 
 Work = Callable[[bool], T]
 """Storage work, given whether it may block."""
-
-
-class Synced(Protocol):
-    """`Storage.synced`: returns once every commit so far is durable (`here`: on this thread)."""
-
-    def __call__(self, *, here: bool) -> Awaitable[None]:
-        """Wait for the commits made so far."""
-        ...
 
 
 class Offload(Protocol):
@@ -95,11 +87,11 @@ class Runner:
     """
 
     def __init__(
-        self, offload: Offload, metrics: Metrics, synced: Synced, tracing: Tracing | None = None
+        self, offload: Offload, storage: Storage, metrics: Metrics, tracing: Tracing | None = None
     ) -> None:
         self._offload = offload
+        self._storage = storage  # its commits are waited on disk here (`synced`)
         self._metrics = metrics
-        self._synced = synced
         self._tracing = tracing
         self.lanes = Lanes()
         self._busy = 0  # requests being served that need the loop (`serving`, `parked`)
@@ -162,7 +154,7 @@ class Runner:
         meanwhile (the wait runs in a worker thread), and their commits share the next fsync.
         """
         try:
-            await self._synced(here=self._busy == 1)
+            await self._storage.synced(here=self._busy == 1)
         except StorageUnavailable as exc:
             raise self.unavailable(exc) from exc
 

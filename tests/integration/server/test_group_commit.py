@@ -17,16 +17,13 @@ from volcano_server.storage import Storage, open_storage
 
 
 class Recorded:
-    """A SQLite FULL server whose storage notes the `here` of every `synced` call.
+    """A SQLite FULL server whose storage notes the `here` of every `synced` call."""
 
-    Its storage's `synced` is replaced before the app is made (the app hands it to its runner).
-    """
-
-    def __init__(self, storage: Storage, project: Project) -> None:
+    def __init__(self, storage: Storage, url: str, project: Project, room: Any) -> None:
         self.heres: list[bool] = []
+        self.room = room
+        self.url = url
         self.project = project
-        self.url = ""
-        self.room: Any = None
         synced = storage.synced
 
         async def recorded(*, here: bool = False) -> None:
@@ -44,11 +41,9 @@ def server(tmp_path: Path) -> Iterator[Recorded]:
     database_url = f"sqlite:///{tmp_path / 'volcano.db'}"
     project = create_project(database_url, "tests")
     storage = open_storage(database_url, sqlite_synchronous="full")
-    recorded = Recorded(storage, project)
     app = create_app(ServerConfig(database_url=database_url, access_log=False), storage=storage)
-    recorded.room = app.state.waits
-    with serve_in_thread(app) as recorded.url:
-        yield recorded
+    with serve_in_thread(app) as url:
+        yield Recorded(storage, url, project, app.state.waits)
 
 
 class TestSyncHere:

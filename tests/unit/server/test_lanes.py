@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import pytest
@@ -78,7 +78,8 @@ async def test_the_runner_hands_work_in_a_lane_what_leaves_it() -> None:
     async def in_a_thread(work: Callable[[bool], T], job: Job) -> T:
         return await anyio.to_thread.run_sync(work, True)
 
-    run = Runner(in_a_thread, Metrics(), _synced)
+    storage: Any = _Storage()
+    run = Runner(in_a_thread, storage, Metrics())
     run.lanes = Lanes(patience=60)  # never let in by the one ahead stalling: only by on_locked
     order: list[str] = []
     second_ran = threading.Event()
@@ -106,27 +107,30 @@ async def test_the_runner_waits_for_the_disk_here_only_for_a_request_alone() -> 
     """`synced` waits on the loop's thread (`here`) only when one request is being served:
     requests parked (waiting in line, watching, held for the waiters they granted) do not
     count; two requests served send the wait to a thread, so the loop serves the other."""
-    asked: list[bool] = []
-
-    async def synced(*, here: bool) -> None:
-        asked.append(here)
-
-    run = Runner(_inline, Metrics(), synced)
+    storage = _Storage()
+    as_storage: Any = storage
+    run = Runner(_inline, as_storage, Metrics())
     with run.serving():
         await run.synced()  # alone
         with run.serving(), run.parked():
             await run.synced()  # the other one is parked
         with run.serving():
             await run.synced()  # another one is being served
-    assert asked == [True, True, False]
+    assert storage.asked == [True, True, False]
 
 
 async def _inline(work: Callable[[bool], T], job: Job) -> T:
     return work(False)
 
 
-async def _synced(*, here: bool) -> None:
-    """Nothing committed to wait for."""
+class _Storage:
+    """The storage a runner waits on: it notes where each wait for the disk would run."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    async def synced(self, *, here: bool = False) -> None:
+        self.asked.append(here)
 
 
 async def test_a_stalled_lane_is_waited_for_only_so_long() -> None:

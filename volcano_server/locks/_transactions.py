@@ -55,6 +55,7 @@ from ._rules import (
     HOLDERS_INLINE,
     Decision,
     Reach,
+    Refusal,
     decide_acquire,
     decide_force_release,
     decide_handoff,
@@ -242,9 +243,9 @@ class Transactions:
                 shared=shared,
                 line_waits=line_waits,
             )
-            if decision.status == 200 and self._over_key_quota(tx, project_id, row):
+            if decision.done and self._over_key_quota(tx, project_id, row):
                 return row, _quota_exceeded(self._max_keys)
-            if decision.status == 200:
+            if decision.done:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
                 registry.supersede(project_id, key, owner_token)
                 effects.counted.append(Granted(key, _how_granted(decision, row)))
@@ -350,7 +351,8 @@ class Transactions:
             for i, renewal in enumerate(renewals):
                 decision = decisions[i]
                 if decision.refusal is not None:
-                    results.append(_batch.refused(renewal.key, decision.refusal, request_id))
+                    error = _error(decision.refusal)
+                    results.append(_batch.refused(renewal.key, error, request_id))
                     continue
                 assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
                 assert decision.payload is not None  # noqa: S101 - and its body
@@ -1055,7 +1057,7 @@ def _quota_exceeded(keys: int) -> Decision:
         f"this project has {keys} keys stored, its quota on this server (volcano-server serve"
         " --max-keys-per-project); keys are deleted once unused for the key retention"
     )
-    return Decision(None, 409, refusal=ApiError.quota_exceeded(message))
+    return Decision(None, refusal=Refusal("quota_exceeded", message))
 
 
 def _answer(result: Answer | Queued) -> Answer:
@@ -1107,8 +1109,15 @@ def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
 
 
 def _render(decision: Decision, request_id: str) -> Answer:
+    """A decision as the contract answers it: 200 with what it tells, 204, or its refusal."""
     if decision.refusal is not None:
-        return decision.refusal.answer(request_id)
-    body = dumps(decision.payload) if decision.payload is not None else b""
+        return _error(decision.refusal).answer(request_id)
+    if decision.payload is None:
+        return Answer(204, b"")
     until = decision.lease.expires_at_us if decision.lease is not None else None
-    return Answer(decision.status, body, lease_until_us=until)
+    return Answer(200, dumps(decision.payload), lease_until_us=until)
+
+
+def _error(refusal: Refusal) -> ApiError:
+    limit, retry_after = refusal.limit, refusal.retry_after
+    return ApiError.refused(refusal.reason, refusal.message, retry_after=retry_after, limit=limit)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._ownership import Ownership
     from ._requests import Acquisition
     from ._schedule import Batch, Outcome
-    from ._seam import Answer, Call
+    from ._seam import Call, Success
 
 logger = logging.getLogger("volcano")
 
@@ -59,7 +59,7 @@ class AsyncEngine(EngineBase):
         resend: bool = False,
         request_timeout: float | None = None,
         sent_at: float | None = None,
-    ) -> Answer[T]:
+    ) -> Success[T]:
         """Send `call` once; see `Engine.send`."""
         self.check_open()
         first = self.clock.monotonic() if sent_at is None else sent_at
@@ -67,7 +67,7 @@ class AsyncEngine(EngineBase):
             call, sent_at=first, resend=resend, request_timeout=request_timeout
         )
 
-    async def acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
+    async def acquire(self, acquisition: Acquisition) -> Success[LockLease]:
         """Acquire, each request retried once; see `Engine.acquire`."""
         clock = self.clock
         chain = WaitChain(acquisition, clock.monotonic())
@@ -82,7 +82,7 @@ class AsyncEngine(EngineBase):
                 if not chain.goes_on(clock.monotonic()):
                     raise
 
-    async def renew(self, lease: LockLease) -> Answer[LockLease]:
+    async def renew(self, lease: LockLease) -> Success[LockLease]:
         """Renew `lease` once for its own ttl, not retried."""
         return await self.send(_seam.renew(lease, ttl=lease.ttl_seconds, request_id=new_uuid()))
 
@@ -168,7 +168,7 @@ class AsyncEngine(EngineBase):
             self.finish(batch, fared)
             self._changed.set()
 
-    async def _answer(self, batch: Batch) -> Answer[Sequence[object]] | Error:
+    async def _answer(self, batch: Batch) -> Success[Sequence[object]] | Error:
         call = renewals(batch)
         traces = [renewal.trace for _, renewal in batch.entries]
         try:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._models import LockLease, LockState
     from ._requests import GuardPlan
-    from ._seam import Answer, Call
+    from ._seam import Call, Success
 
 __all__ = [
     "AsyncCampaign",
@@ -146,7 +146,7 @@ class _LeadershipBase:
         if not is_transient(error):
             deliver(self._ownership.refused(error, self._clock.monotonic()))
 
-    def _proclaimed(self, answer: Answer[LockLease], label: str | None) -> None:
+    def _proclaimed(self, answer: Success[LockLease], label: str | None) -> None:
         deliver(self._ownership.relabelled(answer, self._clock.monotonic()))
         self._label = label or None
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._ownership import Ownership
     from ._requests import Acquisition
     from ._schedule import Batch, Work
-    from ._seam import Answer, Call
+    from ._seam import Call, Success
 
 logger = logging.getLogger("volcano")
 
@@ -77,7 +77,7 @@ class EngineBase:
             raise ClientClosedError(f"this volcano.{self._name} is closed")
 
     @staticmethod
-    def outcomes(batch: Batch, answer: Answer[Sequence[object]] | Error) -> list[Outcome]:
+    def outcomes(batch: Batch, answer: Success[Sequence[object]] | Error) -> list[Outcome]:
         """Each lease's outcome, in order, from the answer to `batch` (or its whole error).
 
         A renewed lease dates from the request's first send; a refusal is that lease's alone.
@@ -93,7 +93,7 @@ class EngineBase:
         return [
             Outcome(error=result)
             if isinstance(result, Error)
-            else Outcome(answer=_seam.Answer(result, answer.sent_at, replayed=answer.replayed))
+            else Outcome(answer=_seam.Success(result, answer.sent_at, replayed=answer.replayed))
             for result in answer.value
         ]
 
@@ -134,7 +134,7 @@ class Engine(EngineBase):
         resend: bool = False,
         request_timeout: float | None = None,
         sent_at: float | None = None,
-    ) -> Answer[T]:
+    ) -> Success[T]:
         """Send `call` once: the first time, or (`resend`) again with its request id.
 
         `sent_at`: when its request id was first sent (default: now).
@@ -145,7 +145,7 @@ class Engine(EngineBase):
             call, sent_at=first, resend=resend, request_timeout=request_timeout
         )
 
-    def acquire(self, acquisition: Acquisition) -> Answer[LockLease]:
+    def acquire(self, acquisition: Acquisition) -> Success[LockLease]:
         """Acquire, each request retried once; the answer dates from its request's first send.
 
         A wait longer than one request may hold is a chain of requests with the same owner
@@ -164,7 +164,7 @@ class Engine(EngineBase):
                 if not chain.goes_on(clock.monotonic()):
                     raise
 
-    def renew(self, lease: LockLease) -> Answer[LockLease]:
+    def renew(self, lease: LockLease) -> Success[LockLease]:
         """Renew `lease` once for its own ttl, not retried."""
         return self.send(_seam.renew(lease, ttl=lease.ttl_seconds, request_id=new_uuid()))
 
@@ -266,7 +266,7 @@ class Engine(EngineBase):
         except Exception as exc:  # noqa: BLE001 - BatchesUnsupported, or a bug: see finish()
             return exc
 
-    def _answer(self, batch: Batch) -> Answer[Sequence[object]] | Error:
+    def _answer(self, batch: Batch) -> Success[Sequence[object]] | Error:
         call = renewals(batch)
         traces = [renewal.trace for _, renewal in batch.entries]
         try:

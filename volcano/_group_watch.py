@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._async_engine import AsyncEngine
     from ._engine import Engine
     from ._group_models import GroupMember
-    from ._seam import Answer, Call
+    from ._seam import Call, Success
     from ._seam._groups import GroupPage, MemberPage
 
 __all__ = [
@@ -75,7 +75,7 @@ def async_group_watch(engine: AsyncEngine, group: object, after_version: object)
 
 
 def group_pages(
-    send: Callable[[Call[GroupPage]], Answer[GroupPage]], prefix: str, page_size: int
+    send: Callable[[Call[GroupPage]], Success[GroupPage]], prefix: str, page_size: int
 ) -> Iterator[GroupState]:
     """Every listed group's state, page after page, until a page says there is no next."""
     after = ""
@@ -88,7 +88,7 @@ def group_pages(
 
 
 async def async_group_pages(
-    send: Callable[[Call[GroupPage]], Awaitable[Answer[GroupPage]]], prefix: str, page_size: int
+    send: Callable[[Call[GroupPage]], Awaitable[Success[GroupPage]]], prefix: str, page_size: int
 ) -> AsyncIterator[GroupState]:
     """The asyncio twin of `group_pages`."""
     after = ""
@@ -103,7 +103,7 @@ async def async_group_pages(
 
 
 def member_pages(
-    send: Callable[[Call[MemberPage]], Answer[MemberPage]], group: str, page_size: int
+    send: Callable[[Call[MemberPage]], Success[MemberPage]], group: str, page_size: int
 ) -> Iterator[GroupMember]:
     """Every live member of `group`, page after page, until a page says there is no next."""
     after = ""
@@ -116,7 +116,7 @@ def member_pages(
 
 
 async def async_member_pages(
-    send: Callable[[Call[MemberPage]], Awaitable[Answer[MemberPage]]], group: str, page_size: int
+    send: Callable[[Call[MemberPage]], Awaitable[Success[MemberPage]]], group: str, page_size: int
 ) -> AsyncIterator[GroupMember]:
     """The asyncio twin of `member_pages`."""
     after = ""

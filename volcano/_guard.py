@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._exceptions import Error
     from ._models import LockLease
     from ._requests import GuardPlan
-    from ._seam import Answer
+    from ._seam import Success
 
 _FINAL = (GuardState.LOST, GuardState.RELEASED, GuardState.FAILED)
 
@@ -228,7 +228,7 @@ class _GuardBase(OwnershipShell["LockLease"]):
             lease = self._ownership.lease()
             self._trace.end(lease.fencing_token if lease is not None else None, failure)
 
-    def _dates_replay(self, answer: Answer[LockLease]) -> bool:
+    def _dates_replay(self, answer: Success[LockLease]) -> bool:
         """Whether an acquisition's answer must be renewed before the guard can date it.
 
         A replay of a caller's request id may describe an earlier acquisition; a waiting

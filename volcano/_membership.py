@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._clock import Clock
     from ._engine import Engine
     from ._group_requests import Joining, MembershipPlan
-    from ._seam import Answer, Call
+    from ._seam import Call, Success
 
 __all__ = ["AsyncMembershipGuard", "MembershipGuard", "join", "join_async"]
 
@@ -244,7 +244,7 @@ class AsyncMembershipGuard(_MembershipBase):
         self._changed.set()
 
 
-def join(engine: Engine, joining: Joining) -> Answer[Membership]:
+def join(engine: Engine, joining: Joining) -> Success[Membership]:
     """Join, retried once after a transport failure or a 503 with the very same request.
 
     The answer dates from the first send: a replay answered to the retry describes the
@@ -253,18 +253,18 @@ def join(engine: Engine, joining: Joining) -> Answer[Membership]:
     call = joining.call()
     first = engine.clock.monotonic()
 
-    def attempt(*, resend: bool) -> Answer[Membership]:
+    def attempt(*, resend: bool) -> Success[Membership]:
         return engine.send(call, sent_at=first, resend=resend)
 
     return retry_once(attempt, engine.clock.sleep, f"join {call.subject}")
 
 
-async def join_async(engine: AsyncEngine, joining: Joining) -> Answer[Membership]:
+async def join_async(engine: AsyncEngine, joining: Joining) -> Success[Membership]:
     """The asyncio twin of `join`."""
     call = joining.call()
     first = engine.clock.monotonic()
 
-    async def attempt(*, resend: bool) -> Answer[Membership]:
+    async def attempt(*, resend: bool) -> Success[Membership]:
         return await engine.send(call, sent_at=first, resend=resend)
 
     return await retry_once_async(attempt, engine.clock.async_sleep, f"join {call.subject}")

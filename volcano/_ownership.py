@@ -70,7 +70,7 @@ from ._models import LockLease
 from ._validate import new_uuid
 
 if TYPE_CHECKING:
-    from ._seam import Answer
+    from ._seam import Success
     from ._tracing import GuardTrace
 
 LeaseT = TypeVar("LeaseT", LockLease, Membership)
@@ -209,7 +209,7 @@ class Timeline(Generic[LeaseT]):
     Renew from `renew_at`, at risk from `at_risk_at`, lost at `deadline`.
 
     Time is the client's monotonic clock, from the first send of the request that produced the
-    lease (`Answer.sent_at`): the server's expiry is at least that late.
+    lease (`Success.sent_at`): the server's expiry is at least that late.
     """
 
     lease: LeaseT | None = None
@@ -220,7 +220,7 @@ class Timeline(Generic[LeaseT]):
     last_error: Error | None = None
 
     @classmethod
-    def of(cls, answer: Answer[LeaseT], margin: float | None) -> Timeline[LeaseT]:
+    def of(cls, answer: Success[LeaseT], margin: float | None) -> Timeline[LeaseT]:
         """The timeline of the lease in `answer` (`margin` None: a third of the ttl)."""
         ttl = answer.value.ttl_seconds
         deadline = answer.sent_at + ttl
@@ -397,7 +397,7 @@ class Ownership(Generic[LeaseT]):
                 "call with_lock() again for a new lease"
             )
 
-    def acquired(self, answer: Answer[LeaseT], trace: GuardTrace | None = None) -> None:
+    def acquired(self, answer: Success[LeaseT], trace: GuardTrace | None = None) -> None:
         """The acquisition (and the renewal that dates a replay) succeeded, in `trace`."""
         self._trace = trace  # before the renewal loop sees the guard
         self._move(Event.ACQUIRED, timeline=Timeline.of(answer, self._margin))
@@ -449,7 +449,7 @@ class Ownership(Generic[LeaseT]):
             self._in_flight = (renewal, now)
             return renewal
 
-    def renewed(self, answer: Answer[LeaseT], now: float) -> list[Notice]:
+    def renewed(self, answer: Success[LeaseT], now: float) -> list[Notice]:
         """A renewal succeeded; an answer that arrives after the deadline changes nothing."""
         notices = self._catch_up(now)
         timeline = Timeline.of(answer, self._margin)
@@ -465,7 +465,7 @@ class Ownership(Generic[LeaseT]):
         moved = self._move(Event.RENEWAL_FAILED, reason=error, timeline=timeline, now=now)
         return notices + (moved or [])
 
-    def relabelled(self, answer: Answer[LeaseT], now: float) -> list[Notice]:
+    def relabelled(self, answer: Success[LeaseT], now: float) -> list[Notice]:
         """A renewal the holder sent itself (a new label: `proclaim`) succeeded: adopt it.
 
         The renewal loop's own attempt, if one is under way, stays under way and is judged

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from ._ownership import Notice, Ownership, Renewal
-    from ._seam import Answer
+    from ._seam import Success
 
     Guard = Ownership[Any]
 
@@ -109,7 +109,7 @@ class Batch:
 class Outcome:
     """How one lease's renewal ended: an answer, an error, or neither (it was not sent)."""
 
-    answer: Answer[Any] | None = None
+    answer: Success[Any] | None = None
     error: Error | None = None
 
 

@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from ._clock import Clock
     from ._engine import Engine
     from ._models import LockState
-    from ._seam import Answer, Call, Page
+    from ._seam import Call, Page, Success
 
-    SyncSend = Callable[..., Answer["S"]]
-    AsyncSend = Callable[..., Awaitable[Answer["S"]]]
+    SyncSend = Callable[..., Success["S"]]
+    AsyncSend = Callable[..., Awaitable[Success["S"]]]
 
 Item = TypeVar("Item")  # an item of a listing
 Cursor = TypeVar("Cursor")  # the cursor a listing's pages go on from
@@ -243,7 +243,7 @@ class AsyncWatch(Generic[S]):
         self._clock = clock
         self._timeout = timeout
         self._closed = False
-        self._poll: asyncio.Future[Answer[S]] | None = None
+        self._poll: asyncio.Future[Success[S]] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"after version {self._cursor.version}"
@@ -272,7 +272,7 @@ class AsyncWatch(Generic[S]):
                 return state
         raise StopAsyncIteration
 
-    async def _polled(self, call: Call[S], wait: float) -> Answer[S] | None:
+    async def _polled(self, call: Call[S], wait: float) -> Success[S] | None:
         """The poll's answer, or None when `aclose()` cancelled it."""
         import asyncio  # here, not at the top: sync-only users never import asyncio
 
@@ -328,7 +328,7 @@ def async_watch(engine: AsyncEngine, key: object, after_version: object) -> Asyn
 
 
 def pages(
-    send: Callable[[Call[Page[Item, Cursor]]], Answer[Page[Item, Cursor]]],
+    send: Callable[[Call[Page[Item, Cursor]]], Success[Page[Item, Cursor]]],
     page_after: Callable[[Cursor], Call[Page[Item, Cursor]]],
     first: Cursor,
 ) -> Iterator[Item]:
@@ -346,7 +346,7 @@ def pages(
 
 
 async def async_pages(
-    send: Callable[[Call[Page[Item, Cursor]]], Awaitable[Answer[Page[Item, Cursor]]]],
+    send: Callable[[Call[Page[Item, Cursor]]], Awaitable[Success[Page[Item, Cursor]]]],
     page_after: Callable[[Cursor], Call[Page[Item, Cursor]]],
     first: Cursor,
 ) -> AsyncIterator[Item]:

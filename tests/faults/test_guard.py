@@ -28,7 +28,7 @@ from tests.support.proxy import FaultProxy
 from tests.support.raw import wait_for
 from tests.support.sdk import PATIENCE, LostSamples, Sdk
 from volcano._ownership import GuardState, Ownership
-from volcano._seam import Answer
+from volcano._seam import Success
 
 
 @pytest.fixture
@@ -433,8 +433,8 @@ class TestLostIsFinal:
             "k", timeout=5.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
         )
         ownership.enter()
-        ownership.acquired(Answer(lease, 0.0, replayed=False))
+        ownership.acquired(Success(lease, 0.0, replayed=False))
         answers = [ownership.state(1.001) is GuardState.LOST]
-        ownership.renewed(Answer(lease, 0.99, replayed=False), 1.0015)
+        ownership.renewed(Success(lease, 0.99, replayed=False), 1.0015)
         answers.append(ownership.state(1.002) is GuardState.LOST)
         assert answers in ([False, False], [True, True])

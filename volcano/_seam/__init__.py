@@ -5,7 +5,7 @@ This is the only package of `volcano` that imports `_volcano_api`, in three smal
 - `_operations`: the table of operations, and the frozen `Call` of each request;
 - `_sending`: `Sender` and `AsyncSender`, the one place every request goes out, and every
   failure to send or refusal turned into its `volcano` error;
-- `_reading`: what a success's body holds, as SDK values (`Answer`).
+- `_reading`: what a success's body holds, as SDK values (`Success`).
 
 It always calls the generated `*_detailed` functions, and turns every outcome into an SDK value
 or a `volcano` error: no generated type, `Unset` or httpx exception gets past it.
@@ -29,17 +29,17 @@ from ._operations import (
     renewals,
     watch,
 )
-from ._reading import PARSE_ERRORS, Answer, Page, Renewed
+from ._reading import PARSE_ERRORS, Page, Renewed, Success
 from ._sending import AsyncSender, Sender
 
 __all__ = [
     "PARSE_ERRORS",
-    "Answer",
     "AsyncSender",
     "Call",
     "Page",
     "Renewed",
     "Sender",
+    "Success",
     "acquire",
     "check",
     "force_release",

@@ -43,7 +43,7 @@ Renewed: TypeAlias = "LockLease | APIStatusError"
 """One lease's result in a batch renewal: the renewed lease, or the refusal in its place."""
 
 
-class Answer(NamedTuple, Generic[T_co]):
+class Success(NamedTuple, Generic[T_co]):
     """A successful answer: the value, when its request was first sent, whether replayed.
 
     `sent_at` (the client's monotonic clock) is the only send time the SDK uses: the server made

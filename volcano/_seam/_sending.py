@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from .._config import Settings
     from ._operations import Call
-    from ._reading import Answer
+    from ._reading import Success
 
 logger = logging.getLogger("volcano")
 
@@ -79,7 +79,7 @@ class Sender:
         sent_at: float,
         resend: bool = False,
         request_timeout: float | None = None,
-    ) -> Answer[T]:
+    ) -> Success[T]:
         """Send `call` once; return its answer or raise a `volcano.Error` for anything else.
 
         Args:
@@ -133,7 +133,7 @@ class AsyncSender:
         sent_at: float,
         resend: bool = False,
         request_timeout: float | None = None,
-    ) -> Answer[T]:
+    ) -> Success[T]:
         """Send `call` once; return its answer or raise a `volcano.Error`; see `Sender.send`."""
         exchange = self._lend()
         exchange.seconds = request_timeout
@@ -332,7 +332,7 @@ def _answer(
     detailed: DetailedResponse[Any] | None,
     sent_at: float,
     started: float,
-) -> _reading.Answer[T]:
+) -> _reading.Success[T]:
     """Turn what arrived into the call's answer, or raise the error it stands for.
 
     `detailed` is None when the generated parse refused the body.
@@ -349,7 +349,7 @@ def _answer(
             status_code=response.status_code,
             request_id=response.headers.get("X-Request-Id", call.request_id),
         ) from None
-    return _reading.Answer(value, sent_at, _replayed(response))
+    return _reading.Success(value, sent_at, _replayed(response))
 
 
 def _send_error(call: Call[Any], exc: Exception, settings: Settings, started: float) -> Error:

@@ -32,7 +32,8 @@ from ..locks._admission import Admission
 from ..locks._offload import Offload, Runner, ThreadOffload
 from ..locks._pulse import Pulse
 from ..locks._registry import Registry
-from ..locks._waiters import Waits
+from ..locks._transactions import Transactions
+from ..locks._waiters import HandoffTimers, Waits
 from ..locks._watching import Watches
 from ..storage import Storage, StorageUnavailable, open_storage
 from ..storage._groups import GROUP_WATCH_PREFIX
@@ -100,14 +101,14 @@ def create_app(
     )
     metrics.watch_admission(lambda: admission.waiting)
     offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
-    run = Runner(offload, metrics, tracing)
+    run = Runner(offload, storage, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
     pulse = Pulse(lifetime_us)
-    server_id = uuid.uuid4().hex
+    registry = Registry(uuid.uuid4().hex)  # this server's id and its waiting requests
     watches = Watches(
         storage,
         run,
-        server_id=server_id,
+        server_id=registry.server_id,
         max_wait_seconds=config.waiting.max_wait_seconds,
         heartbeat_lifetime_us=lifetime_us,
         readers={GROUP_WATCH_PREFIX: (read_group, record_group)},
@@ -116,15 +117,28 @@ def create_app(
     groups = GroupTransactions(
         storage,
         retention_seconds=config.retention_seconds,
-        server_id=server_id,
+        server_id=registry.server_id,
         changed=watches.changed,
+    )
+    timers = HandoffTimers(registry)
+    locks = Transactions(
+        storage,
+        registry,
+        retention_seconds=config.retention_seconds,
+        max_keys=config.quotas.keys_per_project,
+        settings=config.waiting,
+        time_handoff=timers.time_handoff,
+        changed=watches.changed,
+        pulse=pulse,
+        revocations=authenticator,
+        metrics=metrics.locks,
     )
     waits = Waits(
         storage,
-        Registry(server_id),
+        registry,
+        locks,
+        timers,
         settings=config.waiting,
-        retention_seconds=config.retention_seconds,
-        max_keys=config.quotas.keys_per_project,
         run=run,
         pulse=pulse,
         revocations=authenticator,
@@ -135,7 +149,7 @@ def create_app(
     metrics.watch_waiters(waits, watches)
     metrics.expect(operation.operation_id for operation in spec.operations)
     api = Api(
-        Parts(waits.transactions, groups, waits, watches, storage, run),
+        Parts(locks, groups, waits, watches, storage, run),
         authenticator,
         spec.request_id,
         max_body_bytes=config.max_body_bytes,
@@ -172,9 +186,8 @@ def create_app(
             storage.record_key_uses(authenticator.take_uses())
         storage.close()
 
-    routes = _routes(spec, api)
-    readyz = readiness_endpoint(storage, metrics, accepting)
-    routes.append(Route("/readyz", readyz, methods=["GET"]))
+    readyz = Route("/readyz", readiness_endpoint(storage, metrics, accepting), methods=["GET"])
+    routes = [*_routes(spec, api), readyz]
 
     app = Starlette(
         routes=routes,

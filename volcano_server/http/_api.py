@@ -9,7 +9,7 @@ Each request is judged once, on the event loop. Storage work (a key lookup, the 
 transaction) is first tried on the loop without waiting, when the storage runs inline (SQLite),
 and only what would have to wait is repeated in a worker thread, so a locked database, a busy
 pool or a slow network never stalls the event loop. A waiting acquire joins the key's queue in
-its transaction and then waits on the loop, costing no thread (`_waiting`).
+its transaction and then waits on the loop, costing no thread (`locks._waiters`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from ..locks import _batch
 from ..locks._admission import KEY_LOOKUP, Admission, Job
 from ..locks._offload import Runner
 from ..locks._transactions import Caller
-from ..storage import StorageUnavailable
 from ..telemetry._accesslog import AccessLog, RequestRecord
 from ..telemetry._logs import Throttle
 from ..telemetry._metrics import Metrics
@@ -126,8 +125,6 @@ class Api:
         self._metrics = metrics
         self._report = access_log
         self._run = run
-        self._in_flight = 0  # requests of operations being judged, run or held open
-        self._behind = 0  # of those, requests held until the waiters they granted are answered
         self._tracing = tracing
         self._internal_errors = Throttle()
         # Chosen once: untraced requests pay nothing for tracing.
@@ -171,48 +168,46 @@ class Api:
         request_id, replayable, malformed = self._identify(
             headers, declared="x-request-id" in operation.headers
         )
-        self._in_flight += 1
-        try:
-            if not operation.authenticated:
-                answer = _HEALTH
-            else:
-                principal = await self._admit(headers, malformed, scope)
-                large = operation.operation_id in _LARGE_BODIES
-                limit = self._body_limit(operation.operation_id)
-                with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
-                    body = (
-                        await self._read_body(headers, receive, limit)
-                        if operation.body is not None
-                        else b""
-                    )
-                    request = _Request(
-                        operation,
-                        params,
-                        headers,
-                        request_id,
-                        replayable,
-                        body,
-                        limit,
-                        scope.get("query_string", b""),
-                    )
-                    caller, params_checked, body_checked = await self._judged(
-                        request, principal, off_the_loop=large
-                    )
-                with self._shares.hold(
-                    caller.project_id, waiting=_waits(params_checked, body_checked)
-                ):
-                    answer = await self._perform(
-                        operation, caller, params_checked, body_checked, receive
-                    )
-        except ApiError as error:
-            answer = error.answer(request_id)
-        except _ClientGone:
-            return
-        except Exception as exc:  # noqa: BLE001 - every fault is answered 500, and logged
-            self._internal_error(operation.operation_id, request_id, exc)
-            answer = _INTERNAL.answer(request_id)
-        finally:
-            self._in_flight -= 1
+        with self._run.serving():
+            try:
+                if not operation.authenticated:
+                    answer = _HEALTH
+                else:
+                    principal = await self._admit(headers, malformed, scope)
+                    large = operation.operation_id in _LARGE_BODIES
+                    limit = self._body_limit(operation.operation_id)
+                    with self._shares.hold_body(principal.project_id, _body_size(headers, limit)):
+                        body = (
+                            await self._read_body(headers, receive, limit)
+                            if operation.body is not None
+                            else b""
+                        )
+                        request = _Request(
+                            operation,
+                            params,
+                            headers,
+                            request_id,
+                            replayable,
+                            body,
+                            limit,
+                            scope.get("query_string", b""),
+                        )
+                        caller, params_checked, body_checked = await self._judged(
+                            request, principal, off_the_loop=large
+                        )
+                    with self._shares.hold(
+                        caller.project_id, waiting=_waits(params_checked, body_checked)
+                    ):
+                        answer = await self._perform(
+                            operation, caller, params_checked, body_checked, receive
+                        )
+            except ApiError as error:
+                answer = error.answer(request_id)
+            except _ClientGone:
+                return
+            except Exception as exc:  # noqa: BLE001 - every fault is answered 500, and logged
+                self._internal_error(operation.operation_id, request_id, exc)
+                answer = _INTERNAL.answer(request_id)
         await _send(send, answer, request_id)
         self._report(
             RequestRecord.of(
@@ -369,13 +364,9 @@ class Api:
     ) -> Answer:
         """Run the operation, and hold its answer until what it committed is on disk.
 
-        Alone, the request may wait for the disk on the event loop: nothing else is waiting
-        to be served, and it saves two thread hand-offs. Waiting acquires parked in line do not
-        count: they need the loop only when their turn comes, which this commit may be; nor do
-        requests held until the waiters they granted are answered (`Answer.after`: a release
-        is answered after the waiter it handed its slot to, so that its client cannot ask again
-        ahead of it). Otherwise the loop serves others meanwhile, and their commits share the
-        next fsync.
+        A request that handed slots to waiters is answered after them (`Answer.after`: its
+        client cannot ask again ahead of them); meanwhile it does not need the loop. Where the
+        wait for the disk runs is the runner's to decide (`Runner.synced`).
         """
         parts = self._parts
         gone = lambda: asyncio.ensure_future(_disconnected(receive))  # noqa: E731
@@ -383,17 +374,11 @@ class Api:
         if answer is None:
             raise _ClientGone
         if answer.after:  # the waiters this request handed slots to are answered first
-            self._behind += 1
-            try:
+            with self._run.parked():
                 # Each waiter's request resolves its future as it ends, whatever happens; the
                 # bound only keeps this request from ever hanging on another one.
                 await asyncio.wait(answer.after, timeout=_AFTER_WAITERS_SECONDS)
-            finally:
-                self._behind -= 1
-        try:
-            await parts.locks.synced(here=self._in_flight - self._behind - parts.parked == 1)
-        except StorageUnavailable as exc:
-            raise self._run.unavailable(exc) from exc
+        await self._run.synced()
         return _still_true(answer, self._monotonic(), caller.request_id)
 
 

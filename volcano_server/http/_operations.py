@@ -3,10 +3,10 @@
 Each lock and group operation of the spec is one entry of `OPERATIONS`. Most are one
 transaction (`Transaction`): the storage work it runs, given the caller, the checked path and
 query parameters and the checked body; the span it is traced as; whether it keeps a lease (such
-work is admitted first when storage time is scarce: `Job.keeps`); and whether it runs in its
-key's lane (`locks._lanes`). Two may be held open instead, when they ask to wait: an acquire
-with `wait_seconds` waits in line (`Waits`), a get with `after_version` and `wait_seconds`
-watches (`Watches`). Each runs on the `Parts` the app hands the API.
+work is admitted first when storage time is scarce: `Job.keeps`); one on a key runs in the
+key's lane (`KeyTransaction`, `locks._lanes`). Two may be held open instead, when they ask to
+wait: an acquire with `wait_seconds` waits in line (`Waits`), a get with `after_version` and
+`wait_seconds` watches (`Watches`). Each runs on the `Parts` the app hands the API.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..locks._offload import Runner
 from ..locks._transactions import Caller, LeaseRenewal, Queued, Transactions
 from ..locks._waiters import Waits
 from ..locks._watching import Watches
-from ..storage import Storage
+from ..storage import OnLocked, Storage
 from ..storage._groups import watch_key
 from ..wire._wire import Answer
 
@@ -47,14 +47,6 @@ class Parts:
     storage: Storage  # a group's state is read straight from it
     run: Runner
 
-    @property
-    def parked(self) -> int:
-        """Waiting acquires parked in line and watches held open.
-
-        They need the loop only when their turn comes or their key changes.
-        """
-        return self.waits.parked + self.watches.parked
-
 
 # An operation: its answer, or None when its client left before it (only a held request).
 Handler = Callable[[Parts, Caller, Params, Body, Gone], Awaitable[Answer | None]]
@@ -67,7 +59,6 @@ class Transaction:
     work: Callable[[Parts, Caller, Params, Body, bool], Answer]  # the last: may it block
     traced_as: str | None
     keeps: bool = False
-    keyed: bool = False  # runs in the lane of the key `params["key"]`
 
     async def __call__(
         self, parts: Parts, caller: Caller, params: Params, body: Body, _gone: Gone
@@ -78,7 +69,30 @@ class Transaction:
             lambda may_block: work(parts, caller, params, body, may_block),
             job=Job(caller.project_id, keeps=self.keeps),
             traced_as=self.traced_as,
-            lane=(caller.project_id, params["key"]) if self.keyed else None,
+        )
+
+
+@attrs.frozen
+class KeyTransaction:
+    """A transaction on the key `params["key"]`, run in the key's lane (`locks._lanes`).
+
+    Its work is also given what leaves the lane once it holds the key's lock (`on_locked`).
+    """
+
+    work: Callable[[Parts, Caller, Params, Body, bool, OnLocked], Answer]
+    traced_as: str
+    keeps: bool = False
+
+    async def __call__(
+        self, parts: Parts, caller: Caller, params: Params, body: Body, _gone: Gone
+    ) -> Answer:
+        """Run the transaction for `caller`, in its key's lane."""
+        work = self.work
+        return await parts.run.in_lane(
+            (caller.project_id, params["key"]),
+            lambda may_block, on_locked: work(parts, caller, params, body, may_block, on_locked),
+            job=Job(caller.project_id, keeps=self.keeps),
+            traced_as=self.traced_as,
         )
 
 
@@ -87,8 +101,8 @@ def _granted(result: Answer | Queued) -> Answer:
     return result
 
 
-_ACQUIRE = Transaction(
-    lambda o, c, p, b, may_block: _granted(
+_ACQUIRE = KeyTransaction(
+    lambda o, c, p, b, may_block, on_locked: _granted(
         o.locks.acquire(
             c,
             p["key"],
@@ -98,10 +112,10 @@ _ACQUIRE = Transaction(
             label=b.get("label") or None,
             shared=b.get("shared", False),
             may_block=may_block,
+            on_locked=on_locked,
         )
     ),
     "acquire",
-    keyed=True,
 )
 
 
@@ -166,8 +180,8 @@ def _held(body: Body, *fields: str) -> dict[str, Any]:
 OPERATIONS: dict[str, Handler] = {
     # -- locks ---------------------------------------------------------------------------
     "acquireLock": _acquire,
-    "renewLock": Transaction(  # label None (or absent): kept
-        lambda o, c, p, b, may_block: o.locks.renew(
+    "renewLock": KeyTransaction(  # label None (or absent): kept
+        lambda o, c, p, b, may_block, on_locked: o.locks.renew(
             c,
             p["key"],
             b["owner_token"],
@@ -175,10 +189,10 @@ OPERATIONS: dict[str, Handler] = {
             b["ttl_seconds"],
             label=b.get("label"),
             may_block=may_block,
+            on_locked=on_locked,
         ),
         "renew",
         keeps=True,
-        keyed=True,
     ),
     "renewLeases": Transaction(
         lambda o, c, _p, b, may_block: o.locks.renew_many(
@@ -187,18 +201,23 @@ OPERATIONS: dict[str, Handler] = {
         None,
         keeps=True,
     ),
-    "releaseLock": Transaction(
-        lambda o, c, p, b, may_block: o.locks.release(
-            c, p["key"], b["owner_token"], b["fencing_token"], may_block=may_block
+    "releaseLock": KeyTransaction(
+        lambda o, c, p, b, may_block, on_locked: o.locks.release(
+            c,
+            p["key"],
+            b["owner_token"],
+            b["fencing_token"],
+            may_block=may_block,
+            on_locked=on_locked,
         ),
         "release",
         keeps=True,
-        keyed=True,
     ),
-    "forceReleaseLock": Transaction(
-        lambda o, c, p, _b, may_block: o.locks.force_release(c, p["key"], may_block=may_block),
+    "forceReleaseLock": KeyTransaction(
+        lambda o, c, p, _b, may_block, on_locked: o.locks.force_release(
+            c, p["key"], may_block=may_block, on_locked=on_locked
+        ),
         "force_release",
-        keyed=True,
     ),
     "getLock": _watched(
         Transaction(

@@ -8,9 +8,9 @@ FIFO lock per key (asyncio's `Lock` wakes its waiters in turn and lets nobody ba
 one), taken once a request has been judged, never held across a wait in line or a disk sync.
 
 A transaction leaves its lane when it ends, or as soon as it holds the key's lock in the
-database (`leave`, called through `storage.KEY_LOCKED` by PostgreSQL): the next one then queues
-for that lock behind it, in turn, while it runs. On SQLite a transaction mostly runs to its end
-on the loop, so a lane is rarely contended there.
+database (PostgreSQL calls `leave` then, handed it as `on_locked`: `Runner.in_lane`): the next
+one then queues for that lock behind it, in turn, while it runs. On SQLite a transaction
+mostly runs to its end on the loop, so a lane is rarely contended there.
 
 Order is worth a short wait, not an outage's: a transaction stalled on a lost database link
 holds its lane until the link is given up (seconds), and the requests behind it would each

@@ -2,7 +2,8 @@
 
 Each function takes the key's row as loaded inside a transaction (or None for a key never
 acquired) and `now` in microseconds of the storage clock, and returns what to save and what to
-answer. `_transactions` runs them inside transactions; the tests run them with plain values.
+tell: done, or refused and why (`Decision`, `Refusal`: no status, no body; rendered by
+`wire`). `_transactions` runs them inside transactions; the tests run them with plain values.
 
 A key has a limit (1: a lock; N: a semaphore of N slots) and up to that many live leases, each
 with its own owner token and its own fencing token: every grant takes the key's next token. The
@@ -33,7 +34,6 @@ from typing import Any, Literal
 import attrs
 
 from ..storage import Lease, LockRow, LockSummary, Waiter
-from ..wire._errors import ApiError
 from ..wire._wire import rfc3339_us
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "Decision",
     "Handoff",
     "Reach",
+    "Reason",
+    "Refusal",
     "decide_acquire",
     "decide_force_release",
     "decide_handoff",
@@ -68,20 +70,43 @@ HOLDERS_INLINE = 20
 MAX_SHARED_HOLDERS = 1000
 
 
+Reason = Literal[
+    "lock_held", "lease_not_held", "limit_mismatch", "shared_with_limit", "mode_mismatch"
+]
+
+
+@attrs.frozen
+class Refusal:
+    """Why the rules refuse an operation, named as the contract names it; no status, no body."""
+
+    reason: Reason | Literal["quota_exceeded"]
+    message: str
+    retry_after: int | None = None  # lock_held: whole seconds until the soonest lease ends
+    limit: int | None = None  # limit_mismatch: the key's limit
+
+
 @attrs.frozen
 class Decision:
-    """What an operation does to a key's row, and what it answers (before rendering)."""
+    """What an operation does to a key's row, and what it tells: done, or refused and why.
+
+    Done, it tells `payload` (the key's state or lease as the contract shapes it; None when
+    there is nothing to tell) and `lease`, the lease that payload is; refused, its `refusal`.
+    """
 
     row: LockRow | None  # the row to save, or None to leave storage unchanged
-    status: int
-    payload: dict[str, Any] | None = None  # the 2xx body
-    refusal: ApiError | None = None  # the 409, rendered like every other error
-    lease: Lease | None = None  # the lease a 200 tells of
+    payload: dict[str, Any] | None = None
+    refusal: Refusal | None = None
+    lease: Lease | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the operation was done (else refused)."""
+        return self.refusal is None
 
     @property
     def held_by_another(self) -> bool:
         """Whether this is the lock_held refusal: the caller may queue for the key."""
-        return self.refusal is not None and self.refusal.code == "lock_held"
+        return self.refusal is not None and self.refusal.reason == "lock_held"
 
 
 def decide_acquire(
@@ -99,13 +124,13 @@ def decide_acquire(
 ) -> Decision:
     """Decide an acquire, once any waiter in line has been handed a free slot.
 
-    An acquire asking for both `shared` and a limit above 1 is 409 shared_with_limit, whatever
-    the key. The owner's own live lease is given back with a new expiry and `label` (in another
-    mode than `shared` asks: 409 mode_mismatch); a key in use as a semaphore by a shared
-    acquire, or held shared by one with a limit, is 409 shared_with_limit; a key in use with
-    another limit is 409 limit_mismatch; a new lease that fits beside the live ones
+    An acquire asking for both `shared` and a limit above 1 is refused shared_with_limit,
+    whatever the key. The owner's own live lease is given back with a new expiry and `label`
+    (in another mode than `shared` asks: refused mode_mismatch); a key in use as a semaphore by
+    a shared acquire, or held shared by one with a limit, is refused shared_with_limit; a key in
+    use with another limit, limit_mismatch; a new lease that fits beside the live ones
     (`has_room`) while nobody waits in line (`line_waits`: someone still waits after the
-    hand-off) gets the key's next fencing token; else 409 lock_held.
+    hand-off) gets the key's next fencing token; else the acquire is refused lock_held.
     """
     if shared and limit != 1:
         return shared_with_limit(f"this acquire asks for a shared lease and a limit of {limit}")
@@ -121,7 +146,7 @@ def decide_acquire(
             ),
         )
         return Decision(
-            replaced(row, now, mine, kept), 200, payload=lease_payload(key, kept), lease=kept
+            replaced(row, now, mine, kept), payload=lease_payload(key, kept), lease=kept
         )
     mismatch = _in_use_otherwise(row, live, key, limit=limit, shared=shared)
     if mismatch is not None:
@@ -140,7 +165,7 @@ def decide_acquire(
         shared=shared,
     )
     return Decision(
-        attrs.evolve(granted, limit=limit), 200, payload=lease_payload(key, lease), lease=lease
+        attrs.evolve(granted, limit=limit), payload=lease_payload(key, lease), lease=lease
     )
 
 
@@ -178,40 +203,40 @@ def has_room(row: LockRow | None, now: int, *, shared: bool, limit: int | None =
 
 
 def limit_mismatch(row: LockRow, key: str, limit: int) -> Decision:
-    """409 limit_mismatch: the key is in use with another limit."""
+    """Refused limit_mismatch: the key is in use with another limit."""
     message = (
         f"{key} is in use with limit {row.limit}; this acquire asks for limit {limit}"
         f" (a key's limit can change only once it has no live lease and no waiter)"
     )
-    return Decision(None, 409, refusal=ApiError.limit_mismatch(message, row.limit))
+    return Decision(None, refusal=Refusal("limit_mismatch", message, limit=row.limit))
 
 
 def shared_with_limit(why: str) -> Decision:
-    """409 shared_with_limit: asked for both, or the key is in use the other way (`why`).
+    """Refused shared_with_limit: asked for both, or the key is in use the other way (`why`).
 
-    A 409 even for a request that asks for both (it could be a 422): every acquire the schema
-    allows is answered 200 or 409, as clients and contract checkers expect of valid requests.
+    A refusal even for a request that asks for both (not an invalid request): every acquire the
+    schema allows is done or refused, as clients and contract checkers expect of valid ones.
     """
     message = (
         f"{why}: shared leases and a limit do not mix (a shared lock has shared holders or one"
         " exclusive holder, a semaphore N exclusive ones; a key's use can change only once it"
         " has no live lease and no waiter)"
     )
-    return Decision(None, 409, refusal=ApiError.shared_with_limit(message))
+    return Decision(None, refusal=Refusal("shared_with_limit", message))
 
 
 def mode_mismatch(key: str, mine: Lease) -> Decision:
-    """409 mode_mismatch: the owner holds the key in the other mode than it asks for now."""
+    """Refused mode_mismatch: the owner holds the key in the other mode than it asks for now."""
     held, asked = ("shared", "exclusive") if mine.shared else ("exclusive", "shared")
     message = (
         f"this owner token holds {key} {held} (fencing token {mine.fencing_token}); it cannot"
         f" take it {asked} as well: release that lease, then acquire {asked}"
     )
-    return Decision(None, 409, refusal=ApiError.mode_mismatch(message))
+    return Decision(None, refusal=Refusal("mode_mismatch", message))
 
 
 def lock_held(row: LockRow, now: int, key: str, *, shared: bool = False) -> Decision:
-    """409 lock_held, Retry-After = whole seconds until the soonest live lease ends (>= 1).
+    """Refused lock_held; retry after the whole seconds until the soonest live lease ends (>= 1).
 
     `shared`: the acquire refused asked for a shared lease (the message says why it waits).
     """
@@ -238,7 +263,7 @@ def lock_held(row: LockRow, now: int, key: str, *, shared: bool = False) -> Deci
         message = f"{key} is held by another owner for up to {wait} more seconds"
     else:
         message = f"others wait in line for {key} first"
-    return Decision(None, 409, refusal=ApiError.lock_held(message, wait))
+    return Decision(None, refusal=Refusal("lock_held", message, retry_after=wait))
 
 
 def decide_renew(
@@ -269,7 +294,7 @@ def decide_renew(
         ),
     )
     return Decision(
-        replaced(row, now, lease, renewed), 200, payload=lease_payload(key, renewed), lease=renewed
+        replaced(row, now, lease, renewed), payload=lease_payload(key, renewed), lease=renewed
     )
 
 
@@ -322,7 +347,7 @@ def decide_renewals(
             ),
         )
         changed = True
-        decisions.append(Decision(None, 200, payload=lease_payload(key, renewed), lease=renewed))
+        decisions.append(Decision(None, payload=lease_payload(key, renewed), lease=renewed))
     return (attrs.evolve(row, leases=tuple(live)) if changed else None), decisions
 
 
@@ -334,7 +359,7 @@ def decide_release(
     if lease is None:
         return _not_held(row, now, key, owner_token, fencing_token)
     assert row is not None  # noqa: S101 - a lease comes from a row
-    return Decision(without(row, now, lease), 204)
+    return Decision(without(row, now, lease))
 
 
 def decide_force_release(row: LockRow | None, now: int, *, key: str) -> Decision:
@@ -342,14 +367,14 @@ def decide_force_release(row: LockRow | None, now: int, *, key: str) -> Decision
     live = row.live_leases(now) if row is not None else ()
     if row is None or not live:
         payload = {"key": key, "released": False, "fencing_token": None, "released_count": 0}
-        return Decision(None, 200, payload=payload)
+        return Decision(None, payload=payload)
     payload = {
         "key": key,
         "released": True,
         "fencing_token": max(lease.fencing_token for lease in live),
         "released_count": len(live),
     }
-    return Decision(attrs.evolve(row, leases=()), 200, payload=payload)
+    return Decision(attrs.evolve(row, leases=()), payload=payload)
 
 
 class Reach(enum.Enum):
@@ -601,7 +626,7 @@ def _refused(key: str, fencing_token: int, why: str) -> Decision:
     message = (
         f"no live lease on {key} matches this owner token and fencing token {fencing_token}: {why}"
     )
-    return Decision(None, 409, refusal=ApiError.lease_not_held(message))
+    return Decision(None, refusal=Refusal("lease_not_held", message))
 
 
 def _owners(count: int) -> str:

@@ -35,6 +35,7 @@ from .._config import WaitingSettings
 from ..storage import (
     Lease,
     LockRow,
+    OnLocked,
     StaleClock,
     Storage,
     StoredOutcome,
@@ -54,6 +55,7 @@ from ._rules import (
     HOLDERS_INLINE,
     Decision,
     Reach,
+    Refusal,
     decide_acquire,
     decide_force_release,
     decide_handoff,
@@ -216,6 +218,7 @@ class Transactions:
         shared: bool = False,
         entry: Entry | None = None,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer | Queued:
         """Take a free slot of the key (`shared`: a shared lease), or extend the caller's own.
 
@@ -240,9 +243,9 @@ class Transactions:
                 shared=shared,
                 line_waits=line_waits,
             )
-            if decision.status == 200 and self._over_key_quota(tx, project_id, row):
+            if decision.done and self._over_key_quota(tx, project_id, row):
                 return row, _quota_exceeded(self._max_keys)
-            if decision.status == 200:
+            if decision.done:
                 tx.delete_waiter(project_id, key, owner_token)  # it holds the key now
                 registry.supersede(project_id, key, owner_token)
                 effects.counted.append(Granted(key, _how_granted(decision, row)))
@@ -257,7 +260,9 @@ class Transactions:
                 return row, Queued()
             return decision.row or row, decision
 
-        return self._mutate(caller, key, run, may_block=may_block, claims_lease=True)
+        return self._mutate(
+            caller, key, run, may_block=may_block, on_locked=on_locked, claims_lease=True
+        )
 
     def renew(
         self,
@@ -269,6 +274,7 @@ class Transactions:
         *,
         label: str | None = None,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer:
         """Extend the live lease that matches both tokens; with `label`, relabel it."""
 
@@ -284,7 +290,11 @@ class Transactions:
             )
             return decision.row or row, decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block, claims_lease=True))
+        return _answer(
+            self._mutate(
+                caller, key, run, may_block=may_block, on_locked=on_locked, claims_lease=True
+            )
+        )
 
     def renew_many(
         self, caller: Caller, renewals: Sequence[LeaseRenewal], *, may_block: bool = True
@@ -298,7 +308,8 @@ class Transactions:
         """
         if not may_block:
             raise WouldBlock  # up to 500 renewals: longer than the event loop may be held
-        project_id, request_id, print_ = caller.project_id, caller.request_id, caller.fingerprint
+        project_id, request_id = caller.project_id, caller.request_id
+        fingerprint = caller.fingerprint
         keys = sorted({renewal.key for renewal in renewals})
         by_key: dict[str, list[int]] = {}
         owners_of: dict[str, set[str]] = {}
@@ -307,7 +318,7 @@ class Transactions:
             owners_of.setdefault(renewal.key, set()).add(renewal.owner_token)
 
         def work(tx: WriteTx, effects: _Effects) -> Answer:
-            prior = tx.claim_request(project_id, request_id) if print_ is not None else None
+            prior = tx.claim_request(project_id, request_id) if fingerprint is not None else None
             # Only the named owners' leases of each key (however crowded it is; a replay's
             # stored answer names the same ones), unless requests wait here for the key:
             # their hand-off is timed by all of its leases.
@@ -318,8 +329,8 @@ class Transactions:
             }
             loaded = tx.load_locks(project_id, keys, owners=partial)
             now = tx.now_us()
-            if prior is not None and print_ is not None:
-                return self._replay_many(caller, loaded, now, prior, print_)
+            if prior is not None and fingerprint is not None:
+                return self._replay_many(caller, loaded, now, prior, fingerprint)
             rows = dict(loaded)
             decisions: dict[int, Decision] = {}
             for key, entries in by_key.items():  # a key's entries in order, in one pass
@@ -340,7 +351,8 @@ class Transactions:
             for i, renewal in enumerate(renewals):
                 decision = decisions[i]
                 if decision.refusal is not None:
-                    results.append(_batch.refused(renewal.key, decision.refusal, request_id))
+                    error = _error(decision.refusal)
+                    results.append(_batch.refused(renewal.key, error, request_id))
                     continue
                 assert decision.lease is not None  # noqa: S101 - a renewal's 200 has its lease
                 assert decision.payload is not None  # noqa: S101 - and its body
@@ -359,8 +371,8 @@ class Transactions:
             for key in keys:
                 self._retime(effects, rows[key], now)
             answer = _batch.answer(results)
-            if print_ is not None:
-                tx.save_outcome(project_id, request_id, self._stored(print_, answer, now))
+            if fingerprint is not None:
+                tx.save_outcome(project_id, request_id, self._stored(fingerprint, answer, now))
             return answer
 
         return self._in_transaction(work, may_block=may_block, key=None)
@@ -373,6 +385,7 @@ class Transactions:
         fencing_token: int,
         *,
         may_block: bool = True,
+        on_locked: OnLocked | None = None,
     ) -> Answer:
         """End the live lease that matches both tokens, and hand the key to the next in line."""
 
@@ -382,17 +395,24 @@ class Transactions:
             )
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
-        return _answer(self._mutate(caller, key, run, may_block=may_block, ending=End.RELEASED))
+        return _answer(
+            self._mutate(
+                caller, key, run, may_block=may_block, on_locked=on_locked, ending=End.RELEASED
+            )
+        )
 
-    def force_release(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
+    def force_release(
+        self, caller: Caller, key: str, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> Answer:
         """End every live lease, whoever holds it, and hand the slots to the next in line."""
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Step:
             decision = decide_force_release(row, now, key=key)
             return self._hand_off(tx, decision.row or row, now, effects), decision
 
+        ending = End.FORCE_RELEASED
         return _answer(
-            self._mutate(caller, key, run, may_block=may_block, ending=End.FORCE_RELEASED)
+            self._mutate(caller, key, run, may_block=may_block, on_locked=on_locked, ending=ending)
         )
 
     def get(self, caller: Caller, key: str, *, may_block: bool = True) -> Answer:
@@ -459,10 +479,6 @@ class Transactions:
         self._metrics.checked(key, live=checked["live"])
         return Answer(200, dumps(checked))
 
-    async def synced(self, *, here: bool = False) -> None:
-        """Return once every transaction committed so far is on disk: answer only then."""
-        await self._storage.synced(here=here)
-
     # -- the life of a waiting request -----------------------------------------------------
 
     def settle(self, key_ref: KeyRef, *, may_block: bool = True) -> None:
@@ -472,16 +488,17 @@ class Transactions:
         reservation, or by polling; like every transaction on a key we wait for, it re-times
         the key's timer to the lease it leaves.
         """
-        project_id, key = key_ref
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             if row is not None and row.held(now):
                 row = self._take_reserved(tx, effects, row, now)
             return self._hand_off(tx, row, now, effects), None
 
-        self._on_key(project_id, key, run, may_block=may_block)
+        self._on_key(key_ref, run, may_block=may_block)
 
-    def confirm(self, entry: Entry, *, may_block: bool = True) -> None:
+    def confirm(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """Deliver the entry's unconfirmed grant if the database has it after all.
 
         A transaction that granted it rolled back, or committed and lost its answer: the
@@ -493,9 +510,11 @@ class Transactions:
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._recover(tx, effects, entry, row, now), None
 
-        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+        self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)
 
-    def give_up(self, entry: Entry, *, may_block: bool = True) -> Answer | None:
+    def give_up(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> Answer | None:
         """The entry's wait ran out: a last hand-off, then out of line with 409 lock_held.
 
         None when the entry was granted the key meanwhile (by this very transaction, or by one
@@ -517,9 +536,11 @@ class Transactions:
                 )
             return row, answer
 
-        return self._on_key(entry.project_id, entry.key, run, may_block=may_block)[2]
+        return self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)[2]
 
-    def leave(self, entry: Entry, *, may_block: bool = True) -> None:
+    def leave(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """Take a LEAVING entry (client gone, shutdown) out of line; its place is kept a while.
 
         An unconfirmed grant the database has after all is ended first, as `undeliver` ends a
@@ -527,14 +548,16 @@ class Transactions:
         """
         if entry.unconfirmed is not None:
             entry.granted, entry.unconfirmed = entry.unconfirmed, None
-            self.undeliver(entry, may_block=may_block)
+            self.undeliver(entry, may_block=may_block, on_locked=on_locked)
 
         def run(tx: WriteTx, effects: _Effects, now: int, row: LockRow | None) -> Touched[None]:
             return self._hand_off(tx, self._step_out(tx, entry, row, now), now, effects), None
 
-        self._on_key(entry.project_id, entry.key, run, may_block=may_block)
+        self._on_key(entry.key_ref, run, may_block=may_block, on_locked=on_locked)
 
-    def undeliver(self, entry: Entry, *, may_block: bool = True) -> None:
+    def undeliver(
+        self, entry: Entry, *, may_block: bool = True, on_locked: OnLocked | None = None
+    ) -> None:
         """End the lease granted to an entry whose client left before it was answered.
 
         Only that very lease, unchanged: if a retry with the same owner token took it over (a
@@ -550,11 +573,12 @@ class Transactions:
             return self._hand_off(tx, row, now, effects), None
 
         if entry.fingerprint is None:
+            ending = End.UNDELIVERED
             self._on_key(
-                entry.project_id, entry.key, run, may_block=may_block, ending=End.UNDELIVERED
+                entry.key_ref, run, may_block=may_block, on_locked=on_locked, ending=ending
             )
             return
-        print_ = entry.fingerprint
+        fingerprint = entry.fingerprint
 
         def claimed(tx: WriteTx, effects: _Effects) -> None:
             prior = tx.claim_request(entry.project_id, entry.request_id)
@@ -565,9 +589,11 @@ class Transactions:
             row, _ = run(tx, effects, now, loaded)
             self._save(tx, effects, loaded, row, now, ending=End.UNDELIVERED)
             answer = _undelivered(entry, granted)
-            tx.save_outcome(entry.project_id, entry.request_id, self._stored(print_, answer, now))
+            tx.save_outcome(
+                entry.project_id, entry.request_id, self._stored(fingerprint, answer, now)
+            )
 
-        self._in_transaction(claimed, may_block=may_block, key=entry.key_ref)
+        self._in_transaction(claimed, may_block=may_block, key=entry.key_ref, on_locked=on_locked)
 
     def beat(self, server_id: str, lifetime_us: int, *, may_block: bool = True) -> tuple[bool, int]:
         """Record this server's heartbeat: whether any other server is alive, and its clock."""
@@ -775,6 +801,7 @@ class Transactions:
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Step],
         *,
         may_block: bool,
+        on_locked: OnLocked | None = None,
         claims_lease: bool = False,
         ending: End | None = None,
     ) -> Answer | Queued:
@@ -784,13 +811,15 @@ class Transactions:
         gives back only while that lease is still the key's live one. `ending`: how a live
         lease this operation removes has ended (release, force release).
         """
-        print_ = caller.fingerprint
+        fingerprint = caller.fingerprint
 
         def work(tx: WriteTx, effects: _Effects) -> Answer | Queued:
-            if print_ is not None:
+            if fingerprint is not None:
                 prior = tx.claim_request(caller.project_id, caller.request_id)
                 if prior is not None:
-                    return self._replay(tx, caller, key, prior, print_, claims_lease=claims_lease)
+                    return self._replay(
+                        tx, caller, key, prior, fingerprint, claims_lease=claims_lease
+                    )
             now = tx.now_us()
             loaded = tx.load_lock(caller.project_id, key)
             row, outcome = run(tx, effects, now, loaded)
@@ -798,13 +827,14 @@ class Transactions:
             if isinstance(outcome, Queued | Answer):
                 return outcome
             answer = _render(outcome, caller.request_id)
-            if print_ is not None:
+            if fingerprint is not None:
                 tx.save_outcome(
-                    caller.project_id, caller.request_id, self._stored(print_, answer, now)
+                    caller.project_id, caller.request_id, self._stored(fingerprint, answer, now)
                 )
             return answer
 
-        return self._in_transaction(work, may_block=may_block, key=(caller.project_id, key))
+        key_ref = (caller.project_id, key)
+        return self._in_transaction(work, may_block=may_block, key=key_ref, on_locked=on_locked)
 
     def _replay(
         self,
@@ -812,12 +842,12 @@ class Transactions:
         caller: Caller,
         key: str,
         prior: StoredOutcome,
-        print_: bytes,
+        fingerprint: bytes,
         *,
         claims_lease: bool,
     ) -> Answer:
         """The stored answer to a repeated request id, if it still holds true."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         replayed = Answer(prior.status, prior.body, prior.retry_after, replayed=True)
         if not (claims_lease and prior.status == 200):
@@ -843,10 +873,10 @@ class Transactions:
         rows: dict[str, LockRow | None],
         now: int,
         prior: StoredOutcome,
-        print_: bytes,
+        fingerprint: bytes,
     ) -> Answer:
         """The stored answer to a repeated batch, each lease that has ended since refused."""
-        if not hmac.compare_digest(prior.fingerprint, print_):
+        if not hmac.compare_digest(prior.fingerprint, fingerprint):
             return ApiError.request_id_reused(caller.request_id).answer(caller.request_id)
         if prior.status != 200:
             return Answer(prior.status, prior.body, prior.retry_after, replayed=True)
@@ -859,23 +889,23 @@ class Transactions:
 
     def _on_key(
         self,
-        project_id: int,
-        key: str,
+        key_ref: KeyRef,
         run: Callable[[WriteTx, _Effects, int, LockRow | None], Touched[T]],
         *,
         may_block: bool,
+        on_locked: OnLocked | None = None,
         ending: End | None = None,
     ) -> tuple[LockRow | None, int, T]:
         """A transaction on one key's row that answers no API request: (row after, now, result)."""
 
         def work(tx: WriteTx, effects: _Effects) -> tuple[LockRow | None, int, T]:
             now = tx.now_us()
-            loaded = tx.load_lock(project_id, key)
+            loaded = tx.load_lock(*key_ref)
             row, result = run(tx, effects, now, loaded)
             self._save(tx, effects, loaded, row, now, ending=ending)
             return row, now, result
 
-        return self._in_transaction(work, may_block=may_block, key=(project_id, key))
+        return self._in_transaction(work, may_block=may_block, key=key_ref, on_locked=on_locked)
 
     def _save(
         self,
@@ -937,15 +967,17 @@ class Transactions:
         *,
         may_block: bool,
         key: KeyRef | None,
+        on_locked: OnLocked | None = None,
     ) -> T:
         """Run `work` in one write transaction; its effects on waiting requests follow.
 
-        `key` is the key `work` locks first; None when it locks several itself.
+        `key` is the key `work` locks first (then `on_locked` is called, by a backend that
+        locks it early); None when it locks several itself.
         """
         for run in range(1, _STALE_RUNS + 1):
             effects = _Effects(self._registry)
             try:
-                with self._storage.write(may_block=may_block, key=key) as tx:
+                with self._storage.write(may_block=may_block, key=key, on_locked=on_locked) as tx:
                     result = work(tx, effects)
             except StaleClock:
                 effects.rolled_back()
@@ -966,9 +998,9 @@ class Transactions:
             return attrs.evolve(result, clock_us=committed, clock_at=asked_at)
         return result
 
-    def _stored(self, print_: bytes, answer: Answer, now: int) -> StoredOutcome:
+    def _stored(self, fingerprint: bytes, answer: Answer, now: int) -> StoredOutcome:
         return StoredOutcome(
-            print_, answer.status, answer.body, answer.retry_after, now + self._retention_us
+            fingerprint, answer.status, answer.body, answer.retry_after, now + self._retention_us
         )
 
 
@@ -1025,7 +1057,7 @@ def _quota_exceeded(keys: int) -> Decision:
         f"this project has {keys} keys stored, its quota on this server (volcano-server serve"
         " --max-keys-per-project); keys are deleted once unused for the key retention"
     )
-    return Decision(None, 409, refusal=ApiError.quota_exceeded(message))
+    return Decision(None, refusal=Refusal("quota_exceeded", message))
 
 
 def _answer(result: Answer | Queued) -> Answer:
@@ -1077,8 +1109,15 @@ def _wait_ran_out(row: LockRow | None, now: int, entry: Entry) -> Answer:
 
 
 def _render(decision: Decision, request_id: str) -> Answer:
+    """A decision as the contract answers it: 200 with what it tells, 204, or its refusal."""
     if decision.refusal is not None:
-        return decision.refusal.answer(request_id)
-    body = dumps(decision.payload) if decision.payload is not None else b""
+        return _error(decision.refusal).answer(request_id)
+    if decision.payload is None:
+        return Answer(204, b"")
     until = decision.lease.expires_at_us if decision.lease is not None else None
-    return Answer(decision.status, body, lease_until_us=until)
+    return Answer(200, dumps(decision.payload), lease_until_us=until)
+
+
+def _error(refusal: Refusal) -> ApiError:
+    limit, retry_after = refusal.limit, refusal.retry_after
+    return ApiError.refused(refusal.reason, refusal.message, retry_after=retry_after, limit=limit)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
 from .._config import WaitingSettings
-from ..storage import Storage
+from ..storage import OnLocked, Storage
 from ..telemetry._lockmetrics import LockMetrics, Waited
 from ..telemetry._tracing import Tracing
 from ..wire._errors import ApiError
@@ -43,9 +43,18 @@ from ._revocations import Revocations
 from ._transactions import Caller, Transactions, shutting_down
 from ._watching import Watches
 
-__all__ = ["Turn", "Waits", "next_turn", "wait_outcome"]
+__all__ = ["HandoffTimers", "Turn", "Waits", "next_turn", "wait_outcome"]
 
 log = logging.getLogger("volcano_server")
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _EntryStep(Protocol[T_co]):
+    """A transaction on a waiting request's entry (`Transactions.leave`, `give_up`, ...)."""
+
+    def __call__(self, entry: Entry, *, may_block: bool, on_locked: OnLocked | None) -> T_co: ...
 
 
 class Turn(enum.Enum):
@@ -97,22 +106,65 @@ def wait_outcome(phase: Phase, answer: Answer | None) -> Waited:
     return _ENDED.get(phase, Waited.ERROR)
 
 
+class HandoffTimers:
+    """A timer per key that requests wait for here, at its live lease's expiry.
+
+    Made before the lock transactions, which re-time a key through it (`time_handoff`) after
+    each commit; started by `Waits.run` with what runs a hand-off when a timer fires.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
+        self._running: tuple[asyncio.AbstractEventLoop, Callable[[KeyRef], None]] | None = None
+
+    def time_handoff(self, key_ref: KeyRef, seconds: float | None) -> None:
+        """Hand the key over after `seconds` (when its live lease ends), from any thread.
+
+        None: the key is not held, so nothing to time; a key with no entries here is dropped.
+        Nothing is timed before `start`.
+        """
+        if self._running is not None:
+            self._running[0].call_soon_threadsafe(self.arm, key_ref, seconds)
+
+    def arm(self, key_ref: KeyRef, seconds: float | None) -> None:
+        """`time_handoff`, on the loop."""
+        old = self._timers.pop(key_ref, None)
+        if old is not None:
+            old.cancel()
+        if seconds is None or not self._registry.entries_of(key_ref) or self._running is None:
+            return
+        loop, due = self._running
+        # A millisecond past the expiry, so the storage clock agrees the lease has ended.
+        self._timers[key_ref] = loop.call_later(max(0.0, seconds) + 0.001, due, key_ref)
+
+    def start(self, due: Callable[[KeyRef], None]) -> None:
+        """Time hand-offs on the running loop from now on: `due(key_ref)` runs one."""
+        self._running = (asyncio.get_running_loop(), due)
+
+    def stop(self) -> None:
+        """Cancel every timer."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
 class Waits:
     """Every waiting request this server holds open, the timers and heartbeat that serve them.
 
-    Built with everything it needs: the storage, its settings, how storage work runs (`run`,
-    which answers an outage with 503), this server's watches (told of each change), and the
-    lock transactions, which it makes with its own timers as their way to re-time a key.
+    Built with everything it needs: the storage, the lock transactions and the hand-off timers
+    they re-time keys through, its settings, how storage work runs (`run`, which answers an
+    outage with 503), and this server's watches (told of each change).
     """
 
     def __init__(
         self,
         storage: Storage,
         registry: Registry,
+        transactions: Transactions,
+        timers: HandoffTimers,
         *,
         settings: WaitingSettings,
-        retention_seconds: float,
-        max_keys: int = 0,
         run: Runner,
         pulse: Pulse,
         revocations: Revocations,
@@ -129,32 +181,15 @@ class Waits:
         self._pulse = pulse
         self._revocations = revocations
         self._watches = watches
-        self.transactions = Transactions(
-            storage,
-            registry,
-            retention_seconds=retention_seconds,
-            max_keys=max_keys,
-            settings=settings,
-            time_handoff=self.time_handoff,
-            changed=watches.changed,
-            pulse=pulse,
-            revocations=revocations,
-            metrics=metrics,
-        )
+        self._transactions = transactions
+        self._timers = timers
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timers: dict[KeyRef, asyncio.TimerHandle] = {}
         self._settling: dict[KeyRef, bool] = {}  # key -> settle again when the current ends
         self._tasks: set[asyncio.Task[None]] = set()
-        self._parked = 0  # requests in `_turns`: they need the loop only when their turn comes
 
     def __len__(self) -> int:
         """How many waiting requests hold a place here."""
         return len(self._registry)
-
-    @property
-    def parked(self) -> int:
-        """Waiting requests parked in line, a granted one included until it resumes."""
-        return self._parked
 
     def close(self) -> None:
         """Refuse new waits and send every queued request away (the server is shutting down).
@@ -191,9 +226,10 @@ class Waits:
             label=label,
             shared=shared,
         )
-        tx = self.transactions
-        result = await self._run(
-            lambda may_block: tx.acquire(
+        tx = self._transactions
+        result = await self._run.in_lane(
+            entry.key_ref,
+            lambda may_block, on_locked: tx.acquire(
                 caller,
                 key,
                 owner_token,
@@ -203,37 +239,36 @@ class Waits:
                 shared=shared,
                 entry=entry,
                 may_block=may_block,
+                on_locked=on_locked,
             ),
             job=Job(caller.project_id),
             traced_as="acquire",
-            lane=entry.key_ref,
         )
         if isinstance(result, Answer):
             return result
         loop = asyncio.get_running_loop()
         joined = loop.time()
         outcome = Waited.ERROR
-        self._parked += 1
         try:
-            if self._tracing is None:
-                answer = await self._turns(entry, wait_seconds, gone)
-                outcome = wait_outcome(entry.phase, answer)
-                return answer
-            with self._tracing.wait() as span:
-                answer = await self._turns(entry, wait_seconds, gone)
-                outcome = wait_outcome(entry.phase, answer)
-                self._tracing.waited(span, outcome)
-                return answer
+            with self._run.parked():  # it needs the loop only when its turn comes
+                if self._tracing is None:
+                    answer = await self._turns(entry, wait_seconds, gone)
+                    outcome = wait_outcome(entry.phase, answer)
+                    return answer
+                with self._tracing.wait() as span:
+                    answer = await self._turns(entry, wait_seconds, gone)
+                    outcome = wait_outcome(entry.phase, answer)
+                    self._tracing.waited(span, outcome)
+                    return answer
         finally:
             entry.delivered()
-            self._parked -= 1
             self._metrics.waited(key, outcome, loop.time() - joined)
 
     async def _turns(
         self, entry: Entry, wait_seconds: float, gone: asyncio.Future[None]
     ) -> Answer | None:
         """Hold a queued request open until its turn, its wait runs out, or its client leaves."""
-        tx, run = self.transactions, self._run
+        tx = self._transactions
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:
@@ -248,28 +283,13 @@ class Waits:
                 return entry.answer
             if turn is Turn.UNDELIVER:
                 entry.delivered()  # nobody to answer: whoever granted it need not wait
-                await run(
-                    lambda may_block: tx.undeliver(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="undeliver",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.undeliver, "undeliver")
                 return None
             if turn is Turn.REVOKED:
-                await run(
-                    lambda may_block: tx.leave(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="leave",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.leave, "leave")
                 return None if gone.done() else entry.answer
             if turn is Turn.LEAVE and self._registry.move(entry, Move.LEAVE):
-                await run(
-                    lambda may_block: tx.leave(entry, may_block=may_block),
-                    job=Job(entry.project_id, keeps=True, request=False),
-                    traced_as="leave",
-                    lane=entry.key_ref,
-                )
+                await self._on_entry(entry, tx.leave, "leave")
                 return None if gone.done() else shutting_down(entry.request_id)
             if turn is Turn.GIVE_UP:
                 answer = await self._give_up(entry)
@@ -288,14 +308,8 @@ class Waits:
         False if the database could not be asked: the request waits on (its wait's end, or
         the next change, asks again; `give_up` asks too).
         """
-        tx = self.transactions
         try:
-            await self._run(
-                lambda may_block: tx.confirm(entry, may_block=may_block),
-                job=Job(entry.project_id, keeps=True, request=False),
-                traced_as="confirm",
-                lane=entry.key_ref,
-            )
+            await self._on_entry(entry, self._transactions.confirm, "confirm")
         except ApiError:  # the database is out of reach (503)
             return False
         return True
@@ -306,14 +320,8 @@ class Waits:
         A grant made by another transaction while this one is on its way is delivered at once,
         not after it: a slow database must not hold a lease's answer past its ttl.
         """
-        tx = self.transactions
         giving_up = asyncio.ensure_future(
-            self._run(
-                lambda may_block: tx.give_up(entry, may_block=may_block),
-                job=Job(entry.project_id, keeps=True, request=False),
-                traced_as="give_up",
-                lane=entry.key_ref,
-            )
+            self._on_entry(entry, self._transactions.give_up, "give_up")
         )
         try:
             while not giving_up.done():
@@ -330,28 +338,16 @@ class Waits:
             self._registry.move(entry, Move.LEAVE)
             raise
 
-    # -- waking keys ------------------------------------------------------------------------
-
-    def time_handoff(self, key_ref: KeyRef, seconds: float | None) -> None:
-        """Hand the key over after `seconds` (when its live lease ends), from any thread.
-
-        None: the key is not held, so nothing to time; a key with no entries here is dropped.
-        """
-        loop = self._loop
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(self._arm, key_ref, seconds)
-
-    def _arm(self, key_ref: KeyRef, seconds: float | None) -> None:
-        old = self._timers.pop(key_ref, None)
-        if old is not None:
-            old.cancel()
-        if seconds is None or not self._registry.entries_of(key_ref) or self._loop is None:
-            return
-        # A millisecond past the expiry, so the storage clock agrees the lease has ended.
-        self._timers[key_ref] = self._loop.call_later(
-            max(0.0, seconds) + 0.001, self.settle_soon, key_ref
+    async def _on_entry(self, entry: Entry, step: _EntryStep[T], traced_as: str) -> T:
+        """Run a transaction on a waiting request's entry, in its key's lane, as lease-keeping."""
+        return await self._run.in_lane(
+            entry.key_ref,
+            lambda may_block, on_locked: step(entry, may_block=may_block, on_locked=on_locked),
+            job=Job(entry.project_id, keeps=True, request=False),
+            traced_as=traced_as,
         )
+
+    # -- waking keys ------------------------------------------------------------------------
 
     def settle_soon(self, key_ref: KeyRef) -> None:
         """Run a hand-off for the key in a task of its own (coalescing repeated calls)."""
@@ -362,7 +358,7 @@ class Waits:
         self._spawn(self._settle(key_ref))
 
     async def _settle(self, key_ref: KeyRef) -> None:
-        tx = self.transactions
+        tx = self._transactions
         try:
             again = True
             while again:
@@ -377,7 +373,7 @@ class Waits:
                 self._settling[key_ref] = False
         except Exception as exc:  # noqa: BLE001 - a timer must survive a failing database
             log.warning("handing over %s failed, will retry: %s", key_ref[1], exc)
-            self._arm(key_ref, self.settings.heartbeat_seconds)
+            self._timers.arm(key_ref, self.settings.heartbeat_seconds)
         finally:
             self._settling.pop(key_ref, None)
 
@@ -392,20 +388,19 @@ class Waits:
     async def run(self) -> None:
         """Beat, listen for hand-offs from other servers (or poll for them), until cancelled."""
         self._loop = asyncio.get_running_loop()
+        self._timers.start(self.settle_soon)
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._beat)
                 tasks.start_soon(self._storage.listen, _Listener(self, self._watches))
         finally:
-            for timer in self._timers.values():
-                timer.cancel()
-            self._timers.clear()
+            self._timers.stop()
             for task in self._tasks:
                 task.cancel()
             self._watches.stop()
 
     async def _beat(self) -> None:
-        settings, tx, server_id = self.settings, self.transactions, self._registry.server_id
+        settings, tx, server_id = self.settings, self._transactions, self._registry.server_id
         lifetime_us = round(settings.heartbeat_lifetime * 1_000_000)
 
         def beat(may_block: bool) -> tuple[bool, int]:

@@ -194,11 +194,6 @@ class Watches:
         """How many watching requests are held open here."""
         return self._held
 
-    @property
-    def parked(self) -> int:
-        """Watching requests held open (they need the loop only when their key changes)."""
-        return self._held
-
     # -- one watching request ---------------------------------------------------------------
 
     async def watch(
@@ -226,18 +221,19 @@ class Watches:
         keyed.idle_since = None
         self._held += 1
         try:
-            self._join(keyed, watcher)
-            deadline = loop.time() + min(wait_seconds, self._max_wait)
-            while True:
-                left = None if watcher.fresh else max(0.0, deadline - loop.time())
-                await asyncio.wait(
-                    (watcher.answer, gone), timeout=left, return_when="FIRST_COMPLETED"
-                )
-                if watcher.answer.done():
-                    return watcher.answer.result().answer
-                if gone.done():
-                    return None
-                self._refresh(keyed, watcher)  # the wait ran out: answer with a fresh state
+            with self._run.parked():  # it needs the loop only when its key changes
+                self._join(keyed, watcher)
+                deadline = loop.time() + min(wait_seconds, self._max_wait)
+                while True:
+                    left = None if watcher.fresh else max(0.0, deadline - loop.time())
+                    await asyncio.wait(
+                        (watcher.answer, gone), timeout=left, return_when="FIRST_COMPLETED"
+                    )
+                    if watcher.answer.done():
+                        return watcher.answer.result().answer
+                    if gone.done():
+                        return None
+                    self._refresh(keyed, watcher)  # the wait ran out: answer with a fresh state
         finally:
             self._held -= 1
             self._leave(keyed, watcher)

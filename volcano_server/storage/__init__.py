@@ -6,7 +6,6 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ._base import (
-    KEY_LOCKED,
     ExpiredLease,
     KeyKind,
     KeyRecord,
@@ -14,6 +13,7 @@ from ._base import (
     Listener,
     LockRow,
     LockSummary,
+    OnLocked,
     ProjectKeys,
     ReadOnlyTx,
     ReadTx,
@@ -33,7 +33,6 @@ from ._urls import UnsupportedDatabaseURL, redact_url
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
-    "KEY_LOCKED",
     "ExpiredLease",
     "KeyEvent",
     "KeyInfo",
@@ -43,6 +42,7 @@ __all__ = [
     "Listener",
     "LockRow",
     "LockSummary",
+    "OnLocked",
     "ProjectKeys",
     "ReadOnlyTx",
     "ReadTx",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from ._keys import KeyEvent, KeyInfo
 
 __all__ = [
-    "KEY_LOCKED",
     "ExpiredLease",
     "KeyKind",
     "KeyRecord",
@@ -44,6 +42,7 @@ __all__ = [
     "Listener",
     "LockRow",
     "LockSummary",
+    "OnLocked",
     "ProjectKeys",
     "ReadOnlyTx",
     "ReadTx",
@@ -87,7 +86,7 @@ class WouldBlock(Exception):
     """Raised by a `may_block=False` call that would have had to wait; nothing was changed."""
 
 
-KEY_LOCKED: ContextVar[Callable[[], None] | None] = ContextVar("key_locked", default=None)
+OnLocked = Callable[[], None]
 """Called from a write transaction once it holds its key's lock (any thread; PostgreSQL only).
 
 The server's lane for the key (`_lanes`) lets the next transaction on the key start then: it
@@ -533,12 +532,17 @@ class Storage(Protocol):
     monotonic: Callable[[], float]
 
     def write(
-        self, *, may_block: bool = True, key: tuple[int, str] | None = None
+        self,
+        *,
+        may_block: bool = True,
+        key: tuple[int, str] | None = None,
+        on_locked: OnLocked | None = None,
     ) -> AbstractContextManager[WriteTx]:
         """Begin a read-write transaction.
 
         `key` is the (project id, key) whose row the transaction will load first, when known: a
-        backend whose statements are network round trips locks it along with its first one.
+        backend whose statements are network round trips locks it along with its first one, and
+        then calls `on_locked` (others need not call it).
         """
         ...
 

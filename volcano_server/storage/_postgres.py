@@ -57,13 +57,13 @@ import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._base import (
-    KEY_LOCKED,
     ExpiredLease,
     KeyRecord,
     Lease,
     Listener,
     LockRow,
     LockSummary,
+    OnLocked,
     StaleClock,
     StoredOutcome,
     Waiter,
@@ -735,8 +735,11 @@ class _WriteTx(PostgresGroups):
         first_key: tuple[int, str] | None,
         commits: Commits,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        on_locked: OnLocked | None = None,
     ) -> None:
         self._conn = conn
+        self._on_locked = on_locked
         self._monotonic = monotonic
         self._commits = commits
         self._cursor = psycopg.ClientCursor(conn)
@@ -815,9 +818,8 @@ class _WriteTx(PostgresGroups):
         self._locked[project_id, key] = _LockedKey(row, project_id, key)
         self._lines[project_id, key] = line
         self._watchers[project_id, key] = tuple(watchers)
-        locked = KEY_LOCKED.get()
-        if locked is not None:
-            locked()
+        if self._on_locked is not None:
+            self._on_locked()
         return None if request_id is None else StoredOutcome(*claimed)
 
     def _set_now(self, clock_us: int) -> None:
@@ -1124,18 +1126,24 @@ class PostgresStorage(KeyAdmin):
 
     @contextmanager
     def write(
-        self, *, may_block: bool = True, key: tuple[int, str] | None = None
+        self,
+        *,
+        may_block: bool = True,
+        key: tuple[int, str] | None = None,
+        on_locked: OnLocked | None = None,
     ) -> Iterator[_WriteTx]:
         """One READ COMMITTED transaction, committed when the block ends without an error.
 
         `key`, the (project id, key) whose row the transaction will lock, is locked in its
-        first round trip.
+        first round trip, and then `on_locked` is called (in this thread).
         """
         if not may_block:
             raise WouldBlock  # every statement is a network round trip
         with _mapped_errors(), self._connection() as conn:
             try:
-                tx = _WriteTx(conn, self._offset, key, self._commits, self.monotonic)
+                tx = _WriteTx(
+                    conn, self._offset, key, self._commits, self.monotonic, on_locked=on_locked
+                )
                 tx.begin(self._limits)
                 yield tx
                 tx.commit()

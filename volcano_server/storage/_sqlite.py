@@ -50,6 +50,7 @@ from ._base import (
     Listener,
     LockRow,
     LockSummary,
+    OnLocked,
     StaleClock,
     StorageUnavailable,
     StoredOutcome,
@@ -440,8 +441,10 @@ class _Tx(SQLiteGroups):
         ).fetchone()
         if row is None:
             return None
-        print_, status, body, retry_after, expires_at_us, undelivered = row
-        return StoredOutcome(print_, status, body, retry_after, expires_at_us, bool(undelivered))
+        fingerprint, status, body, retry_after, expires_at_us, undelivered = row
+        return StoredOutcome(
+            fingerprint, status, body, retry_after, expires_at_us, bool(undelivered)
+        )
 
     def save_outcome(self, project_id: int, request_id: str, outcome: StoredOutcome) -> None:
         self.durable = True
@@ -596,8 +599,16 @@ class SQLiteStorage(KeyAdmin):
                 raise
 
     @contextmanager
-    def write(self, *, may_block: bool = True, key: tuple[int, str] | None = None) -> Iterator[_Tx]:
-        """One BEGIN IMMEDIATE transaction on the shared writer connection (`key` is moot).
+    def write(
+        self,
+        *,
+        may_block: bool = True,
+        key: tuple[int, str] | None = None,
+        on_locked: OnLocked | None = None,
+    ) -> Iterator[_Tx]:
+        """One BEGIN IMMEDIATE transaction on the shared writer connection.
+
+        `key` and `on_locked` are moot: the write lock, held to the end, is the only lock.
 
         A durable commit is on disk when this returns if `may_block`; else once `synced()`
         returns.
@@ -626,7 +637,8 @@ class SQLiteStorage(KeyAdmin):
         finally:
             self._write_lock.release()
         if syncer is not None and may_block:
-            syncer.wait(ticket)  # outside the write lock: other writers join this fsync
+            # Outside the write lock: other writers join this fsync.
+            syncer.block_until_synced(ticket)
 
     async def synced(self, *, here: bool = False) -> None:
         """Return once every durable commit so far is on disk (the syncer's group fsync).

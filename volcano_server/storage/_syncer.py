@@ -1,12 +1,12 @@
 """Group commit: one fsync covers every commit made while the previous one ran.
 
 Writers commit without syncing and take a ticket (`committed`). Whoever waits for a ticket
-gets it synced: a worker thread blocks in `wait`, the event loop awaits `synced`. The fsync
-itself runs on the syncer thread, which fdatasyncs the file once for every ticket pending and
-then releases them all, so writers that commit while an fsync runs share the next one; and
-while the loop waits, it goes on serving other requests. A caller with nothing else to do (the
-only request in flight) may ask to sync `here`, on its own thread, to save the two thread
-hand-offs, provided no fsync is under way already.
+gets it synced: a worker thread blocks in `block_until_synced`, the event loop awaits `synced`.
+The fsync itself runs on the syncer thread, which fdatasyncs the file once for every ticket
+pending and then releases them all, so writers that commit while an fsync runs share the next
+one; and while the loop waits, it goes on serving other requests. A caller with nothing else
+to do (the only request in flight) may ask to sync `here`, on its own thread, to save the two
+thread hand-offs, provided no fsync is under way already.
 
 An fsync that fails fails every ticket it covered (`StorageUnavailable`, answered 503): their
 commits are in the file but may not be on the disk, so nobody is told they are.
@@ -32,14 +32,15 @@ class Syncer:
         self._fd = fd
         self._sync = sync  # None: os.fdatasync, looked up at each call
         # One lock, two conditions: the syncer thread waits on `_work` (a ticket wanted, or
-        # stopping), threads blocked in `wait` on `_cond` (a ticket synced). A sync done on the
-        # loop (`here`) then wakes neither unless one of them has a reason to run: waking the
-        # idle syncer thread only to re-check its predicate took the GIL from the loop on every
-        # uncontended request (py-spy: 7.6 % of the server's GIL time, issue 27).
+        # stopping), threads blocked in `block_until_synced` on `_cond` (a ticket synced). A
+        # sync done on the loop (`here`) then wakes neither unless one of them has a reason to
+        # run: waking the idle syncer thread only to re-check its predicate took the GIL from
+        # the loop on every uncontended request (py-spy: 7.6 % of the server's GIL time, issue
+        # 27).
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._work = threading.Condition(lock)
-        self._blocked = 0  # threads in `wait`
+        self._blocked = 0  # threads in `block_until_synced`
         self._committed = 0  # tickets taken
         self._synced = 0  # every ticket up to this one is on disk (or failed)
         self._wanted = 0  # the latest ticket someone waits for
@@ -62,7 +63,7 @@ class Syncer:
         with self._cond:
             return self._committed
 
-    def wait(self, ticket: int) -> None:
+    def block_until_synced(self, ticket: int) -> None:
         """Block until `ticket` is on disk; StorageUnavailable if its fsync failed."""
         with self._cond:
             self._want(ticket)

@@ -52,17 +52,19 @@ before it closes. Closing at once with unread bytes would make the kernel reset 
 and the reset often destroys the answer before the client reads it; a client that keeps sending
 past the cap is reset all the same (it is not listening).
 
-It relies on these uvicorn internals (0.54), each pinned by tests/integration/server/
-test_protocol.py or test_hostile.py: the parser callbacks `on_message_begin`, `on_header`,
-`on_headers_complete` and `on_message_complete`; `on_response_complete`; `send_400_response`;
-`timeout_keep_alive_handler`; `self.url` and `self.parser` before the headers are complete;
+It relies on these uvicorn internals (0.54), each pinned by name in tests/unit/server/
+test_uvicorn_internals.py and in use by tests/integration/server/test_protocol.py and
+test_hostile.py: the constructor's arguments; the overrides of `connection_made`,
+`connection_lost`, `data_received`, `pause_writing` and `resume_writing`; the parser callbacks
+`on_message_begin`, `on_header`, `on_headers_complete` and `on_message_complete`;
+`on_response_complete`; `send_400_response`; `timeout_keep_alive_handler`; `self.url` and
+`self.parser` before the headers are complete; `self.scope`, `self.transport`, `self.loop`;
 `self.cycle` (its `response_complete`, `response_started`, `more_body`, `keep_alive`,
 `disconnected` and `message_event`), `self.pipeline`; `self.flow` (a `FlowControl` made in
-`connection_made`, replaced here by a subclass); `on_body`, and
-`self.headers`, `self.server_state` (`default_headers`, the `date` header, and
-`total_requests`), `timeout_keep_alive_task` and `_unset_keepalive_if_required` for the health
-answer; and the
-constructor's keyword arguments.
+`connection_made`, replaced here by a subclass, which each cycle is handed); and, for the
+health answer, `on_body`, `self.headers`, `self.server_state` (`default_headers`, the `date`
+header, and `total_requests`), `self.timeout_keep_alive`, `timeout_keep_alive_task` and
+`_unset_keepalive_if_required`.
 """
 
 from __future__ import annotations

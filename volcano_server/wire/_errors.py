@@ -1,9 +1,9 @@
 """The error answers of the API: `{"error": {"code", "message", "request_id"}}` with a status.
 
 Every error the server answers is an `ApiError`, whoever decides it: request handling raises
-it, the lock rules return it as a refusal, the HTTP protocol answers it on a broken connection.
-`ApiError.answer` is the one place an error body is rendered. A `limit_mismatch` answer also
-carries `limit`, the key's own, for clients to read.
+it, a refusal of the lock rules is rendered as one (`refused`), the HTTP protocol answers it on
+a broken connection. `ApiError.answer` is the one place an error body is rendered. A
+`limit_mismatch` answer also carries `limit`, the key's own, for clients to read.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["ApiError"]
 
 @attrs.frozen
 class ApiError(Exception):
-    """An error answer: raise it in request handling, or return it from a lock rule."""
+    """An error answer: raise it in request handling, or render a rules' refusal as one."""
 
     status: int
     code: str
@@ -78,6 +78,13 @@ class ApiError(Exception):
         )
 
     @classmethod
+    def refused(
+        cls, code: str, message: str, *, retry_after: int | None = None, limit: int | None = None
+    ) -> ApiError:
+        """409: the rules refused the operation, for the reason the contract calls `code`."""
+        return cls(409, code, message, retry_after=retry_after, limit=limit)
+
+    @classmethod
     def lock_held(cls, message: str, retry_after: int) -> ApiError:
         """409: another owner holds the key (Retry-After: until its lease ends, at least 1)."""
         return cls(409, "lock_held", message, retry_after=retry_after)
@@ -88,24 +95,9 @@ class ApiError(Exception):
         return cls(409, "lease_not_held", message)
 
     @classmethod
-    def limit_mismatch(cls, message: str, limit: int) -> ApiError:
-        """409: the key is in use with another limit, `limit` (in the body as `limit`)."""
-        return cls(409, "limit_mismatch", message, limit=limit)
-
-    @classmethod
     def quota_exceeded(cls, message: str) -> ApiError:
         """409: the request would pass one of the server's per-project quotas."""
         return cls(409, "quota_exceeded", message)
-
-    @classmethod
-    def shared_with_limit(cls, message: str) -> ApiError:
-        """409: shared and a limit asked for at once, or a key in use the other way round."""
-        return cls(409, "shared_with_limit", message)
-
-    @classmethod
-    def mode_mismatch(cls, message: str) -> ApiError:
-        """409: the owner token holds the key in the other mode (shared or exclusive)."""
-        return cls(409, "mode_mismatch", message)
 
     @classmethod
     def request_id_reused(cls, request_id: str) -> ApiError:

@@ -167,6 +167,36 @@ class TestConcurrency:
                 b"new", 201, b"[]", 7, expires
             )
 
+    def test_a_write_on_a_key_says_when_it_holds_the_key_s_row_lock(
+        self, storages: Storages, pg_url: str, project_id: int
+    ) -> None:
+        """`on_locked` is called once, in the transaction's first round trip, when the key's row
+        lock is held (another session cannot take it), before the transaction ends: the lane
+        lets the next transaction on the key go then."""
+        storage = storages()
+        service(storage).acquire(caller(project_id, new_id()), "told", "o", 30)
+        held: list[bool] = []
+
+        def on_locked() -> None:
+            with psycopg.connect(pg_url) as other:
+                try:
+                    other.execute(
+                        "SELECT 1 FROM locks WHERE project_id = %s AND key = 'told'"
+                        " FOR UPDATE NOWAIT",
+                        (project_id,),
+                    )
+                except psycopg.errors.LockNotAvailable:
+                    held.append(True)
+                else:
+                    held.append(False)
+
+        with storage.write(key=(project_id, "told"), on_locked=on_locked) as tx:
+            assert held == []  # nothing sent yet
+            assert tx.load_lock(project_id, "told") is not None
+            assert held == [True]
+            tx.now_us()
+        assert held == [True]
+
 
 class TestRows:
     def test_keys_never_acquired_leave_no_row(

@@ -479,7 +479,7 @@ class Watched:
     app: Any
 
     def until_parked(self, count: int) -> None:
-        wait_for(lambda: self.app.state.watches.parked == count, f"{count} watches parked")
+        wait_for(lambda: len(self.app.state.watches) == count, f"{count} watches parked")
 
 
 @pytest.fixture(scope="module")

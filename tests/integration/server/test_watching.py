@@ -31,7 +31,7 @@ class Watched:
 
     def parked(self) -> int:
         """How many watches the server holds open now."""
-        count: int = self.app.state.watches.parked
+        count: int = len(self.app.state.watches)
         return count
 
     def until_parked(self, count: int) -> None:

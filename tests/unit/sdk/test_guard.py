@@ -35,7 +35,7 @@ from tests.unit.sdk.support import (
     fail,
 )
 from volcano._ownership import Ownership
-from volcano._seam import Answer
+from volcano._seam import Success
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -556,7 +556,7 @@ class TestOneThreadPerClient:
             "k", timeout=10.0, margin=None, on_lost=None, on_at_risk=None, wake=lambda: None
         )
         guard.enter()
-        guard.acquired(Answer(lease(), 100.0, replayed=False))
+        guard.acquired(Success(lease(), 100.0, replayed=False))
         client.close()
         client._engine.hold(guard)
         assert isinstance(guard.reason(100.0), volcano.ClientClosedError)

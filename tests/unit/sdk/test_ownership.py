@@ -17,7 +17,7 @@ import volcano
 from tests.unit.sdk.support import EXPIRES, TOKEN
 from volcano._clock import SYSTEM_CLOCK
 from volcano._ownership import TRANSITIONS, Event, GuardState, Ownership, backoff, is_transient
-from volcano._seam import Answer
+from volcano._seam import Success
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,8 +31,8 @@ def lease(ttl: float = 30.0) -> volcano.LockLease:
     )
 
 
-def answer(sent_at: float = 100.0, ttl: float = 30.0) -> Answer[volcano.LockLease]:
-    return Answer(lease(ttl), sent_at, replayed=False)
+def answer(sent_at: float = 100.0, ttl: float = 30.0) -> Success[volcano.LockLease]:
+    return Success(lease(ttl), sent_at, replayed=False)
 
 
 def status(code: int, name: str | None = None) -> volcano.APIStatusError:

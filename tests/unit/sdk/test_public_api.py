@@ -34,7 +34,6 @@ MODULES = [
 # Classes with public names that are implementation, not API: users never build or hold them.
 INTERNAL = {
     "Acquisition",
-    "Answer",
     "Attempt",
     "AsyncEngine",
     "AsyncOwnClient",
@@ -65,6 +64,7 @@ INTERNAL = {
     "Sender",
     "Settings",
     "SpecMismatchError",
+    "Success",
     "Timeline",
     "Transport",
     "Work",

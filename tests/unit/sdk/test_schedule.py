@@ -13,7 +13,7 @@ import volcano
 from tests.unit.sdk.support import EXPIRES, TOKEN
 from volcano._ownership import GuardState, Ownership
 from volcano._schedule import EARLY, Batch, Outcome, Schedule
-from volcano._seam import Answer
+from volcano._seam import Success
 
 
 def guard(key: str, ttl: float = 30.0, at: float = 100.0) -> Ownership:
@@ -25,11 +25,11 @@ def guard(key: str, ttl: float = 30.0, at: float = 100.0) -> Ownership:
     return made
 
 
-def answer(key: str, sent_at: float, ttl: float = 30.0) -> Answer[volcano.LockLease]:
+def answer(key: str, sent_at: float, ttl: float = 30.0) -> Success[volcano.LockLease]:
     lease = volcano.LockLease(
         key=key, owner_token=TOKEN, fencing_token=1, expires_at=EXPIRES, ttl_seconds=ttl
     )
-    return Answer(lease, sent_at, replayed=False)
+    return Success(lease, sent_at, replayed=False)
 
 
 def refusal() -> volcano.APIStatusError:

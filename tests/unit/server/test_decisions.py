@@ -27,6 +27,7 @@ from volcano_server.locks._rules import (
     without,
 )
 from volcano_server.storage import Lease, LockRow, LockSummary, Waiter
+from volcano_server.wire._errors import ApiError
 from volcano_server.wire._wire import parse_rfc3339_us, rfc3339_us
 
 NOW = 1_780_000_000_000_000
@@ -69,12 +70,12 @@ class TestAcquire:
         decision = acquire(None, 2.5)
         granted = Lease(1, A, NOW + 2_500_000, 2.5, granted_at_us=NOW)
         assert decision.row == LockRow(1, "k", 1, 1, (granted,))
-        assert decision.status == 200
+        assert decision.done
 
     def test_expiry_instant_is_already_expired(self) -> None:
         """A lease is live strictly before expires_at: at that instant the key is free."""
         decision = acquire(held(B, left_us=0), 1)
-        assert decision.status == 200
+        assert decision.done
         assert decision.row is not None
         assert decision.row.fencing_token == 8
         assert [x.owner_token for x in decision.row.leases] == [A]  # the expired one dropped
@@ -83,8 +84,8 @@ class TestAcquire:
         """One microsecond left is still held, with Retry-After 1."""
         decision = acquire(held(B, left_us=1), 1)
         assert decision.refusal is not None
-        assert (decision.status, decision.row) == (409, None)
-        assert (decision.refusal.code, decision.refusal.retry_after) == ("lock_held", 1)
+        assert (decision.done, decision.row) == (False, None)
+        assert (decision.refusal.reason, decision.refusal.retry_after) == ("lock_held", 1)
 
     @pytest.mark.parametrize(
         ("left_us", "retry_after"), [(1_000_000, 1), (1_000_001, 2), (29_500_000, 30)]
@@ -128,13 +129,13 @@ class TestSemaphore:
         row = None
         for owner in (A, B, C):
             decision = acquire(row, 10, owner, limit=3)
-            assert decision.status == 200
+            assert decision.done
             row = decision.row
         assert row is not None
         assert [(x.owner_token, x.fencing_token) for x in row.leases] == [(A, 1), (B, 2), (C, 3)]
         refused = acquire(row, 10, D, limit=3)
         assert refused.refusal is not None
-        assert (refused.refusal.code, refused.refusal.retry_after) == ("lock_held", 10)
+        assert (refused.refusal.reason, refused.refusal.retry_after) == ("lock_held", 10)
         assert "all 3 slots" in refused.refusal.message
 
     def test_retry_after_is_the_soonest_slot(self) -> None:
@@ -149,11 +150,13 @@ class TestSemaphore:
         gives the key's limit as a field too."""
         refusal = acquire(semaphore(lease(A, 1)), 1, B, limit=2).refusal
         assert refusal is not None
-        assert refusal.code == "limit_mismatch"
+        assert refusal.reason == "limit_mismatch"
         assert "limit 3" in refusal.message
         assert "limit 2" in refusal.message
-        answered = json.loads(refusal.answer("7C9E6679-7425-40DE-944B-E07FC1F90AE7").body)
-        assert answered["error"]["limit"] == 3
+        assert refusal.limit == 3
+        error = ApiError.refused(refusal.reason, refusal.message, limit=refusal.limit)
+        answered = json.loads(error.answer("7C9E6679-7425-40DE-944B-E07FC1F90AE7").body)
+        assert (error.status, answered["error"]["limit"]) == (409, 3)
 
     def test_a_free_key_takes_a_new_limit(self) -> None:
         """Once every lease has ended, the next acquire sets the key's limit."""
@@ -207,11 +210,7 @@ class TestRenewRelease:
             release(row, owner, fence),
         ):
             assert decision.refusal is not None
-            assert (decision.status, decision.refusal.code, decision.row) == (
-                409,
-                "lease_not_held",
-                None,
-            )
+            assert (decision.refusal.reason, decision.row) == ("lease_not_held", None)
             assert why in decision.refusal.message
 
     def test_renew_keeps_token(self) -> None:
@@ -223,7 +222,8 @@ class TestRenewRelease:
     def test_release_ends_the_lease_but_remembers_token(self) -> None:
         """Release removes the lease and keeps the key's last fencing token."""
         decision = release(held(A), A, 7)
-        assert (decision.status, decision.row) == (204, LockRow(1, "k", 7, 1, ()))
+        assert decision.done
+        assert (decision.payload, decision.row) == (None, LockRow(1, "k", 7, 1, ()))
 
 
 class TestHandoff:
@@ -526,7 +526,7 @@ class TestShared:
         row = None
         for owner in (A, B, C):
             decision = take(row, owner)
-            assert decision.status == 200
+            assert decision.done
             row = decision.row
         assert row is not None
         assert [(x.fencing_token, x.shared) for x in row.leases] == [(n, True) for n in (1, 2, 3)]
@@ -536,7 +536,7 @@ class TestShared:
         """An exclusive acquire of a key held shared is lock_held, saying it waits for all."""
         decision = take(readers(shared(B, 1), shared(C, 2)), is_shared=False)
         assert decision.refusal is not None
-        assert decision.refusal.code == "lock_held"
+        assert decision.refusal.reason == "lock_held"
         assert "held shared by 2 owners" in decision.refusal.message
         assert "waits for every one of them" in decision.refusal.message
 
@@ -544,14 +544,14 @@ class TestShared:
         """A shared acquire of a key held exclusive is lock_held."""
         decision = take(held(B))
         assert decision.refusal is not None
-        assert decision.refusal.code == "lock_held"
+        assert decision.refusal.reason == "lock_held"
         assert decision.row is None
 
     def test_a_shared_acquire_never_passes_the_line(self) -> None:
         """With shared holders and someone waiting in line, a shared acquire is lock_held."""
         decision = take(readers(shared(B, 1)), line_waits=True)
         assert decision.refusal is not None
-        assert decision.refusal.code == "lock_held"
+        assert decision.refusal.reason == "lock_held"
         assert "others wait in line first" in decision.refusal.message
 
     def test_the_holders_own_lease_keeps_its_mode(self) -> None:
@@ -568,21 +568,21 @@ class TestShared:
         row = readers(shared(A, 4)) if holds_shared else held(A, 4)
         decision = take(row, is_shared=not holds_shared)
         assert decision.refusal is not None
-        assert (decision.status, decision.refusal.code) == (409, "mode_mismatch")
+        assert decision.refusal.reason == "mode_mismatch"
         assert f"holds k {held_as} (fencing token 4)" in decision.refusal.message
 
     def test_a_shared_acquire_of_a_semaphore_is_refused(self) -> None:
         """A shared acquire of a key in use as a semaphore is shared_with_limit, naming it."""
         decision = take(semaphore(lease(B, 1), limit=3))
         assert decision.refusal is not None
-        assert (decision.status, decision.refusal.code) == (409, "shared_with_limit")
+        assert decision.refusal.reason == "shared_with_limit"
         assert "semaphore of limit 3" in decision.refusal.message
 
     def test_a_limit_on_a_key_held_shared_is_refused(self) -> None:
         """An acquire with a limit of a key held shared is shared_with_limit, not a mismatch."""
         decision = take(readers(shared(B, 1)), is_shared=False, limit=3)
         assert decision.refusal is not None
-        assert decision.refusal.code == "shared_with_limit"
+        assert decision.refusal.reason == "shared_with_limit"
         assert "held shared" in decision.refusal.message
 
     def test_a_free_semaphore_key_may_be_taken_shared(self) -> None:
@@ -597,11 +597,7 @@ class TestShared:
         acquired included), and nothing is written."""
         decision = take(row, limit=2)
         assert decision.refusal is not None
-        assert (decision.status, decision.refusal.code, decision.row) == (
-            409,
-            "shared_with_limit",
-            None,
-        )
+        assert (decision.refusal.reason, decision.row) == ("shared_with_limit", None)
         assert "a shared lease and a limit of 2" in decision.refusal.message
 
     def test_shared_holders_are_bounded(self) -> None:
@@ -609,9 +605,9 @@ class TestShared:
         row = readers(*(shared(str(n), n) for n in range(1, MAX_SHARED_HOLDERS + 1)))
         decision = take(row)
         assert decision.refusal is not None
-        assert decision.refusal.code == "lock_held"
+        assert decision.refusal.reason == "lock_held"
         assert f"the most a key has at once ({MAX_SHARED_HOLDERS})" in decision.refusal.message
-        assert take(without(row, NOW, row.leases[0])).status == 200
+        assert take(without(row, NOW, row.leases[0])).done
 
     @pytest.mark.parametrize(
         ("row", "fits_shared", "fits_exclusive"),
@@ -728,8 +724,8 @@ class TestDecideRenewals:
     @staticmethod
     def told(decision: Decision) -> tuple[object, ...]:
         refusal = decision.refusal
-        said = None if refusal is None else (refusal.status, refusal.code, refusal.message)
-        return decision.row, decision.status, decision.payload, decision.lease, said
+        said = None if refusal is None else (refusal.reason, refusal.message)
+        return decision.row, decision.done, decision.payload, decision.lease, said
 
     def test_a_crowded_key_is_read_once_per_batch(self) -> None:
         """500 entries on a key of 1,000 holders: each lease's liveness asked about once."""
@@ -749,4 +745,4 @@ class TestDecideRenewals:
             saved, decisions = decide_renewals(row, NOW, key="k", renewals=entries)
         assert calls <= 1000
         assert saved is not None
-        assert all(d.status == 200 for d in decisions)
+        assert all(d.done for d in decisions)

@@ -30,12 +30,12 @@ class GatedSync:
 
 
 def waiting(syncer: Syncer, ticket: int) -> tuple[threading.Thread, list[BaseException]]:
-    """A thread that waits for `ticket`, and where it puts what `wait` raised."""
+    """A thread that waits for `ticket`, and where it puts what `block_until_synced` raised."""
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            syncer.wait(ticket)
+            syncer.block_until_synced(ticket)
         except StorageUnavailable as exc:
             errors.append(exc)
 
@@ -85,7 +85,7 @@ class TestSyncer:
         try:
             ticket = syncer.committed()
             assert not sync.entered.wait(0.1)
-            syncer.wait(ticket)
+            syncer.block_until_synced(ticket)
             assert syncer.fsyncs == 1
         finally:
             syncer.close()
@@ -132,7 +132,7 @@ class TestSyncer:
             ]
             assert len(second_errors) == 1
             sync.fail = False
-            syncer.wait(syncer.committed())
+            syncer.block_until_synced(syncer.committed())
         finally:
             sync.gate.set()
             syncer.close()

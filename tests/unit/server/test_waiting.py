@@ -14,7 +14,8 @@ from volcano_server._config import WaitingSettings
 from volcano_server.locks._pulse import Pulse
 from volcano_server.locks._registry import MOVES, Entry, Move, Phase, Registry
 from volcano_server.locks._revocations import NoRevocations
-from volcano_server.locks._waiters import Turn, Waits, next_turn
+from volcano_server.locks._transactions import Transactions
+from volcano_server.locks._waiters import HandoffTimers, Turn, Waits, next_turn
 from volcano_server.locks._watching import Watches
 from volcano_server.storage import StorageUnavailable
 from volcano_server.telemetry._lockmetrics import LockMetrics
@@ -132,6 +133,16 @@ class _Unreachable:
         raise StorageUnavailable("the database is out of reach")
 
 
+class _Inline:
+    """Runs storage work at once, on the loop, its errors as they come (no 503)."""
+
+    async def __call__(self, work: Any, **_options: Any) -> Any:
+        return work(True)
+
+    async def in_lane(self, _lane: Any, work: Any, **_options: Any) -> Any:
+        return work(True, lambda: None)
+
+
 class TestWaitTurn:
     async def test_a_wait_whose_last_hand_off_fails_leaves_the_line(self) -> None:
         """The wait runs out while the database is out of reach: the request gets the error,
@@ -140,27 +151,40 @@ class TestWaitTurn:
         made = entry()
         room.join(made, 7)
 
-        async def run(work: Any, **_options: Any) -> Any:
-            return work(True)
-
+        run = _Inline()
         storage: Any = _Unreachable()
+        timers = HandoffTimers(room)
+        watches = Watches(
+            storage,
+            run,  # type: ignore[arg-type]
+            server_id="here",
+            max_wait_seconds=60,
+            heartbeat_lifetime_us=3_000_000,
+            pace=Pacer(64).submit,
+        )
+        metrics = LockMetrics(CollectorRegistry())
+        transactions = Transactions(
+            storage,
+            room,
+            retention_seconds=600,
+            settings=WaitingSettings(),
+            time_handoff=timers.time_handoff,
+            changed=watches.changed,
+            pulse=Pulse(3_000_000),
+            revocations=NoRevocations(),
+            metrics=metrics,
+        )
         waits = Waits(
             storage,
             room,
+            transactions,
+            timers,
             settings=WaitingSettings(),
-            retention_seconds=600,
             run=run,  # type: ignore[arg-type]
             pulse=Pulse(3_000_000),
             revocations=NoRevocations(),
-            watches=Watches(
-                storage,
-                run,  # type: ignore[arg-type]
-                server_id="here",
-                max_wait_seconds=60,
-                heartbeat_lifetime_us=3_000_000,
-                pace=Pacer(64).submit,
-            ),
-            metrics=LockMetrics(CollectorRegistry()),
+            watches=watches,
+            metrics=metrics,
         )
         gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with pytest.raises(StorageUnavailable):

@@ -40,6 +40,11 @@ per connection:
   admitted at once.
 - The API's JSON error shape where uvicorn would answer a request it cannot parse with
   plain-text "Invalid HTTP request received.".
+- Lease-keeping first: a request that reads (`GET`: a key's state, a watch, a list, a fence
+  check) is started through a `Pacer`, at most `BURST_PER_TURN` per turn of the loop, while
+  acquires, renewals and releases start at once. A thousand watchers woken by one change
+  re-poll together; their requests then run a few dozen per turn instead of all in one, and a
+  renewal or an acquire arriving among them, or a health probe, waits a turn, not the lot.
 - `GET /healthz` answered here, as soon as its head is parsed, when nothing else is being
   answered on its connection: the same answer as the API's `getHealth` (and the private
   listener's), counted and logged alike, but without a task, the app or the router. A load
@@ -61,9 +66,10 @@ test_hostile.py: the constructor's arguments; the overrides of `connection_made`
 `self.parser` before the headers are complete; `self.scope`, `self.transport`, `self.loop`;
 `self.cycle` (its `response_complete`, `response_started`, `more_body`, `keep_alive`,
 `disconnected` and `message_event`), `self.pipeline`; `self.flow` (a `FlowControl` made in
-`connection_made`, replaced here by a subclass, which each cycle is handed); and, for the
-health answer, `on_body`, `self.headers`, `self.server_state` (`default_headers`, the `date`
-header, and `total_requests`), `self.timeout_keep_alive`, `timeout_keep_alive_task` and
+`connection_made`, replaced here by a subclass, which each cycle is handed);
+`_start_asgi_task(cycle, app)`, for pacing reads; and, for the health answer, `on_body`,
+`self.headers`, `self.server_state` (`default_headers`, the `date` header, and
+`total_requests`), `self.timeout_keep_alive`, `timeout_keep_alive_task` and
 `_unset_keepalive_if_required`.
 """
 
@@ -110,6 +116,7 @@ class Policy:
         default=attrs.Factory(lambda self: seats_for(self.limits), takes_self=True)
     )
     pacer: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))
+    reads: Pacer = attrs.field(factory=lambda: Pacer(BURST_PER_TURN))  # GETs started per turn
 
 
 class Awaiting(enum.Enum):
@@ -423,6 +430,13 @@ class LimitedProtocol(HttpToolsProtocol):
         self._unanswered.append(self.cycle)
         self._head_bytes = 0
         self._enter(Awaiting.BODY)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if cycle.scope["method"] == "GET":
+            start = super()._start_asgi_task
+            self.policy.reads.submit(lambda: start(cycle, app))  # reads: a few per turn
+        else:
+            super()._start_asgi_task(cycle, app)
 
     def on_body(self, body: bytes) -> None:
         if self._health is None:

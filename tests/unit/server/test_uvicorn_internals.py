@@ -21,7 +21,13 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from volcano_server.transport._protocol import LimitedProtocol
+from volcano_server._config import Limits
+from volcano_server.transport._protocol import (
+    BURST_PER_TURN,
+    LimitedProtocol,
+    Policy,
+    protocol_class,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +44,7 @@ HOOKS = {
     "on_headers_complete": ["self"],
     "on_message_complete": ["self"],
     "on_body": ["self", "body"],
+    "_start_asgi_task": ["self", "cycle", "app"],
     "on_response_complete": ["self"],
     "pause_writing": ["self"],
     "resume_writing": ["self"],
@@ -50,6 +57,8 @@ CALLED = [
     ("on_headers_complete", "on_response=self.on_response_complete"),  # each cycle's end
     ("on_headers_complete", "flow=self.flow"),  # the cycle uses the protocol's flow control
     ("data_received", "self._unset_keepalive_if_required()"),  # a read stops the keep-alive
+    ("on_headers_complete", "self._start_asgi_task(self.cycle, app)"),  # a request starts
+    ("on_response_complete", "self._start_asgi_task(cycle, app)"),  # a pipelined one starts
     ("on_response_complete", "self.timeout_keep_alive_task ="),  # ... an answer starts it
 ]
 
@@ -163,3 +172,38 @@ class _Transport:
 
     def get_write_buffer_size(self) -> int:
         return 0
+
+
+async def test_reads_start_a_few_per_turn_and_lease_keeping_at_once() -> None:
+    """On real protocols fed real requests in one turn of the loop: of 100 GETs, the first
+    `BURST_PER_TURN` start at once and the rest in later turns; a POST fed after them starts
+    at once, ahead of the GETs still waiting."""
+    started: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        started.append(f"{scope['method']} {scope['path']}")
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    config = uvicorn.Config(app, log_level="critical", lifespan="off")
+    config.load()
+    state = ServerState()
+    protocol = protocol_class(Policy(Limits(), report=lambda _record: None))
+
+    connections = []
+    for _ in range(101):
+        transport: Any = _Transport()
+        made = protocol(config, state, {}, asyncio.get_running_loop())
+        made.connection_made(transport)
+        connections.append(made)
+    for _ in range(10):  # new connections are admitted a few per turn, too
+        await asyncio.sleep(0)
+    for n, made in enumerate(connections[:100]):
+        made.data_received(b"GET /r%d HTTP/1.1\r\nHost: a\r\n\r\n" % n)
+    assert len(state.tasks) == BURST_PER_TURN
+    connections[100].data_received(b"POST /keep HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+    assert len(state.tasks) == BURST_PER_TURN + 1
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert started[BURST_PER_TURN] == "POST /keep"
+    assert sorted(started) == sorted(["POST /keep", *(f"GET /r{n}" for n in range(100))])

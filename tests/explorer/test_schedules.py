@@ -8,7 +8,12 @@ lease, some with a new label, or in a batch with an older token beside it), rele
 latest or an older fencing token), force-release and read one key, retry requests with the same
 request id, and close connections at any point of a request's life; a fourth client watches the
 key, each long poll from the last version it heard, and must end on the server's state once
-nothing changes any more. The schedule also decides when each piece of storage work runs (or
+nothing changes any more; a viewer watches it naming a version of its own choosing (none, an
+older one, the key's, one not reached). The same three clients campaign in an election (the
+lock `groups:g`, as the spec makes a group's leader: waiting in line with their names as
+labels), proclaim a new label by renewing their term and resign by releasing it, while an
+observer follows its leaders with chained watches and must end on its state too. The schedule
+also decides when each piece of storage work runs (or
 fails before committing, or commits and loses its answer), when a PostgreSQL transaction stopped
 at a clock read goes on, when time moves, and when a server is killed or restarted. `_checks`
 says what must hold.

@@ -154,6 +154,38 @@ class TestLapsedReservation:
         assert verdict(world) == []
 
 
+class TestLostCommit:
+    def test_a_change_whose_commit_was_lost_wakes_the_watchers_here(self, world: World) -> None:
+        """Issue 34 (the explorer's unexplained `WatcherBehind`, looked into): s2 is alone
+        (s1 was killed and its heartbeat has lapsed, so on SQLite s2 polls nobody), a watcher
+        waits on s2 from version 1, and a release through s2 commits but loses its answer (the
+        connection drops during COMMIT). Before the fix, s2 took the failure for a rollback,
+        woke none of its watchers, and the watcher went on waiting from version 1 with the
+        key at 2 until its wait ran out; now the keys such a transaction would have moved are
+        read again for their watchers here, at once."""
+        world.kill_server("s1")
+        world.advance(3.5)  # past s1's heartbeat lifetime (3 s)
+        world.drain()
+        holder = acquire(world, 1, "s2")
+        run_through(world, holder)
+        first = watch(world, "w", KEY, after=0, server="s2")
+        world.drain()
+        assert (first.status, first.payload["version"]) == (200, 1)
+        watcher = watch(world, "w", KEY, after=1, server="s2")
+        world.drain()
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s2", "release", KEY, body, request_id=rid(85))
+        pending = world.work_of(release)
+        world.run(pending, "lost")
+        while pending in world.paused():
+            world.resume(pending)
+        world.drain()
+        assert release.status == 503
+        assert (watcher.status, watcher.payload["version"]) == (200, 2)
+        CHECKS[world].watcher_agrees("w", KEY)
+        assert verdict(world) == []
+
+
 class TestReplayTellsNow:
     """Issue 34: a replay tells the lease as it is now, never the expiry stored with it. b takes
     the key with request id X (ttl 2.5), shortens the same lease with request id Y (ttl 1), then

@@ -535,7 +535,12 @@ def campaign(world: World, client: int, server: str = "s1", **body: object) -> R
     """A candidate's campaign for the election, its name as its label, run to its end."""
     payload = {"owner_token": owner(client), "ttl_seconds": 2.5, "label": f"member-{client}"}
     request = world.send(
-        str(client), server, "acquire", ELECTION, {**payload, **body}, request_id=rid(client)
+        str(client),
+        server,
+        "acquire",
+        ELECTION,
+        {**payload, **body},
+        request_id=rid(len(world.requests)),
     )
     run_through(world, request)
     return request
@@ -754,14 +759,9 @@ class TestTheJudgeOfElections:
         world.drain()
         observer = watch(world, "o", ELECTION, after=observer.payload["version"])
         world.drain()
-        successor = world.send("2", "s1", "acquire", ELECTION, campaign_body(2))
-        run_through(world, successor)
+        successor = campaign(world, 2)
         world.drain()
         assert successor.status == 200
         assert [h["label"] for h in observer.payload["holders"]] == ["member-2"]
         CHECKS[world].watcher_agrees("o", ELECTION)
         assert verdict(world) == []
-
-
-def campaign_body(client: int) -> dict[str, object]:
-    return {"owner_token": owner(client), "ttl_seconds": 2.5, "label": f"member-{client}"}

@@ -207,6 +207,7 @@ class Checks:
         self._alive: dict[str, set[int]] = {}  # key -> tokens live at the last look
         self._ended: dict[tuple[str, int], int] = {}  # (key, token) -> a version after its end
         self._reached: dict[int, int] = {}  # watch request id -> the key's version when sent
+        self._named: set[str] = set()  # keys some request named so far
         self._terms: dict[tuple[str, str], tuple[int, int]] = {}  # (client, key) -> (version, term)
         world.answer_hooks.append(self._heard)
         world.send_hooks.append(self._sent)
@@ -218,8 +219,14 @@ class Checks:
 
     # -- what clients send and hear ---------------------------------------------------------
 
+    def _in_use(self) -> list[str]:
+        """The keys some request named: the others have not changed (nor been read)."""
+        return [key for key in self.keys if key in self._named]
+
     def _sent(self, request: Request) -> None:
         body = request.body or {}
+        self._named.add(request.key)
+        self._named.update(entry["key"] for entry in body.get("leases", ()))
         if request.op == "watch":
             now = self.world.now_us()
             self._look(request.key, now)
@@ -310,7 +317,7 @@ class Checks:
                 if belief.key == request.key and belief.deposed_us is None and belief.holds_at(now):
                     belief.deposed_us = now
         alive = self.reader.alive_servers(now)
-        for key in self.keys:
+        for key in self._in_use():
             line = self.reader.waiters(key)
             seen = self._seen.get(key, 0)
             for token, owner, _until in self._live(key, now):
@@ -519,7 +526,7 @@ class Checks:
     def after_step(self) -> None:
         """Judge the database as it stands after a step."""
         now = self.world.now_us()
-        for key in self.keys:
+        for key in self._in_use():
             version = self.reader.version(key, now)
             if version < self._versions.get(key, 0):
                 self.problem(VersionWentBack, f"{key}'s version went back to {version}")
@@ -590,7 +597,7 @@ class Checks:
     def at_the_end(self) -> None:
         """Once all work is done: no live lease that its owner never heard of."""
         now = self.world.now_us()
-        for key in self.keys:
+        for key in self._in_use():
             for token, owner, _until in self._live(key, now):
                 self._nobody_heard(key, token, owner)
 

@@ -30,6 +30,17 @@ database holds.
 - **A watcher ends on the server's state** (at the end, once nothing changes any more): the
   last state it heard has the key's version, holders and labels, and the watch it has open
   waits from that version.
+- **A watch answers when the key's version passes the one it names**: never with that very
+  version before its wait ran out, and never with a lower one when the key had reached the
+  one it names before it asked (whatever version a watch names: the last heard, an older
+  one, none).
+- **No state names a lease after it ended**: a watch's state at a version the key reached
+  only once a lease had ended never names that lease.
+- **One leader at a time** (an election: a limit-1 key whose candidates wait in line with
+  their member names as labels, resign by releasing, proclaim a new label by renewing, and
+  whose observers chain watches): no state names two leaders; a state that is the key's
+  current one when heard names the candidate that leads by its own reckoning, if one does,
+  and no other; the terms one observer hears never go back as its versions move on.
 """
 
 from __future__ import annotations
@@ -97,6 +108,24 @@ class WatcherBehind(Violation):
     """A watcher's last state is not the key's, once nothing changes any more."""
 
 
+class VersionNotPassed(Violation):
+    """A watch answered with the very version it named before its wait ran out."""
+
+
+class TermAfterItEnded(Violation):
+    """A watch's state names a lease at a version the key reached only after that lease ended
+    (for an election: a leader's term told after it ended)."""
+
+
+class TwoLeaders(Violation):
+    """An election's state names two leaders, or a leader other than the candidate that
+    leads by its own reckoning, or none while one does."""
+
+
+class TermWentBack(Violation):
+    """An observer heard a lower leader's term at a version no older than a higher one's."""
+
+
 LeaseRow = tuple[int, str, int]
 """(fencing token, owner token, expires_at_us) of one stored lease."""
 
@@ -157,10 +186,13 @@ class _Belief:
 class Checks:
     """Watches a world's answers and its database; `violations` lists what broke."""
 
-    def __init__(self, world: World, reader: Reader, keys: Iterable[str]) -> None:
+    def __init__(
+        self, world: World, reader: Reader, keys: Iterable[str], *, elections: Iterable[str] = ()
+    ) -> None:
         self.world = world
         self.reader = reader
         self.keys = tuple(keys)
+        self.elections = frozenset(elections)  # keys used as elections: limit 1, one leader
         self.violations: list[tuple[type[Violation], str]] = []
         self._owner_of: dict[tuple[str, int], str] = {}
         self._highest: dict[str, int] = {}
@@ -172,6 +204,11 @@ class Checks:
         self._versions: dict[str, int] = {}  # key -> highest version seen in the database
         self.watched: dict[str, dict[str, Any]] = {}  # watch client -> the last state it heard
         self._own_grants: set[tuple[str, int]] = set()  # (key, token) an acquire's own tx granted
+        self._alive: dict[str, set[int]] = {}  # key -> tokens live at the last look
+        self._ended: dict[tuple[str, int], int] = {}  # (key, token) -> a version after its end
+        self._reached: dict[int, int] = {}  # watch request id -> the key's version when sent
+        self._named: set[str] = set()  # keys some request named so far
+        self._terms: dict[tuple[str, str], tuple[int, int]] = {}  # (client, key) -> (version, term)
         world.answer_hooks.append(self._heard)
         world.send_hooks.append(self._sent)
         world.commit_hooks.append(self._committed)
@@ -182,8 +219,18 @@ class Checks:
 
     # -- what clients send and hear ---------------------------------------------------------
 
+    def _in_use(self) -> list[str]:
+        """The keys some request named: the others have not changed (nor been read)."""
+        return [key for key in self.keys if key in self._named]
+
     def _sent(self, request: Request) -> None:
         body = request.body or {}
+        self._named.add(request.key)
+        self._named.update(entry["key"] for entry in body.get("leases", ()))
+        if request.op == "watch":
+            now = self.world.now_us()
+            self._look(request.key, now)
+            self._reached[request.id] = self._versions.get(request.key, 0)
         if request.op == "acquire":
             self._queued.discard((request.key, body["owner_token"]))
         if request.op in ("acquire", "renew"):
@@ -270,7 +317,7 @@ class Checks:
                 if belief.key == request.key and belief.deposed_us is None and belief.holds_at(now):
                     belief.deposed_us = now
         alive = self.reader.alive_servers(now)
-        for key in self.keys:
+        for key in self._in_use():
             line = self.reader.waiters(key)
             seen = self._seen.get(key, 0)
             for token, owner, _until in self._live(key, now):
@@ -335,20 +382,90 @@ class Checks:
     def _watch_heard(self, request: Request, state: dict[str, Any]) -> None:
         now = request.answered_us
         assert now is not None
+        key = request.key
+        self._look(key, now)
         version = state["version"]
-        actual = self.reader.version(request.key, now)
+        actual = self.reader.version(key, now)
         if version > actual:
             self.problem(
                 VersionWentBack,
                 f"{request.describe()} heard version {version}; the key is at {actual}",
             )
+        body = request.body or {}
+        after = body.get("after_version", 0)
         last = self.watched.get(request.client)
-        if last is not None and version < last["version"]:
+        if last is not None and after == last["version"] and version < after:
             self.problem(
                 VersionWentBack,
                 f"{request.describe()} heard version {version} after {last['version']}",
             )
+        elif after <= self._reached.get(request.id, 0) and version < after:
+            self.problem(
+                VersionWentBack,
+                f"{request.describe()} heard version {version}, below the version {after} it"
+                " named, which the key had reached before it asked",
+            )
+        wait_us = round(body.get("wait_seconds", 0) * 1_000_000)
+        if version == after and now < request.sent_us + wait_us:
+            early = (request.sent_us + wait_us - now) / 1_000_000
+            self.problem(
+                VersionNotPassed,
+                f"{request.describe()} was answered version {version}, the one it named,"
+                f" {early:g}s before its wait ran out",
+            )
+        for holder in state["holders"]:
+            ended = self._ended.get((key, holder["fencing_token"]))
+            if ended is not None and version >= ended:
+                self.problem(
+                    TermAfterItEnded,
+                    f"{request.describe()} heard version {version} naming token"
+                    f" {holder['fencing_token']}, whose lease had ended by version {ended}",
+                )
+        if key in self.elections:
+            self._leaders_heard(request, state, actual)
         self.watched[request.client] = state
+
+    def _leaders_heard(self, request: Request, state: dict[str, Any], actual: int) -> None:
+        """An election's state: one leader at most, the one that leads by its own reckoning
+        when the state is the key's current one, and terms that never go back."""
+        now = request.answered_us
+        assert now is not None
+        key, version = request.key, state["version"]
+        terms = [holder["fencing_token"] for holder in state["holders"]]
+        told = f"{request.describe()} heard version {version}"
+        if len(terms) > 1:
+            self.problem(TwoLeaders, f"{told} naming leaders {terms}")
+        leading = sorted(
+            {(b.token, b.client) for b in self._beliefs if b.key == key and b.holds_at(now)}
+        )
+        # A candidate granted the key may not have heard yet: only one that leads by its
+        # own reckoning binds the current state to name it.
+        if version == actual and len(leading) == 1 and terms[:1] != [leading[0][0]]:
+            token, client = leading[0]
+            self.problem(
+                TwoLeaders,
+                f"{told} naming leaders {terms}, the key's current state, while {client} leads"
+                f" in term {token} by its own reckoning",
+            )
+        if terms:
+            term = max(terms)
+            seen = self._terms.get((request.client, key))
+            if seen is not None and version >= seen[0] and term < seen[1]:
+                self.problem(
+                    TermWentBack,
+                    f"{told} naming term {term}, after term {seen[1]} at version {seen[0]}",
+                )
+            if seen is None or term > seen[1]:
+                self._terms[request.client, key] = (version, term)
+
+    def _look(self, key: str, now: int) -> None:
+        """Note the version at which each lease of `key` seen live is seen ended."""
+        live = {token for token, _o, _u in self._live(key, now)}
+        version = self.reader.version(key, now)
+        for token in self._alive.get(key, set()) - live:
+            self._ended.setdefault((key, token), version)
+        self._alive[key] = live
+        self._versions[key] = max(version, self._versions.get(key, 0))
 
     def _holders(self, key: str, now: int) -> list[tuple[int, str | None]]:
         """The key's live leases in the database: (fencing token, label), by token."""
@@ -357,6 +474,8 @@ class Checks:
 
     def _same_version_same_holders(self, key: str, version: int, now: int) -> None:
         for client, state in self.watched.items():
+            if state["key"] != key:
+                continue
             heard = sorted((h["fencing_token"], h["label"]) for h in state["holders"])
             if state["version"] == version and heard != self._holders(key, now):
                 self.problem(
@@ -407,11 +526,11 @@ class Checks:
     def after_step(self) -> None:
         """Judge the database as it stands after a step."""
         now = self.world.now_us()
-        for key in self.keys:
+        for key in self._in_use():
             version = self.reader.version(key, now)
             if version < self._versions.get(key, 0):
                 self.problem(VersionWentBack, f"{key}'s version went back to {version}")
-            self._versions[key] = max(version, self._versions.get(key, 0))
+            self._look(key, now)
             self._same_version_same_holders(key, version, now)
             stored = self.reader.key(key)
             if stored is not None:
@@ -478,7 +597,7 @@ class Checks:
     def at_the_end(self) -> None:
         """Once all work is done: no live lease that its owner never heard of."""
         now = self.world.now_us()
-        for key in self.keys:
+        for key in self._in_use():
             for token, owner, _until in self._live(key, now):
                 self._nobody_heard(key, token, owner)
 

@@ -14,15 +14,15 @@ import pytest
 from tests.conftest import BACKENDS
 from tests.explorer._checks import Checks
 from tests.explorer._world import Request, World
-from tests.explorer.test_schedules import KEY, open_world
-from volcano_server.locks import _rules, _transactions
+from tests.explorer.test_schedules import ELECTION, KEY, open_world
+from volcano_server.locks import _rules, _transactions, _watching
 
 
 @pytest.fixture(params=BACKENDS)
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
     with contextlib.ExitStack() as stack:
         made, reader = open_world(request.param, stack)
-        CHECKS[made] = Checks(made, reader, [KEY])
+        CHECKS[made] = Checks(made, reader, [KEY, ELECTION], elections=[ELECTION])
         stack.callback(CHECKS.pop, made)
         for server in ("s1", "s2"):
             made.start_server(server)
@@ -151,6 +151,38 @@ class TestLapsedReservation:
         assert rival.status == 409
         world.drain()
         assert waiter.status == 200
+        assert verdict(world) == []
+
+
+class TestLostCommit:
+    def test_a_change_whose_commit_was_lost_wakes_the_watchers_here(self, world: World) -> None:
+        """Issue 34 (the explorer's unexplained `WatcherBehind`, looked into): s2 is alone
+        (s1 was killed and its heartbeat has lapsed, so on SQLite s2 polls nobody), a watcher
+        waits on s2 from version 1, and a release through s2 commits but loses its answer (the
+        connection drops during COMMIT). Before the fix, s2 took the failure for a rollback,
+        woke none of its watchers, and the watcher went on waiting from version 1 with the
+        key at 2 until its wait ran out; now the keys such a transaction would have moved are
+        read again for their watchers here, at once."""
+        world.kill_server("s1")
+        world.advance(3.5)  # past s1's heartbeat lifetime (3 s)
+        world.drain()
+        holder = acquire(world, 1, "s2")
+        run_through(world, holder)
+        first = watch(world, "w", KEY, after=0, server="s2")
+        world.drain()
+        assert (first.status, first.payload["version"]) == (200, 1)
+        watcher = watch(world, "w", KEY, after=1, server="s2")
+        world.drain()
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        release = world.send("1", "s2", "release", KEY, body, request_id=rid(85))
+        pending = world.work_of(release)
+        world.run(pending, "lost")
+        while pending in world.paused():
+            world.resume(pending)
+        world.drain()
+        assert release.status == 503
+        assert (watcher.status, watcher.payload["version"]) == (200, 2)
+        CHECKS[world].watcher_agrees("w", KEY)
         assert verdict(world) == []
 
 
@@ -491,4 +523,245 @@ class TestTheJudge:
         run_through(world, world.send(holder.client, "s1", "release", KEY, body))
         world.drain()
         assert [request.status for request in waiting] == [200, 200, None]
+        assert verdict(world) == []
+
+
+def watch(world: World, client: str, key: str, after: int, server: str = "s1") -> Request:
+    """A watch of `key` from version `after`, waiting up to 4 s."""
+    return world.send(client, server, "watch", key, {"after_version": after, "wait_seconds": 4.0})
+
+
+def campaign(world: World, client: int, server: str = "s1", **body: object) -> Request:
+    """A candidate's campaign for the election, its name as its label, run to its end."""
+    payload = {"owner_token": owner(client), "ttl_seconds": 2.5, "label": f"member-{client}"}
+    request = world.send(
+        str(client),
+        server,
+        "acquire",
+        ELECTION,
+        {**payload, **body},
+        request_id=rid(len(world.requests)),
+    )
+    run_through(world, request)
+    return request
+
+
+def resign(world: World, leader: Request, server: str = "s1", *, by: int | None = None) -> Request:
+    """The leader releases its term (or, `by`, another candidate names that term)."""
+    lease = leader.payload
+    who = owner(by) if by is not None else lease["owner_token"]
+    body = {"owner_token": who, "fencing_token": lease["fencing_token"]}
+    request = world.send(leader.client, server, "release", ELECTION, body)
+    run_through(world, request)
+    return request
+
+
+def kinds(world: World) -> set[str]:
+    return {line.split(":", 1)[0] for line in verdict(world)}
+
+
+class TestTheJudgeOfWatches:
+    """The checks of watch versions, on a server broken on purpose (issue 34: the explorer's
+    world gains watches that name any version)."""
+
+    def test_a_watch_answered_with_the_version_it_named_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A server that answers every read to every watcher (`delivers` always true) tells a
+        watch the very version it named, long before its wait ran out: VersionNotPassed."""
+        monkeypatch.setattr(_watching, "delivers", lambda *_args, **_kw: True)
+        run_through(world, acquire(world, 1))
+        world.drain()
+        viewer = watch(world, "v", KEY, after=1)
+        world.drain()
+        assert (viewer.status, viewer.payload["version"]) == (200, 1)
+        assert "VersionNotPassed" in kinds(world)
+
+    def test_a_watch_waits_while_the_version_is_the_one_it_named(self, world: World) -> None:
+        """The honest server: the watch naming the key's version stays open."""
+        run_through(world, acquire(world, 1))
+        world.drain()
+        viewer = watch(world, "v", KEY, after=1)
+        world.drain()
+        assert viewer.in_flight
+        assert verdict(world) == []
+
+    def _an_older_read(self, world: World) -> Request:
+        """s1 read the key at version 1 for a watcher; a release through s2 moves it to 2
+        (s1 has not heard: no poll, no NOTIFY delivered); a watch naming 2 asks s1."""
+        holder = acquire(world, 1, "s1")
+        run_through(world, holder)
+        first = watch(world, "w", KEY, after=0)
+        world.drain()
+        assert (first.status, first.payload["version"]) == (200, 1)
+        body = {"owner_token": owner(1), "fencing_token": holder.payload["fencing_token"]}
+        run_through(world, world.send("1", "s2", "release", KEY, body))
+        return watch(world, "v", KEY, after=2)
+
+    def test_a_watch_told_of_an_older_read_than_it_named_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A server that answers a new watcher from its last read whenever that read's version
+        differs from the one named (not only when it is newer) tells it version 1 after it
+        named 2, which the key had reached: VersionWentBack."""
+        honest = _watching.Watches._join
+
+        def hasty(self: Any, keyed: Any, watcher: Any) -> None:
+            if keyed.last is not None and keyed.last.version != watcher.after_version:
+                watcher.answer.set_result(keyed.last)
+                return
+            honest(self, keyed, watcher)
+
+        monkeypatch.setattr(_watching.Watches, "_join", hasty)
+        viewer = self._an_older_read(world)
+        world.settle()
+        assert (viewer.status, viewer.payload["version"]) == (200, 1)
+        found = verdict(world)
+        assert any(
+            line.startswith("VersionWentBack: ") and "below the version 2" in line for line in found
+        ), found
+
+    def test_a_watch_naming_a_newer_version_than_the_last_read_waits(self, world: World) -> None:
+        """The honest server reads the key again for that watch, and waits for a change."""
+        viewer = self._an_older_read(world)
+        world.drain()
+        assert viewer.in_flight
+        assert verdict(world) == []
+
+    def _a_resignation_watched(self, world: World) -> Request:
+        """a leads; the observer hears it, watches on from version 1; a resigns."""
+        leader = campaign(world, 1)
+        first = watch(world, "o", ELECTION, after=0)
+        world.drain()
+        assert (first.status, first.payload["version"]) == (200, 1)
+        observer = watch(world, "o", ELECTION, after=1)
+        world.drain()
+        resign(world, leader)
+        world.drain()
+        return observer
+
+    def test_a_state_naming_an_ended_term_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A read whose holders lag its version (as if read apart from it: the holders of the
+        read before) tells the observer version 2 with the term that ended at version 2:
+        TermAfterItEnded."""
+        honest = _watching.key_view
+        before: dict[str, Any] = {}
+
+        def lagging(summary: Any, now: int, key: str) -> Any:
+            previous, before[key] = before.get(key), summary
+            if previous is not None and summary is not None:
+                summary = attrs.evolve(
+                    summary,
+                    holders=previous.holders,
+                    holder_count=previous.holder_count,
+                    highest_live=previous.highest_live,
+                )
+            return honest(summary, now, key)
+
+        monkeypatch.setattr(_watching, "key_view", lagging)
+        observer = self._a_resignation_watched(world)
+        assert (observer.status, len(observer.payload["holders"])) == (200, 1)
+        assert "TermAfterItEnded" in kinds(world)
+
+    def test_a_change_made_here_that_wakes_no_watcher_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A server whose own transactions wake no watcher (`_wake` does nothing) leaves the
+        observer waiting from version 1 with the key at 2: WatcherBehind, the check the
+        explorer makes once nothing changes any more."""
+        monkeypatch.setattr(_watching.Watches, "_wake", lambda *_args: None)
+        observer = self._a_resignation_watched(world)
+        assert observer.in_flight
+        CHECKS[world].watcher_agrees("o", ELECTION)
+        assert "WatcherBehind" in kinds(world)
+
+    def test_the_observer_hears_the_resignation(self, world: World) -> None:
+        """The honest server: version 2, nobody leads, and the observer agrees with the key."""
+        observer = self._a_resignation_watched(world)
+        assert (observer.status, observer.payload["version"]) == (200, 2)
+        assert observer.payload["holders"] == []
+        CHECKS[world].watcher_agrees("o", ELECTION)
+        assert verdict(world) == []
+
+
+class TestTheJudgeOfElections:
+    """The checks of an election (a limit-1 key whose candidates carry their names as labels,
+    watched by an observer), on a server broken on purpose."""
+
+    def test_a_leader_deposed_behind_its_back_is_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A release blind to the owner token lets b end a's term: the observer hears that
+        nobody leads, the key's current state, while a leads by its own reckoning:
+        TwoLeaders."""
+
+        def blind(row: Any, now: int, _owner: str, fencing_token: int) -> Any:
+            live = [] if row is None else row.live_leases(now)
+            return next((x for x in live if x.fencing_token == fencing_token), None)
+
+        monkeypatch.setattr(_rules, "_matching", blind)
+        leader = campaign(world, 1)
+        first = watch(world, "o", ELECTION, after=0)
+        world.drain()
+        observer = watch(world, "o", ELECTION, after=first.payload["version"])
+        world.drain()
+        assert resign(world, leader, by=2).status == 204
+        world.drain()
+        assert (observer.status, observer.payload["holders"]) == (200, [])
+        found = verdict(world)
+        assert any(
+            line.startswith("TwoLeaders: ") and "1 leads in term 1" in line for line in found
+        ), found
+
+    def test_two_leaders_in_one_state_and_a_term_gone_back_are_caught(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Rules that grant past the limit elect b beside a: one state names two leaders
+        (TwoLeaders), and once b resigns the observer hears term 1 after term 2
+        (TermWentBack)."""
+        honest = _transactions.decide_acquire
+
+        def past_the_limit(row: Any, now: int, **kwargs: Any) -> Any:
+            decision = honest(row, now, **kwargs)
+            if row is None or not decision.held_by_another:
+                return decision
+            granted = honest(
+                attrs.evolve(row, limit=row.limit + 1), now, **{**kwargs, "limit": row.limit + 1}
+            )
+            return attrs.evolve(granted, row=attrs.evolve(granted.row, limit=row.limit))
+
+        monkeypatch.setattr(_transactions, "decide_acquire", past_the_limit)
+        campaign(world, 1)
+        second = campaign(world, 2)
+        assert second.status == 200
+        both = watch(world, "o", ELECTION, after=0)
+        world.drain()
+        assert len(both.payload["holders"]) == 2
+        observer = watch(world, "o", ELECTION, after=both.payload["version"])
+        world.drain()
+        resign(world, second)
+        world.drain()
+        assert [h["fencing_token"] for h in observer.payload["holders"]] == [1]
+        assert {"TwoLeaders", "TermWentBack"} <= kinds(world)
+
+    def test_one_leader_after_another_is_not_a_violation(self, world: World) -> None:
+        """The honest rules: b's campaign is refused while a leads; a resigns, b is elected;
+        the observer hears a, then b, and nothing is violated."""
+        leader = campaign(world, 1)
+        assert campaign(world, 2).status == 409
+        first = watch(world, "o", ELECTION, after=0)
+        world.drain()
+        observer = watch(world, "o", ELECTION, after=first.payload["version"])
+        world.drain()
+        resign(world, leader)
+        world.drain()
+        observer = watch(world, "o", ELECTION, after=observer.payload["version"])
+        world.drain()
+        successor = campaign(world, 2)
+        world.drain()
+        assert successor.status == 200
+        assert [h["label"] for h in observer.payload["holders"]] == ["member-2"]
+        CHECKS[world].watcher_agrees("o", ELECTION)
         assert verdict(world) == []

@@ -986,6 +986,11 @@ class Transactions:
                 continue  # again, on a fresh clock
             except BaseException:
                 effects.rolled_back()
+                # A commit lost on the way back (the connection dropped during COMMIT) may
+                # have moved these keys' versions: their watchers here read them again, as
+                # no announcement reaches this server and, alone on SQLite, no poll runs.
+                for key_ref in effects.changed:
+                    self._changed(key_ref)
                 raise
             break
         committed, asked_at = tx.committed_us, tx.committed_at

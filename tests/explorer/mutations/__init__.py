@@ -48,4 +48,21 @@ MUTATIONS = (
         "release_ignores_owner_token",
         "1: a release ends the lease of the fencing token it names, whatever owner token it sends",
     ),
+    Mutation(
+        "watch_answers_the_version_it_named",
+        "13: every read answers every watcher, the version it named included",
+    ),
+    Mutation(
+        "watch_answered_from_an_older_read",
+        "13: a new watcher is answered from the last read whenever its version differs, older"
+        " than the one named included",
+    ),
+    Mutation(
+        "own_changes_wake_no_watcher",
+        "13: a change this server's own transaction made wakes none of its watchers",
+    ),
+    Mutation(
+        "state_names_leases_ended_a_second_ago",
+        "12: SQLite: a key's state names leases that ended up to a second before its read",
+    ),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -243,8 +244,10 @@ async def _purge_forever(
 
     So all stay bounded under load, whatever a project stores (issue 33): expired leases in
     small batches (each holds the write lock, or its keys' row locks), counted as expiries.
-    Waiters only while this server's own heartbeat is steady (`Pulse`): right after the
-    database was away, every server's heartbeat had lapsed.
+    Waiters only while this server judges others' heartbeats (`Pulse`), asked at the purge's
+    own clock: right after the database was away every server's heartbeat had lapsed, and
+    while this server's own beats hang (its last one old, none failed yet) its view of them
+    is as stale as theirs.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     idle_us = round(config.key_retention_seconds * 1_000_000)
@@ -268,9 +271,13 @@ async def _purge_forever(
             while await anyio.to_thread.run_sync(storage.purge_keys, idle_us, small) >= small:
                 await anyio.lowlevel.checkpoint()
             while (
-                pulse.steady()
-                and await anyio.to_thread.run_sync(
-                    storage.purge_waiters, grace_us, config.purge_batch
+                await anyio.to_thread.run_sync(
+                    functools.partial(
+                        storage.purge_waiters,
+                        grace_us,
+                        config.purge_batch,
+                        judges=pulse.judges_others,
+                    )
                 )
                 >= config.purge_batch
             ):

@@ -36,14 +36,19 @@ class Pulse:
         # (when the last written beat was dated, when the current run without a lapse began)
         self._run: tuple[int, int] | None = None
 
-    def beat(self, at_us: int) -> None:
-        """A heartbeat dated `at_us` (its transaction's clock) was written."""
+    def beat(self, at_us: int) -> bool:
+        """A heartbeat dated `at_us` (its transaction's clock) was written.
+
+        True if it begins a new run (the first beat, or one after a lapse or a gap): this
+        server's heartbeat may have lapsed meanwhile in others' eyes.
+        """
         with self._lock:
             run = self._run
             if run is None or at_us - run[0] > self._lifetime:  # the first, or after a gap
                 self._run = (at_us, at_us)
-            else:
-                self._run = (at_us, run[1])
+                return True
+            self._run = (at_us, run[1])
+            return False
 
     def lapsed(self) -> None:
         """A heartbeat could not be written: judge nobody until a new run has lasted."""
@@ -58,9 +63,3 @@ class Pulse:
             return False
         last, since = run
         return now_us - last < self._lifetime and now_us - since >= self._lifetime
-
-    def steady(self) -> bool:
-        """Whether the last beat ended a run of a whole lifetime (for work with no clock)."""
-        with self._lock:
-            run = self._run
-        return run is not None and run[0] - run[1] >= self._lifetime

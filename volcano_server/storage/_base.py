@@ -621,11 +621,13 @@ class Storage(Protocol):
         """
         ...
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters that are gone for good; return how many.
 
         Gone: away past `until_us`, or held by a server whose heartbeat ran out more than
-        `grace_us` ago (and heartbeat rows and watch records of such servers).
+        `grace_us` ago (and heartbeat rows and watch records of such servers). Only if
+        `judges(now)`, asked at the purge's own clock, says lapsed heartbeats may be judged
+        now (the purging server's `Pulse`); else nothing is deleted and 0 returned.
         """
         ...
 

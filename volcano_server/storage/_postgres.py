@@ -1239,12 +1239,14 @@ class PostgresStorage(KeyAdmin):
                 conn.execute(for_postgres(statement), params)
             return len(deleted)
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with _mapped_errors(), self._connection() as conn, conn.transaction():
             conn.execute(*self._limits)
             (now,) = _fetch(conn, _CLOCK, ())
             now += self._offset()
+            if not judges(now):
+                return 0
             values = {"now": now, "grace": grace_us, "limit": limit}
             gone = conn.execute(_PURGE_WAITERS, values).rowcount
             conn.execute(_PURGE_WATCHES, values)

@@ -708,10 +708,12 @@ class SQLiteStorage(KeyAdmin):
                 tx.execute(statement, params)
             return len(idle)
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with self.write() as tx:
             now = tx.now_us()
+            if not judges(now):
+                return 0
             gone = tx.execute(
                 "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
                 " LEFT JOIN servers s USING (server_id) WHERE (w.state = 'away' AND w.until_us < ?)"

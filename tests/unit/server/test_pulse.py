@@ -52,12 +52,12 @@ class TestPulse:
         assert not pulse.judges_others(round(112.5 * SECOND))
         assert pulse.judges_others(113 * SECOND)
 
-    def test_steady_after_a_lifetime(self) -> None:
-        """steady(): the last beat ended a run of a whole lifetime (the purge asks it)."""
+    def test_a_beat_tells_when_it_begins_a_new_run(self) -> None:
+        """beat() is True for the first beat and for one after a lapse or a gap of more than
+        a lifetime (others may have judged this server dead meanwhile), False within a run."""
         pulse = Pulse(LIFETIME)
-        beats(pulse, 100, 101, 102)
-        assert not pulse.steady()
-        beats(pulse, 103)
-        assert pulse.steady()
+        assert pulse.beat(100 * SECOND)
+        assert not pulse.beat(101 * SECOND)
+        assert pulse.beat(105 * SECOND)  # a gap: writes hung, none failed
         pulse.lapsed()
-        assert not pulse.steady()
+        assert pulse.beat(106 * SECOND)

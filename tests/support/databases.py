@@ -24,6 +24,7 @@ import pytest
 __all__ = [
     "admin_url",
     "allow_connections",
+    "execute",
     "fresh_postgres_database",
     "is_postgres",
     "process_database",
@@ -153,6 +154,19 @@ def scalar(database_url: str, query: str, params: Sequence[Any] = ()) -> Any:
             row = conn.execute(query, tuple(params)).fetchone()
     assert row is not None
     return row[0]
+
+
+def execute(database_url: str, statement: str, params: Sequence[Any] = ()) -> int:
+    """Run one writing statement (placeholders written `?`) and commit; how many rows it
+    changed. For a test playing another server, or a purge, on either backend."""
+    if is_postgres(database_url):
+        import psycopg
+
+        with psycopg.connect(database_url) as conn:
+            return conn.execute(statement.replace("?", "%s"), tuple(params)).rowcount
+    path = database_url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path, timeout=10)) as conn, conn:
+        return conn.execute(statement, tuple(params)).rowcount
 
 
 def queued(database_url: str, key: str) -> int:

@@ -462,8 +462,13 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
-        """Put a new waiter at the end of the key's queue; return its `seq`."""
+        """Put a new waiter at the end of the key's queue; return its `seq`.
+
+        With `seq`, at that place instead: one this server's request held before its row was
+        purged (a `seq` is never given to another waiter).
+        """
         ...
 
     def update_waiter(

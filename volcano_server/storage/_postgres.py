@@ -456,6 +456,16 @@ _QUEUED = _WAITERS + (
 # How much of a key's line `volcano_open` reads along with the key's row.
 _LINE_AHEAD = 16
 _FIND_WAITER = _WAITERS + " WHERE w.project_id = %s AND w.key = %s AND w.owner_token = %s"
+_ADD_WAITER = (
+    "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds, server_id, state,"
+    " until_us, label, shared) VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s, %s)"
+    " RETURNING seq"
+)
+_ADD_WAITER_AT = (
+    "INSERT INTO lock_waiters (seq, project_id, key, owner_token, ttl_seconds, server_id, state,"
+    " until_us, label, shared) OVERRIDING SYSTEM VALUE"
+    " VALUES (%s, %s, %s, %s, %s, %s, 'waiting', NULL, %s, %s)"
+)
 _PURGE_WAITERS = (
     "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
     " LEFT JOIN servers s USING (server_id)"
@@ -951,18 +961,16 @@ class _WriteTx(PostgresGroups):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
         self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
-        (seq,) = _one(
-            self._ask(
-                "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds,"
-                " server_id, state, until_us, label, shared)"
-                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s, %s) RETURNING seq",
-                (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
-            )
-        )
-        return int(seq)
+        values = (project_id, key, owner_token, ttl_seconds, server_id, label, shared)
+        if seq is not None:  # a place held before: the sequence gave it out already
+            self._send(_ADD_WAITER_AT, (seq, *values))
+            return seq
+        (added,) = _one(self._ask(_ADD_WAITER, values))
+        return int(added)
 
     def update_waiter(
         self,

@@ -479,11 +479,12 @@ class _Tx(SQLiteGroups):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
         cursor = self._conn.execute(
-            "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds, server_id,"
-            " state, until_us, label, shared) VALUES (?, ?, ?, ?, ?, 'waiting', NULL, ?, ?)",
-            (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
+            "INSERT INTO lock_waiters (seq, project_id, key, owner_token, ttl_seconds, server_id,"
+            " state, until_us, label, shared) VALUES (?, ?, ?, ?, ?, ?, 'waiting', NULL, ?, ?)",
+            (seq, project_id, key, owner_token, ttl_seconds, server_id, label, shared),
         )
         assert cursor.lastrowid is not None  # noqa: S101 - an INSERT always has one
         return cursor.lastrowid

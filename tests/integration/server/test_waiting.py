@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer
-from tests.support.databases import queued, scalar
+from tests.support.databases import execute, queued, scalar
 from tests.support.raw import Locks, Waiter, new_id, wait_for
 
 
@@ -112,6 +112,38 @@ class TestHandOff:
         response = locks.acquire(key, new_id(), 30, wait=30)
         assert response.status_code == 200
         assert in_line(live_server, key) == 0
+
+
+class TestSteppedOver:
+    """Another server judged this one dead (its heartbeat lapsed in an outage) and stepped over
+    or purged the row of a request this server still holds open: its own server puts it back
+    at its place, and it is served in its turn."""
+
+    @pytest.mark.parametrize(
+        "done_by_the_other",
+        [
+            (
+                "UPDATE lock_waiters SET state = 'away', until_us = 0"
+                " WHERE key = ? AND owner_token = ?"
+            ),
+            "DELETE FROM lock_waiters WHERE key = ? AND owner_token = ?",
+        ],
+        ids=["stepped-over", "purged"],
+    )
+    def test_a_request_still_waiting_is_put_back_at_its_place(
+        self, locks: Locks, live_server: LiveServer, key: str, done_by_the_other: str
+    ) -> None:
+        """The first waiter's row is marked away (or deleted) as a server that judged this one
+        dead does; the release's hand-off here puts it back first: it gets the next token,
+        and the waiter behind it the one after."""
+        owner, lease = hold(locks, key)
+        first, second = queue_up(live_server, key, 2)
+        assert execute(live_server.database_url, done_by_the_other, (key, first.owner)) == 1
+        fence = lease["fencing_token"]
+        assert locks.release(key, owner, fence).status_code == 204
+        assert first.lease["fencing_token"] == fence + 1
+        assert locks.release(key, first.owner, fence + 1).status_code == 204
+        assert second.lease["fencing_token"] == fence + 2
 
 
 class TestNoBarging:

@@ -103,7 +103,7 @@ def create_app(
     offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
     run = Runner(offload, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
-    pulse = Pulse(lifetime_us)
+    pulse = Pulse(lifetime_us, round(config.waiting.recovery_seconds * 1_000_000))
     server_id = uuid.uuid4().hex
     watches = Watches(
         storage,
@@ -244,10 +244,10 @@ async def _purge_forever(
 
     So all stay bounded under load, whatever a project stores (issue 33): expired leases in
     small batches (each holds the write lock, or its keys' row locks), counted as expiries.
-    Waiters only while this server judges others' heartbeats (`Pulse`), asked at the purge's
-    own clock: right after the database was away every server's heartbeat had lapsed, and
-    while this server's own beats hang (its last one old, none failed yet) its view of them
-    is as stale as theirs.
+    Waiters only while this server judges every lapsed heartbeat (`Pulse.judges_all`), asked
+    at the purge's own clock: right after the database was away every server's heartbeat had
+    lapsed, and while this server's own beats hang (its last one old, none failed yet) its
+    view of them is as stale as theirs.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     idle_us = round(config.key_retention_seconds * 1_000_000)
@@ -276,7 +276,7 @@ async def _purge_forever(
                         storage.purge_waiters,
                         grace_us,
                         config.purge_batch,
-                        judges=pulse.judges_others,
+                        judges=pulse.judges_all,
                     )
                 )
                 >= config.purge_batch

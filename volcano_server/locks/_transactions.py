@@ -699,7 +699,7 @@ class Transactions:
             entry = self._claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
         # Right after the database was away every heartbeat lapsed: judge none yet (`_pulse`).
-        alive = waiter.server_alive or not self._pulse.judges_others(now)
+        alive = waiter.server_alive or not self._pulse.judges(now, waiter.server_until_us)
         return (Reach.THERE if alive else Reach.GONE), None
 
     def _take_reserved(

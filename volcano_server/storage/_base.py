@@ -277,7 +277,8 @@ class Waiter:
 
     `until_us` is when an away waiter's place is given up, or when a reservation lapses.
     `label` goes with the lease it is granted, and so does `shared` (the mode it asked for).
-    `server_alive` is read with the row: whether the server holding the request still beats.
+    `server_alive` is read with the row: whether the server holding the request still beats;
+    `server_until_us`, until when its heartbeat ran (0: it has none).
     """
 
     seq: int
@@ -291,13 +292,25 @@ class Waiter:
     label: str | None
     server_alive: bool
     shared: bool = False
+    server_until_us: int = 0
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Waiter:
-        """A waiter from a row of its fields in order: `server_alive`, then `shared`."""
-        seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive, shared = (
-            row
-        )
+        """A waiter from a row of its fields in order, `server_until_us` last."""
+        (
+            seq,
+            project_id,
+            key,
+            owner_token,
+            ttl,
+            server_id,
+            state,
+            until_us,
+            label,
+            alive,
+            shared,
+            server_until,
+        ) = row
         return cls(
             seq,
             project_id,
@@ -310,6 +323,7 @@ class Waiter:
             label,
             bool(alive),
             bool(shared),
+            int(server_until or 0),
         )
 
 

@@ -646,7 +646,20 @@ def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
     seq, project, key, owner, ttl, server_id, state, until_us, label, alive_until, shared = fields
     alive = alive_until is not None and alive_until > now_us
     return Waiter.from_row(
-        (seq, project, key, owner, float(ttl), server_id, state, until_us, label, alive, shared)
+        (
+            seq,
+            project,
+            key,
+            owner,
+            float(ttl),
+            server_id,
+            state,
+            until_us,
+            label,
+            alive,
+            shared,
+            alive_until,
+        )
     )
 
 

@@ -41,6 +41,16 @@ class Pulse:
         self._lock = threading.Lock()
         # (when the last written beat was dated, when the current run without a lapse began)
         self._run: tuple[int, int] | None = None
+        self._runs = 0
+
+    @property
+    def runs(self) -> int:
+        """How many runs have begun (a request placed in an earlier one may have been purged).
+
+        Between two runs this server's heartbeat lapsed, or its beats hung, in others' eyes.
+        """
+        with self._lock:
+            return self._runs
 
     def beat(self, at_us: int) -> bool:
         """A heartbeat dated `at_us` (its transaction's clock) was written.
@@ -52,6 +62,7 @@ class Pulse:
             run = self._run
             if run is None or at_us - run[0] > self._lifetime:  # the first, or after a gap
                 self._run = (at_us, at_us)
+                self._runs += 1
                 return True
             self._run = (at_us, run[1])
             return False

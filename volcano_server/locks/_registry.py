@@ -102,6 +102,7 @@ class Entry:
         # Whether the transaction that put it at `seq` has committed: until then its row is
         # not there for others to see, and its absence from the line means nothing.
         self.placed = False
+        self.placed_in_run = 0  # this server's heartbeat run (`Pulse.runs`) when it joined
         self.phase = Phase.QUEUED
         self.answer: Answer | None = None  # set with GRANTED, SUPERSEDED and REVOKED
         self.granted: Lease | None = None  # the lease it was granted, once committed

@@ -645,6 +645,10 @@ class Transactions:
         holds them, puts each back at its own place (`seq`) with its heartbeat written, in any
         transaction that serves the key's line. Only the line's head is read for it (already
         read with the key's row): a request further back is put back once the head reaches it.
+
+        A row gone is put back only for a request that joined before this server's heartbeat
+        last lapsed (a purge needs that): else the owner token took the key through another
+        server, which deleted its place, and this request was superseded there.
         """
         mine = self._registry.queued_of((row.project_id, row.key))
         if not mine:
@@ -659,7 +663,7 @@ class Transactions:
             if entry.seq is None or entry.seq in seen or (last is not None and entry.seq > last):
                 continue
             waiter = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
-            if waiter is None:
+            if waiter is None and entry.placed_in_run != self._pulse.runs:
                 tx.add_waiter(
                     entry.project_id,
                     entry.key,
@@ -670,10 +674,14 @@ class Transactions:
                     shared=entry.shared,
                     seq=entry.seq,
                 )
-            elif (waiter.seq, waiter.server_id, waiter.state) == (entry.seq, server_id, "away"):
+            elif waiter is not None and (waiter.seq, waiter.server_id, waiter.state) == (
+                entry.seq,
+                server_id,
+                "away",
+            ):
                 self._update(tx, waiter, "waiting", None)
             else:
-                continue  # a newer request with its owner token holds the place
+                continue  # superseded through another server (its place taken, or the key)
             back = True
         if back:
             tx.touch_server(server_id, now + self._lifetime_us)
@@ -782,6 +790,7 @@ class Transactions:
                 shared=entry.shared,
             )
         tx.touch_server(registry.server_id, now + self._lifetime_us)
+        entry.placed_in_run = self._pulse.runs
         registry.join(entry, seq)
         effects.joined.append(entry)
 

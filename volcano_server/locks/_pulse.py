@@ -11,9 +11,10 @@ whose heartbeat ran out before this server's run began, in the same outage maybe
 server may reach the database again seconds later than this one (its connections to a host
 that vanished must time out first, a new one may try the vanished host first, on a loaded
 machine all of it slower), and judged dead its waiters would be stepped over by those behind
-them. Such a server is judged only once the run has lasted `recovery_us` more. Until then a
-waiter of a lapsed server is treated as alive (its key is reserved for it, which costs a dead
-server's waiter a reservation's length each time), and nobody's waiters are purged.
+them. Such a server is judged only once the run has lasted `recovery_us` more (not in a
+server's first run, from its start: a crashed server's waiters would block its keys). Until
+then a waiter of a lapsed server is treated as alive (its key is reserved for it, which costs
+a dead server's waiter a reservation's length each time), and nobody's waiters are purged.
 
 Time here is the storage clock: each beat is dated by its own transaction's clock, and a
 question is asked at a transaction's clock too, so servers with skewed clocks, and the
@@ -42,6 +43,7 @@ class Pulse:
         # (when the last written beat was dated, when the current run without a lapse began)
         self._run: tuple[int, int] | None = None
         self._runs = 0
+        self._after_lapse = False  # the current run began after a lapse or a gap of its own
 
     @property
     def runs(self) -> int:
@@ -62,6 +64,7 @@ class Pulse:
             run = self._run
             if run is None or at_us - run[0] > self._lifetime:  # the first, or after a gap
                 self._run = (at_us, at_us)
+                self._after_lapse = self._runs > 0
                 self._runs += 1
                 return True
             self._run = (at_us, run[1])
@@ -75,18 +78,23 @@ class Pulse:
     def judges(self, now_us: int, lapsed_us: int) -> bool:
         """Whether, at `now_us`, a server whose heartbeat ran out at `lapsed_us` is gone.
 
-        Only while this server's own heartbeat is fresh and has run a whole lifetime; a server
-        that lapsed before that run began only once it has run `recovery_us` more.
+        Only while this server's own heartbeat is fresh and has run a whole lifetime; when
+        that run began after a lapse of its own (an outage), a server that lapsed before it
+        began only once it has run `recovery_us` more. A server's first run (its start) waits
+        for no recovery: a database that was there all along left the others none to make,
+        and the waiters of a server that crashed and was restarted must not block its keys.
         """
         with self._lock:
-            run = self._run
+            run, after_lapse = self._run, self._after_lapse
         if run is None:
             return False
         last, since = run
         lasted = now_us - since
         if now_us - last >= self._lifetime or lasted < self._lifetime:
             return False
-        return lapsed_us >= since or lasted >= self._lifetime + self._recovery
+        if lapsed_us >= since or not after_lapse:
+            return True
+        return lasted >= self._lifetime + self._recovery
 
     def judges_all(self, now_us: int) -> bool:
         """Whether every lapsed heartbeat may be judged at `now_us`, however old (the purge)."""

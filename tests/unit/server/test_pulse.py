@@ -66,13 +66,25 @@ class TestPulse:
         assert pulse.beat(106 * SECOND)
 
     def test_one_that_lapsed_before_the_run_waits_for_the_recovery(self) -> None:
-        """A server whose heartbeat ran out before this run began (in the same outage, maybe)
-        is judged only once the run has lasted a lifetime and the recovery time; one that ran
-        out during the run, after a lifetime as before. The purge asks for any."""
+        """After a lapse of its own, a server whose heartbeat ran out before this run began (in
+        the same outage, maybe) is judged only once the run has lasted a lifetime and the
+        recovery time; one that ran out during the run, after a lifetime as before. The purge
+        asks for any."""
         pulse = Pulse(LIFETIME, recovery_us=10 * SECOND)
+        beats(pulse, 90, 91)
+        pulse.lapsed()  # the database went away
         beats(pulse, *range(100, 114))
         assert pulse.judges(103 * SECOND, 101 * SECOND)  # ran out while this one beat
         assert not pulse.judges(103 * SECOND, 99 * SECOND)  # before: it may be coming back
         assert not pulse.judges_all(round(112.9 * SECOND))
         assert pulse.judges(113 * SECOND, 99 * SECOND)
         assert pulse.judges_all(113 * SECOND)
+
+    def test_no_recovery_in_the_first_run(self) -> None:
+        """From its start (no lapse of its own seen), a server judges every lapsed heartbeat
+        after a lifetime: the waiters of a server that crashed before it started (a restart
+        on the same database) must not block their keys for the recovery time."""
+        pulse = Pulse(LIFETIME, recovery_us=10 * SECOND)
+        beats(pulse, 100, 101, 102, 103)
+        assert pulse.judges(103 * SECOND, 50 * SECOND)
+        assert pulse.judges_all(103 * SECOND)

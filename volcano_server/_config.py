@@ -27,6 +27,11 @@ class WaitingSettings:
     # Each server writes its heartbeat this often; it counts as dead after `heartbeat_lifetime`.
     heartbeat_seconds: float = 1.0
     heartbeat_lifetime: float = 3.0
+    # After its own heartbeat came back from a lapse (an outage), how much longer than a lifetime
+    # a server waits before it judges dead one whose heartbeat ran out before that: a live server
+    # may reach the database seconds later than another (its requests are answered within about
+    # 10 s, docs/production.md "When the network fails"), and beats each second once it does.
+    recovery_seconds: float = 10.0
     # SQLite shared by several servers: how often one looks for keys reserved for its waiters.
     poll_seconds: float = 0.1
     # The longest one request waits, whatever it asks (at most the API's 60 s): below a load

@@ -65,6 +65,9 @@ class Journal:
         # A guard whose wait ended in a grant that expired before the block could begin (the
         # answer came back later than the ttl): entering renews and is told 409 lease_not_held.
         self.expired_before_entry = 0
+        # An acquire answered 409 lease_not_held: its grant expired before the server could
+        # send the answer (the server or its database stalled past the ttl, as in a failover).
+        self.expired_before_answer = 0
         # token -> expires_at of the first acquire answer granting it: when the lease began,
         # even for a guard that renewed on entry (after a long wait) before its block ran.
         self.acquired: dict[int, int] = {}
@@ -235,6 +238,8 @@ class SyncContender(Contender):
             return self.client.locks.acquire(self.key, ttl=self.ttl, wait=self.wait_now()), sent
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
+        except volcano.LeaseNotHeldError:
+            self.journal.expired_before_answer += 1
         except OUTAGE as exc:
             self.journal.error("acquire", exc)
         time.sleep(self.idle_time())
@@ -350,6 +355,8 @@ class AsyncContender(Contender):
             ), sent
         except volcano.LockHeldError:
             self.journal.held_elsewhere += 1
+        except volcano.LeaseNotHeldError:
+            self.journal.expired_before_answer += 1
         except OUTAGE as exc:
             self.journal.error("acquire", exc)
         await asyncio.sleep(self.idle_time())

@@ -152,6 +152,7 @@ def figures(journals: list[dict[str, Any]], writes: list[Write]) -> dict[str, An
         "contenders": len(journals),
         "acquire_attempts": sum(j["attempts"] for j in journals),
         "refused_as_held": sum(j["held_elsewhere"] for j in journals),
+        "granted_too_late_to_tell": sum(j["expired_before_answer"] for j in journals),
         "grants": len(grants),
         "grants_per_contender": {j["name"]: len(j["grants"]) for j in journals},
         "paused_leases": sum(g.paused for g in grants),

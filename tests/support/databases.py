@@ -24,7 +24,9 @@ import pytest
 __all__ = [
     "admin_url",
     "allow_connections",
+    "execute",
     "fresh_postgres_database",
+    "heartbeats_stalled",
     "is_postgres",
     "process_database",
     "queued",
@@ -153,6 +155,39 @@ def scalar(database_url: str, query: str, params: Sequence[Any] = ()) -> Any:
             row = conn.execute(query, tuple(params)).fetchone()
     assert row is not None
     return row[0]
+
+
+def execute(database_url: str, statement: str, params: Sequence[Any] = ()) -> int:
+    """Run one writing statement (placeholders written `?`) and commit; how many rows it
+    changed. For a test playing another server, or a purge, on either backend."""
+    if is_postgres(database_url):
+        import psycopg
+
+        with psycopg.connect(database_url) as conn:
+            return conn.execute(statement.replace("?", "%s"), tuple(params)).rowcount
+    path = database_url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path, timeout=10)) as conn, conn:
+        return conn.execute(statement, tuple(params)).rowcount
+
+
+@contextlib.contextmanager
+def heartbeats_stalled(database_url: str) -> Iterator[None]:
+    """No server on the database can write its heartbeat meanwhile (on PostgreSQL the
+    `servers` table is locked; on SQLite the whole database, so nothing else is written)."""
+    if is_postgres(database_url):
+        import psycopg
+
+        with psycopg.connect(database_url) as conn:
+            conn.execute("LOCK TABLE servers IN EXCLUSIVE MODE")
+            yield
+        return
+    path = database_url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
 
 
 def queued(database_url: str, key: str) -> int:

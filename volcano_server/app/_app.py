@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -103,7 +104,7 @@ def create_app(
     offload = offload or ThreadOffload(inline=storage.runs_inline, admission=admission)
     run = Runner(offload, storage, metrics, tracing)
     lifetime_us = round(config.waiting.heartbeat_lifetime * 1_000_000)
-    pulse = Pulse(lifetime_us)
+    pulse = Pulse(lifetime_us, round(config.waiting.recovery_seconds * 1_000_000))
     registry = Registry(uuid.uuid4().hex)  # this server's id and its waiting requests
     watches = Watches(
         storage,
@@ -256,8 +257,10 @@ async def _purge_forever(
 
     So all stay bounded under load, whatever a project stores (issue 33): expired leases in
     small batches (each holds the write lock, or its keys' row locks), counted as expiries.
-    Waiters only while this server's own heartbeat is steady (`Pulse`): right after the
-    database was away, every server's heartbeat had lapsed.
+    Waiters only while this server judges every lapsed heartbeat (`Pulse.judges_all`), asked
+    at the purge's own clock: right after the database was away every server's heartbeat had
+    lapsed, and while this server's own beats hang (its last one old, none failed yet) its
+    view of them is as stale as theirs.
     """
     grace_us = round(config.waiting.rejoin_seconds * 1_000_000)
     idle_us = round(config.key_retention_seconds * 1_000_000)
@@ -281,9 +284,13 @@ async def _purge_forever(
             while await anyio.to_thread.run_sync(storage.purge_keys, idle_us, small) >= small:
                 await anyio.lowlevel.checkpoint()
             while (
-                pulse.steady()
-                and await anyio.to_thread.run_sync(
-                    storage.purge_waiters, grace_us, config.purge_batch
+                await anyio.to_thread.run_sync(
+                    functools.partial(
+                        storage.purge_waiters,
+                        grace_us,
+                        config.purge_batch,
+                        judges=pulse.judges_all,
+                    )
                 )
                 >= config.purge_batch
             ):

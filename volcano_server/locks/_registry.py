@@ -99,6 +99,10 @@ class Entry:
         self.request_id = request_id
         self.fingerprint = fingerprint  # the acquire's (None: not replayable)
         self.seq: int | None = None
+        # Whether the transaction that put it at `seq` has committed: until then its row is
+        # not there for others to see, and its absence from the line means nothing.
+        self.placed = False
+        self.placed_in_run = 0  # this server's heartbeat run (`Pulse.runs`) when it joined
         self.phase = Phase.QUEUED
         self.answer: Answer | None = None  # set with GRANTED, SUPERSEDED and REVOKED
         self.granted: Lease | None = None  # the lease it was granted, once committed
@@ -271,6 +275,15 @@ class Registry:
         """How many requests this server holds open for the key."""
         with self._lock:
             return len(self._by_key.get(key_ref, ()))
+
+    def queued_of(self, key_ref: KeyRef) -> list[Entry]:
+        """The key's requests here that wait in line (placed, queued, no grant to confirm)."""
+        with self._lock:
+            return [
+                entry
+                for entry in self._by_key.get(key_ref, ())
+                if entry.placed and entry.phase is Phase.QUEUED and entry.unconfirmed is None
+            ]
 
     def entry_at(self, seq: int) -> Entry | None:
         """The entry at place `seq`, in any phase that still holds a place."""

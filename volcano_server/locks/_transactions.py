@@ -144,6 +144,8 @@ class _Effects:
         if self.counted:
             metrics.record(self.counted)
         clock_us, clock_at = clock
+        for entry in self.joined:
+            entry.placed = True
         for entry, lease, answer in self.granted:
             entry.granted = lease
             told = attrs.evolve(answer, clock_us=clock_us, clock_at=clock_at)
@@ -623,10 +625,12 @@ class Transactions:
 
         A waiter whose reservation lapsed (its server did not take the slot in time: a slow
         poll, a lost NOTIFY) is back in line at its own place, first if it was first: it is
-        served like any waiter, never skipped for holding a slot it no longer holds.
+        served like any waiter, never skipped for holding a slot it no longer holds. So is a
+        request of this server's that another server stepped over or purged (`_back_in_line`).
         """
         if row is None:
             return row, False  # never acquired, so nobody can be waiting
+        self._back_in_line(tx, row, now)
         while True:
             size = len(row.live_leases(now)) + _LINE_PAGE
             line = tx.queued(row.project_id, row.key, size)
@@ -656,6 +660,58 @@ class Transactions:
             if not moved or len(line) < size:
                 return row, False  # the whole line is served (or holds its slots already)
 
+    def _back_in_line(self, tx: WriteTx, row: LockRow, now: int) -> None:
+        """Put this server's waiting requests whose rows left the line back at their places.
+
+        Another server steps over a waiter whose server's heartbeat has lapsed (its row
+        `away`), and purges it later. After an outage every heartbeat had lapsed, and a server
+        that reached the database again later than another can be judged dead by it while its
+        requests still wait: their rows are then away or gone, and no hand-off would ever
+        reach them (each would wait out its wait, then hear 409). Their own server, which
+        holds them, puts each back at its own place (`seq`) with its heartbeat written, in any
+        transaction that serves the key's line. Only the line's head is read for it (already
+        read with the key's row): a request further back is put back once the head reaches it.
+
+        A row gone is put back only for a request that joined before this server's heartbeat
+        last lapsed (a purge needs that): else the owner token took the key through another
+        server, which deleted its place, and this request was superseded there.
+        """
+        mine = self._registry.queued_of((row.project_id, row.key))
+        if not mine:
+            return
+        size = len(row.live_leases(now)) + _LINE_PAGE
+        line = tx.queued(row.project_id, row.key, size)
+        seen = {waiter.seq for waiter in line}
+        last = line[-1].seq if len(line) == size else None  # the line goes on past it
+        server_id = self._registry.server_id
+        back = False
+        for entry in mine:
+            if entry.seq is None or entry.seq in seen or (last is not None and entry.seq > last):
+                continue
+            waiter = tx.find_waiter(entry.project_id, entry.key, entry.owner_token)
+            if waiter is None and entry.placed_in_run != self._pulse.runs:
+                tx.add_waiter(
+                    entry.project_id,
+                    entry.key,
+                    entry.owner_token,
+                    entry.ttl_seconds,
+                    server_id,
+                    label=entry.label,
+                    shared=entry.shared,
+                    seq=entry.seq,
+                )
+            elif waiter is not None and (waiter.seq, waiter.server_id, waiter.state) == (
+                entry.seq,
+                server_id,
+                "away",
+            ):
+                self._update(tx, waiter, "waiting", None)
+            else:
+                continue  # superseded through another server (its place taken, or the key)
+            back = True
+        if back:
+            tx.touch_server(server_id, now + self._lifetime_us)
+
     def _recover(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
     ) -> LockRow | None:
@@ -677,7 +733,7 @@ class Transactions:
             entry = self._claim(waiter.seq)
             return (Reach.HERE, entry) if entry is not None else (Reach.GONE, None)
         # Right after the database was away every heartbeat lapsed: judge none yet (`_pulse`).
-        alive = waiter.server_alive or not self._pulse.judges_others(now)
+        alive = waiter.server_alive or not self._pulse.judges(now, waiter.server_until_us)
         return (Reach.THERE if alive else Reach.GONE), None
 
     def _take_reserved(
@@ -760,6 +816,7 @@ class Transactions:
                 shared=entry.shared,
             )
         tx.touch_server(registry.server_id, now + self._lifetime_us)
+        entry.placed_in_run = self._pulse.runs
         registry.join(entry, seq)
         effects.joined.append(entry)
 

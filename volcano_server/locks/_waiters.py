@@ -12,7 +12,9 @@ What wakes a key's queue, so a free key never waits for a poll:
   reckoning of the time left), runs a hand-off when the lease expires unrenewed;
 - another server that reserved the key for one of our entries tells us (PostgreSQL NOTIFY);
   on SQLite, servers sharing one file poll for that instead, only while another server beats;
-- a heartbeat row per server lets the others skip waiters whose server has died.
+- a heartbeat row per server lets the others skip waiters whose server has died; a server
+  whose heartbeat lapsed looks at each of its keys once it beats again, and puts back in line
+  any of its requests that others stepped over meanwhile (`Transactions._back_in_line`).
 
 The same heartbeat and listener serve this server's watches (`_watching`): announced changes
 wake them, a reconnected listener makes them read again, and each beat forgets watch records
@@ -417,7 +419,10 @@ class Waits:
                     self._pulse.lapsed()
                     log.warning("server heartbeat failed, will retry: %s", exc)
                 else:
-                    self._pulse.beat(dated)
+                    if self._pulse.beat(dated):
+                        # Others may have judged this server dead meanwhile and stepped over
+                        # its requests: each key's hand-off puts them back (`_back_in_line`).
+                        self.look_again()
                 await self._send_revoked_away()
                 await self._watches.tidy()
                 next_beat = loop_now + settings.heartbeat_seconds
@@ -460,8 +465,8 @@ class Waits:
         if entry is not None:
             self.settle_soon(entry.key_ref)
 
-    def reconnected(self) -> None:
-        """Announcements made while the listener was down are lost: look at every waited key."""
+    def look_again(self) -> None:
+        """Run a hand-off for every key this server holds requests for."""
         for key_ref in self._registry.waited_keys():
             self.settle_soon(key_ref)
 
@@ -480,7 +485,8 @@ class _Listener:
         self._watches.changed_elsewhere(project_id, key)
 
     def connected(self) -> None:
-        self._waits.reconnected()
+        # Announcements made while the listener was down are lost.
+        self._waits.look_again()
         self._watches.reconnected()
 
 

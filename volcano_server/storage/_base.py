@@ -276,7 +276,8 @@ class Waiter:
 
     `until_us` is when an away waiter's place is given up, or when a reservation lapses.
     `label` goes with the lease it is granted, and so does `shared` (the mode it asked for).
-    `server_alive` is read with the row: whether the server holding the request still beats.
+    `server_alive` is read with the row: whether the server holding the request still beats;
+    `server_until_us`, until when its heartbeat ran (0: it has none).
     """
 
     seq: int
@@ -290,13 +291,25 @@ class Waiter:
     label: str | None
     server_alive: bool
     shared: bool = False
+    server_until_us: int = 0
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Waiter:
-        """A waiter from a row of its fields in order: `server_alive`, then `shared`."""
-        seq, project_id, key, owner_token, ttl, server_id, state, until_us, label, alive, shared = (
-            row
-        )
+        """A waiter from a row of its fields in order, `server_until_us` last."""
+        (
+            seq,
+            project_id,
+            key,
+            owner_token,
+            ttl,
+            server_id,
+            state,
+            until_us,
+            label,
+            alive,
+            shared,
+            server_until,
+        ) = row
         return cls(
             seq,
             project_id,
@@ -309,6 +322,7 @@ class Waiter:
             label,
             bool(alive),
             bool(shared),
+            int(server_until or 0),
         )
 
 
@@ -461,8 +475,13 @@ class WriteTx(ReadTx, GroupWrites, Protocol):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
-        """Put a new waiter at the end of the key's queue; return its `seq`."""
+        """Put a new waiter at the end of the key's queue; return its `seq`.
+
+        With `seq`, at that place instead: one this server's request held before its row was
+        purged (a `seq` is never given to another waiter).
+        """
         ...
 
     def update_waiter(
@@ -625,11 +644,13 @@ class Storage(Protocol):
         """
         ...
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters that are gone for good; return how many.
 
         Gone: away past `until_us`, or held by a server whose heartbeat ran out more than
-        `grace_us` ago (and heartbeat rows and watch records of such servers).
+        `grace_us` ago (and heartbeat rows and watch records of such servers). Only if
+        `judges(now)`, asked at the purge's own clock, says lapsed heartbeats may be judged
+        now (the purging server's `Pulse`); else nothing is deleted and 0 returned.
         """
         ...
 

@@ -456,6 +456,16 @@ _QUEUED = _WAITERS + (
 # How much of a key's line `volcano_open` reads along with the key's row.
 _LINE_AHEAD = 16
 _FIND_WAITER = _WAITERS + " WHERE w.project_id = %s AND w.key = %s AND w.owner_token = %s"
+_ADD_WAITER = (
+    "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds, server_id, state,"
+    " until_us, label, shared) VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s, %s)"
+    " RETURNING seq"
+)
+_ADD_WAITER_AT = (
+    "INSERT INTO lock_waiters (seq, project_id, key, owner_token, ttl_seconds, server_id, state,"
+    " until_us, label, shared) OVERRIDING SYSTEM VALUE"
+    " VALUES (%s, %s, %s, %s, %s, %s, 'waiting', NULL, %s, %s)"
+)
 _PURGE_WAITERS = (
     "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
     " LEFT JOIN servers s USING (server_id)"
@@ -636,7 +646,20 @@ def _waiter(fields: Sequence[Any], now_us: int) -> Waiter:
     seq, project, key, owner, ttl, server_id, state, until_us, label, alive_until, shared = fields
     alive = alive_until is not None and alive_until > now_us
     return Waiter.from_row(
-        (seq, project, key, owner, float(ttl), server_id, state, until_us, label, alive, shared)
+        (
+            seq,
+            project,
+            key,
+            owner,
+            float(ttl),
+            server_id,
+            state,
+            until_us,
+            label,
+            alive,
+            shared,
+            alive_until,
+        )
     )
 
 
@@ -953,18 +976,16 @@ class _WriteTx(PostgresGroups):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
         self.durable = True  # a place in line must outlast a failover: its request does
         self._lines.clear()
-        (seq,) = _one(
-            self._ask(
-                "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds,"
-                " server_id, state, until_us, label, shared)"
-                " VALUES (%s, %s, %s, %s, %s, 'waiting', NULL, %s, %s) RETURNING seq",
-                (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
-            )
-        )
-        return int(seq)
+        values = (project_id, key, owner_token, ttl_seconds, server_id, label, shared)
+        if seq is not None:  # a place held before: the sequence gave it out already
+            self._send(_ADD_WAITER_AT, (seq, *values))
+            return seq
+        (added,) = _one(self._ask(_ADD_WAITER, values))
+        return int(added)
 
     def update_waiter(
         self,
@@ -1247,12 +1268,14 @@ class PostgresStorage(KeyAdmin):
                 conn.execute(for_postgres(statement), params)
             return len(deleted)
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with _mapped_errors(), self._connection() as conn, conn.transaction():
             conn.execute(*self._limits)
             (now,) = _fetch(conn, _CLOCK, ())
             now += self._offset()
+            if not judges(now):
+                return 0
             values = {"now": now, "grace": grace_us, "limit": limit}
             gone = conn.execute(_PURGE_WAITERS, values).rowcount
             conn.execute(_PURGE_WATCHES, values)

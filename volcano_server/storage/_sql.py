@@ -95,7 +95,8 @@ WAITING_COUNT = (
 # A waiter's fields in `Waiter.from_row` order; the first parameter is now (is its server alive).
 _WAITERS = (
     "SELECT w.seq, w.project_id, w.key, w.owner_token, w.ttl_seconds, w.server_id, w.state,"
-    " w.until_us, w.label, coalesce(s.alive_until_us, 0) > ?, w.shared"
+    " w.until_us, w.label, coalesce(s.alive_until_us, 0) > ?, w.shared,"
+    " coalesce(s.alive_until_us, 0)"
     " FROM lock_waiters w LEFT JOIN servers s USING (server_id)"
 )
 # (now, project_id, key, limit): the key's waiters in line, first come first.

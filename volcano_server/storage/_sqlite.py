@@ -482,11 +482,12 @@ class _Tx(SQLiteGroups):
         *,
         label: str | None = None,
         shared: bool = False,
+        seq: int | None = None,
     ) -> int:
         cursor = self._conn.execute(
-            "INSERT INTO lock_waiters (project_id, key, owner_token, ttl_seconds, server_id,"
-            " state, until_us, label, shared) VALUES (?, ?, ?, ?, ?, 'waiting', NULL, ?, ?)",
-            (project_id, key, owner_token, ttl_seconds, server_id, label, shared),
+            "INSERT INTO lock_waiters (seq, project_id, key, owner_token, ttl_seconds, server_id,"
+            " state, until_us, label, shared) VALUES (?, ?, ?, ?, ?, ?, 'waiting', NULL, ?, ?)",
+            (seq, project_id, key, owner_token, ttl_seconds, server_id, label, shared),
         )
         assert cursor.lastrowid is not None  # noqa: S101 - an INSERT always has one
         return cursor.lastrowid
@@ -720,10 +721,12 @@ class SQLiteStorage(KeyAdmin):
                 tx.execute(statement, params)
             return len(idle)
 
-    def purge_waiters(self, grace_us: int, limit: int) -> int:
+    def purge_waiters(self, grace_us: int, limit: int, *, judges: Callable[[int], bool]) -> int:
         """Delete up to `limit` waiters gone for good, and the heartbeats of dead servers."""
         with self.write() as tx:
             now = tx.now_us()
+            if not judges(now):
+                return 0
             gone = tx.execute(
                 "DELETE FROM lock_waiters WHERE seq IN (SELECT w.seq FROM lock_waiters w"
                 " LEFT JOIN servers s USING (server_id) WHERE (w.state = 'away' AND w.until_us < ?)"

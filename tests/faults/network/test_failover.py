@@ -215,8 +215,11 @@ class TestDatabaseGoesAway:
         assert "DURABILITY" not in d.a.log + d.b.log  # the tested configuration is not warned of
         assert check(grants, writes, gapless=False) == []
         assert held.lost() == []
-        for q, tokens in in_turn.items():
-            assert tokens == [q.held["fencing_token"] + 1, q.held["fencing_token"] + 2], q.key
+        for q, (first, second) in in_turn.items():
+            # In order, not necessarily one token apart: a slot reserved for b's waiter while b
+            # cannot yet hear of it (not reconnected) lapses and is reserved again, and each
+            # reservation is a lease with a token of its own (gaps are allowed, rule 2).
+            assert q.held["fencing_token"] < first < second, (q.key, first, second)
         assert {p.outcome for p in prober.probes} <= {200, 204, 503}
         assert report["late_writes_rejected"] == report["late_writes"]
         assert all(any(at > back for at in j["answers"]) for j in journals)

@@ -152,7 +152,9 @@ class TestLinePrefetch:
     def test_server_alive_is_judged_at_the_transactions_now(
         self, storages: Storages, project_id: int
     ) -> None:
-        """A waiter's server is alive while its heartbeat runs past the transaction's clock."""
+        """A waiter's server is alive while its heartbeat runs past the transaction's clock;
+        until when it ran comes with it (0: no heartbeat), in the first round trip's line and
+        when read on its own."""
         storage = storages()
         with storage.write() as tx:
             now = tx.now_us()
@@ -164,11 +166,14 @@ class TestLinePrefetch:
             tx.add_waiter(project_id, "beats", "c", 30, "unknown-server")
         with storage.write(key=(project_id, "beats")) as tx:
             line = tx.queued(project_id, "beats", 16)
-        assert [(w.server_id, w.server_alive) for w in line] == [
-            ("alive-server", True),
-            ("dead-server", False),
-            ("unknown-server", False),
+            found = tx.find_waiter(project_id, "beats", "b")
+        assert [(w.server_id, w.server_alive, w.server_until_us) for w in line] == [
+            ("alive-server", True, now + 60_000_000),
+            ("dead-server", False, now - 1),
+            ("unknown-server", False, 0),
         ]
+        assert found is not None
+        assert found.server_until_us == now - 1
 
 
 class TestPlaceholder:

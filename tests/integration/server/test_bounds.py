@@ -172,6 +172,34 @@ class TestPurge:
             assert rows(live.database_url, "locks") == 1  # the held one
             assert locks.state("held")["held"] is True
 
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_waiters_of_a_lapsed_server_are_purged_only_when_judged(
+        self, backend: str, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        """A waiter whose server's heartbeat ran out long ago is purged only if the purging
+        server's pulse judges others at the purge's own clock: a server whose own beats hang
+        (an old last beat, none failed) must not purge live servers' waiters."""
+        asked: list[int] = []
+
+        def judges(at_us: int, verdict: bool) -> bool:
+            asked.append(at_us)
+            return verdict
+
+        with fresh_database(backend, tmp_path_factory) as url:
+            storage = open_storage(url)  # no server: nothing else purges
+            try:
+                with storage.write() as tx:
+                    now = tx.now_us()
+                    tx.touch_server("lapsed", now - 60_000_000)
+                    tx.add_waiter(1, "line", new_id(), 30.0, "lapsed")
+                assert storage.purge_waiters(0, 100, judges=lambda at: judges(at, False)) == 0
+                assert rows(url, "lock_waiters") == 1
+                assert asked[0] >= now  # asked at the purge's own clock
+                assert storage.purge_waiters(0, 100, judges=lambda at: judges(at, True)) == 1
+                assert rows(url, "lock_waiters") == 0
+            finally:
+                storage.close()
+
 
 class TestQuotas:
     def test_keys_per_project(self, quoted: tuple[LiveServer, Storage]) -> None:

@@ -16,9 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
-from tests.support.databases import queued, scalar
+from tests.conftest import LiveServer, fresh_database, running_server
+from tests.support.databases import execute, heartbeats_stalled, is_postgres, queued, scalar
 from tests.support.raw import Locks, Waiter, new_id, wait_for
+from volcano_server._config import WaitingSettings
+
+LIFETIME = WaitingSettings().heartbeat_lifetime
 
 
 def in_line(live_server: LiveServer, key: str) -> int:
@@ -112,6 +115,54 @@ class TestHandOff:
         response = locks.acquire(key, new_id(), 30, wait=30)
         assert response.status_code == 200
         assert in_line(live_server, key) == 0
+
+
+class TestSteppedOver:
+    """Another server judged this one dead (its heartbeat lapsed in an outage) and stepped over
+    or purged the row of a request this server still holds open: its own server puts it back
+    at its place, and it is served in its turn."""
+
+    def test_a_request_stepped_over_is_put_back_at_its_place(
+        self, locks: Locks, live_server: LiveServer, key: str
+    ) -> None:
+        """The first waiter's row is marked away, as a server that judged this one dead does;
+        the release's hand-off here puts it back first: it gets the next token, and the
+        waiter behind it the one after."""
+        owner, lease = hold(locks, key)
+        first, second = queue_up(live_server, key, 2)
+        stepped_over = "UPDATE lock_waiters SET state = 'away', until_us = 0 WHERE owner_token = ?"
+        assert execute(live_server.database_url, stepped_over, (first.owner,)) == 1
+        fence = lease["fencing_token"]
+        assert locks.release(key, owner, fence).status_code == 204
+        assert first.lease["fencing_token"] == fence + 1
+        assert locks.release(key, first.owner, fence + 1).status_code == 204
+        assert second.lease["fencing_token"] == fence + 2
+
+    def test_a_request_purged_while_its_heartbeat_lapsed_is_put_back_at_its_place(
+        self, database_url: str, tmp_path_factory: pytest.TempPathFactory, key: str
+    ) -> None:
+        """The first waiter's row is deleted, as a purge by a server that judged this one dead
+        does, and this server cannot write its heartbeat for a lifetime; once it beats again it
+        puts the row back at its place, and the waiter is served before the one behind it."""
+        backend = "postgres" if is_postgres(database_url) else "sqlite"
+        with (
+            fresh_database(backend, tmp_path_factory) as url,
+            running_server(url) as server,
+            server.http(server.project) as http,
+        ):
+            locks = Locks(http)
+            owner, lease = hold(locks, key)
+            first, second = queue_up(server, key, 2)
+            purged = "DELETE FROM lock_waiters WHERE owner_token = ?"
+            assert execute(url, purged, (first.owner,)) == 1
+            with heartbeats_stalled(url):
+                time.sleep(LIFETIME + 1)  # past a lifetime without a beat written
+            wait_for(lambda: in_line(server, key) == 2, "the first waiter back in line")
+            fence = lease["fencing_token"]
+            assert locks.release(key, owner, fence).status_code == 204
+            assert first.lease["fencing_token"] == fence + 1
+            assert locks.release(key, first.owner, fence + 1).status_code == 204
+            assert second.lease["fencing_token"] == fence + 2
 
 
 class TestNoBarging:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer
-from tests.support.databases import process_database
+from tests.support.databases import process_database, scalar
 from tests.support.raw import Locks, new_id, wait_for
 from tests.support.server import ServerProcess, create_project, serve_in_thread
 from volcano_server import ServerConfig, create_app
@@ -140,6 +140,28 @@ class TestAcrossServers:
         while waiter.response is None:
             assert a.acquire(key, newcomer, 30).status_code == 409
         assert waiter.lease["fencing_token"] == lease["fencing_token"] + 1
+
+    def test_a_request_superseded_through_another_server_is_never_granted_later(
+        self, pair: Pair, a: Locks, key: str
+    ) -> None:
+        """A waits for an owner token, then B waits for the same one and takes over its place,
+        and is granted: A's request, superseded there, is not put back in line when its place
+        is gone (it heard of no lapse of its own heartbeat); it hears 409 at its wait's end
+        and the key stays free after B's lease is released."""
+        holder, lease = hold(a, key, ttl=60)
+        owner = new_id()
+        older = start_waiting(pair.a, key, wait=4, owner=owner)
+        wait_for(lambda: in_line(pair.a, key) == 1)
+        held_by = "SELECT server_id FROM lock_waiters WHERE owner_token = ?"
+        first_server = scalar(pair.a.database_url, held_by, (owner,))
+        newer = start_waiting(pair.b, key, wait=15, owner=owner)
+        wait_for(lambda: scalar(pair.a.database_url, held_by, (owner,)) != first_server)
+        fence = lease["fencing_token"]
+        assert a.release(key, holder, fence).status_code == 204
+        assert newer.lease["fencing_token"] == fence + 1
+        assert a.release(key, owner, fence + 1).status_code == 204  # a hand-off through A
+        assert older.result().status_code == 409
+        assert a.state(key)["held"] is False
 
 
 class TestServerKilled:

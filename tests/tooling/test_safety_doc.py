@@ -31,8 +31,9 @@ def test_every_test_named_exists() -> None:
 def test_every_explorer_property_named_exists() -> None:
     """Each explorer property the page names (`TwoHolders`, ...) is a Violation of _checks."""
     checks = (ROOT / "tests" / "explorer" / "_checks.py").read_text()
-    named = set(re.findall(r"explorer `(\w+)`(?:, `(\w+)`)?", DOC))
-    flat = {name for pair in named for name in pair if name}
+    # "explorer `A`", "explorer `A`, `B`", "explorer `A`, `B` and `C`", ...
+    runs = re.findall(r"explorer (`\w+`(?:(?:,| and|, and) `\w+`)*)", DOC)
+    flat = {name for run in runs for name in re.findall(r"`(\w+)`", run)}
     assert flat
     assert {name for name in flat if f"class {name}(Violation)" not in checks} == set()
     defined = set(re.findall(r"^class (\w+)\(Violation\)", checks, re.MULTILINE))

@@ -14,7 +14,7 @@ if [ $# -eq 0 ]; then
   # waits on ttls, servers and timeouts more than it computes. Tests that share something only
   # one may use at a time say so with xdist_group. The figures of CI's machine (2 cores);
   # CONTRIBUTING.md lists the tiers in between.
-  echo "scripts/test.sh: every test (unit, integration, contract, faults), about 17 minutes on" \
+  echo "scripts/test.sh: every test (unit, integration, contract, faults), about 13 minutes on" \
     "2 cores; the unit tests alone: scripts/test.sh tests/unit (about 20 s)" >&2
   set -- -n "${VOLCANO_TEST_WORKERS:-2}" --dist loadgroup
 fi

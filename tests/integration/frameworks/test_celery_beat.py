@@ -110,7 +110,7 @@ class TestElectedScheduler:
         leader = leader_pid(client)
         wait_until(lambda: len(senders(beat_queue)) >= 2, "the leader's ticks")
         stopped = time.monotonic()
-        assert beats[leader].terminate() == 0
+        assert beats[leader].terminate() == 0, beats[leader].output()
         (other,) = set(beats) - {leader}
         wait_until(lambda: other in senders(beat_queue), "the other beat to dispatch")
         figure(

@@ -41,7 +41,7 @@ from ..transport._seats import (
     files_needed,
     max_connections_within,
 )
-from ..wire._wire import dumps
+from ..wire._wire import HEALTH_BODY
 from ._app import create_app
 
 __all__ = [
@@ -191,7 +191,7 @@ class Server(uvicorn.Server):
 
         async def healthz(_request: Request) -> Response:
             headers = {"x-request-id": str(uuid.uuid4()), "cache-control": "no-store"}
-            return Response(dumps({"status": "ok"}), 200, headers, "application/json")
+            return Response(HEALTH_BODY, 200, headers, "application/json")
 
         app = Starlette(
             routes=[

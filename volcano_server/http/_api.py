@@ -41,7 +41,7 @@ from ..telemetry._metrics import Metrics
 from ..telemetry._tracing import Tracing
 from ..transport._seats import KEYED
 from ..wire._errors import ApiError
-from ..wire._wire import Answer, dumps
+from ..wire._wire import HEALTH_BODY, Answer, dumps
 from ._auth import Authenticator, Principal
 from ._headers import check_content_encoding, credentials
 from ._operations import OPERATIONS, Parts
@@ -57,7 +57,7 @@ log = logging.getLogger("volcano_server")
 
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
-_HEALTH = Answer(200, dumps({"status": "ok"}))
+_HEALTH = Answer(200, HEALTH_BODY)
 _INTERNAL = ApiError.internal()
 # The longest a request waits for the waiters it granted to be answered before its own answer.
 _AFTER_WAITERS_SECONDS = 1.0

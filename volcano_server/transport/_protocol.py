@@ -96,6 +96,7 @@ from uvicorn.server import ServerState
 from .._config import Limits
 from ..telemetry._accesslog import RequestRecord
 from ..wire._errors import ApiError
+from ..wire._wire import HEALTH_BODY
 from ._pacing import Pacer
 from ._seats import KEYED, Arrival, Seats
 
@@ -134,9 +135,8 @@ BURST_PER_TURN = 32
 SPARE_SECONDS = 1.0
 # What a connection on a spare seat may ask (method and path, the query string ignored).
 PROBES = frozenset({(b"GET", b"/healthz"), (b"GET", b"/readyz")})
-# The probe answered by the protocol itself, and its answer's body (the API's `getHealth`).
+# The probe answered by the protocol itself (as the API's `getHealth` would: `HEALTH_BODY`).
 HEALTH = (b"GET", b"/healthz")
-_HEALTH_BODY = b'{"status":"ok"}'
 # A client's X-Request-Id, echoed when it is one UUID (the spec's `RequestId`), else made anew.
 _UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # How a probe's request line starts (a probe is admitted at once, not in its turn).
@@ -593,11 +593,11 @@ class LimitedProtocol(HttpToolsProtocol):
             b"x-request-id: " + request_id.encode("ascii"),
             b"cache-control: no-store",
             b"content-type: application/json",
-            b"content-length: %d" % len(_HEALTH_BODY),
+            b"content-length: %d" % len(HEALTH_BODY),
         ]
         if not keep_alive:
             lines.append(b"connection: close")
-        self.transport.write(b"\r\n".join([*lines, b"", _HEALTH_BODY]))
+        self.transport.write(b"\r\n".join([*lines, b"", HEALTH_BODY]))
         path = _path(self.url).decode("latin-1")
         seconds = time.perf_counter() - began
         self.policy.report(RequestRecord("GET", path, 200, request_id, "getHealth", seconds))

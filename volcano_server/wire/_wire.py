@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Answer", "dumps", "parse_rfc3339_us", "rfc3339_us"]
+__all__ = ["HEALTH_BODY", "Answer", "dumps", "parse_rfc3339_us", "rfc3339_us"]
 
 
 @attrs.frozen
@@ -69,3 +69,7 @@ def parse_rfc3339_us(text: str) -> int:
     hour, minute, second = (int(part) for part in clock.split(":"))
     seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
     return seconds * 1_000_000 + int(fraction.ljust(6, "0")[:6] or 0)
+
+
+HEALTH_BODY = dumps({"status": "ok"})
+"""`GET /healthz`'s body, whoever answers it (the API, the private listener, the protocol)."""

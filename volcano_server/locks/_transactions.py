@@ -630,10 +630,11 @@ class Transactions:
         """
         if row is None:
             return row, False  # never acquired, so nobody can be waiting
-        self._back_in_line(tx, row, now)
+        line = self._back_in_line(tx, row, now)
         while True:
             size = len(row.live_leases(now)) + _LINE_PAGE
-            line = tx.queued(row.project_id, row.key, size)
+            if line is None:
+                line = tx.queued(row.project_id, row.key, size)
             moved = False
             for waiter in line:
                 if row.lease_of(waiter.owner_token, now) is not None:
@@ -659,8 +660,9 @@ class Transactions:
                     tx.announce(waiter.server_id, waiter.seq)
             if not moved or len(line) < size:
                 return row, False  # the whole line is served (or holds its slots already)
+            line = None  # read again: the hand-offs above changed it
 
-    def _back_in_line(self, tx: WriteTx, row: LockRow, now: int) -> None:
+    def _back_in_line(self, tx: WriteTx, row: LockRow, now: int) -> list[Waiter] | None:
         """Put this server's waiting requests whose rows left the line back at their places.
 
         Another server steps over a waiter whose server's heartbeat has lapsed (its row
@@ -669,8 +671,9 @@ class Transactions:
         requests still wait: their rows are then away or gone, and no hand-off would ever
         reach them (each would wait out its wait, then hear 409). Their own server, which
         holds them, puts each back at its own place (`seq`) with its heartbeat written, in any
-        transaction that serves the key's line. Only the line's head is read for it (already
-        read with the key's row): a request further back is put back once the head reaches it.
+        transaction that serves the key's line. Only the line's first page is read for it: a
+        request further back is put back once the head reaches it. That page is returned when
+        nobody was put back, for the hand-off that follows to start from (else None).
 
         A row gone is put back only for a request that joined before this server's heartbeat
         last lapsed (a purge needs that): else the owner token took the key through another
@@ -678,7 +681,7 @@ class Transactions:
         """
         mine = self._registry.queued_of((row.project_id, row.key))
         if not mine:
-            return
+            return None
         size = len(row.live_leases(now)) + _LINE_PAGE
         line = tx.queued(row.project_id, row.key, size)
         seen = {waiter.seq for waiter in line}
@@ -709,8 +712,10 @@ class Transactions:
             else:
                 continue  # superseded through another server (its place taken, or the key)
             back = True
-        if back:
-            tx.touch_server(server_id, now + self._lifetime_us)
+        if not back:
+            return line  # the hand-off that follows starts from it
+        tx.touch_server(server_id, now + self._lifetime_us)
+        return None
 
     def _recover(
         self, tx: WriteTx, effects: _Effects, entry: Entry, row: LockRow | None, now: int
